@@ -75,6 +75,11 @@ class ServerSettings(StrictModel):
     quantization: str | None = None
     kv_cache_dtype: str | None = None
     attention_backend: str | None = None
+    # The sparse-attention (DSA) backends of GLM-5/DeepSeek-V3.2-style models. They also decide the
+    # KV pool's row layout (patches/sglang/<v>/manifest.json says how), so they matter even when
+    # attention itself runs on flashinfer MLA.
+    dsa_prefill_backend: str | None = None
+    dsa_decode_backend: str | None = None
     moe_runner_backend: str | None = None
     disable_shared_experts_fusion: bool = False
     mem_fraction_static: float | None = Field(None, gt=0.0, lt=1.0)
@@ -203,6 +208,10 @@ def to_argv(deployment: Deployment) -> list[str]:
     option("--quantization", server.quantization)
     option("--kv-cache-dtype", server.kv_cache_dtype)
     option("--attention-backend", server.attention_backend)
+    # 0.5.23 renamed --nsa-*-backend to --dsa-*-backend; take the pinned parser's spelling.
+    dsa = "--dsa" if spec.knows("--dsa-decode-backend") else "--nsa"
+    option(f"{dsa}-prefill-backend", server.dsa_prefill_backend)
+    option(f"{dsa}-decode-backend", server.dsa_decode_backend)
     option("--moe-runner-backend", server.moe_runner_backend)
     option("--disable-shared-experts-fusion", server.disable_shared_experts_fusion)
     option("--mem-fraction-static", server.mem_fraction_static)
@@ -273,8 +282,7 @@ def load_profile(name_or_path: str | None = None) -> Profile:
         except ValidationError as exc:
             raise _schema_error(path, lines, exc, prefix=("variants", name, "server")) from None
         deployment = profile.resolve(name)
-        check_argv(deployment)
-        problem = patchset.variant_support_problem(deployment)
+        problem = patchset.variant_support_problem(deployment, check_argv(deployment))
         if problem:
             raise ProfileError(
                 f"{path}: variant {name!r} cannot work on sglang {profile.image.sglang_version}: "

@@ -1,0 +1,475 @@
+"""Patch sets for pinned sglang releases: verify, apply with zero fuzz, and judge variants.
+
+A patch set is `patches/sglang/<version>/`: `manifest.json`, unified diffs against the upstream
+files, and new files (the kernel module, kept once in the repo under opsctl/kernels/). Applying
+means: the tree's sglang version must match; every upstream file's sha256 must match the
+manifest (a file already in its patched state is reported as "already applied"); GNU `patch`
+runs with `--fuzz=0` and any offset, fuzz, reject or reversed hunk is an error; the patched
+files and new files must then hash to the manifest's values. All of it happens in a temporary
+copy, so a failure never leaves a half-patched tree.
+
+Standard library only: the image build copies this file in and runs it with the image's python3
+(`python3 patchset.py apply --site-packages DIR --patch-dir DIR`), where opsctl is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import py_compile
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+try:
+    from opsctl.errors import PatchError, ProfileError
+    from opsctl.paths import project_root
+except ImportError:  # standalone inside the image build: same messages, plain exceptions
+
+    class PatchError(Exception):  # type: ignore[no-redef]
+        exit_code = 3
+
+        def __init__(self, message: str, hint: str = "") -> None:
+            super().__init__(message)
+            self.message = message
+            self.hint = hint
+
+    class ProfileError(PatchError):  # type: ignore[no-redef]
+        exit_code = 2
+
+    def project_root() -> Path:
+        return Path(os.environ.get("OPSCTL_PROJECT_DIR", Path(__file__).resolve().parent.parent))
+
+
+MANIFEST = "manifest.json"
+WHEEL_CACHE_ENV = "OPSCTL_WHEEL_CACHE"
+DEFAULT_WHEEL_CACHE = "/var/cache/opsctl-wheels"
+# Both spellings: setuptools-scm writes one, vcs-versioning (0.5.23) the same assignment.
+_VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M)
+
+
+@dataclasses.dataclass(frozen=True)
+class FileResult:
+    path: str
+    upstream_sha256: str
+    patched_sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckReport:
+    """What a check or apply did: the version, each patched file, each new file."""
+
+    version: str
+    patch_set_sha256: str
+    patched: tuple[FileResult, ...]
+    new_files: tuple[str, ...]
+    tree: str
+
+    def lines(self) -> list[str]:
+        out = [f"sglang {self.version}: patch set {self.patch_set_sha256[:12]} applies cleanly "
+               f"to {self.tree}"]
+        out += [f"  patched {f.path} ({f.upstream_sha256[:12]} -> {f.patched_sha256[:12]})"
+                for f in self.patched]
+        out += [f"  added   {path}" for path in self.new_files]
+        return out
+
+
+# --- the patch set on disk ----------------------------------------------------------------------
+
+
+def patches_root() -> Path:
+    return project_root() / "patches" / "sglang"
+
+
+def available_versions() -> list[str]:
+    root = patches_root()
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / MANIFEST).is_file())
+
+
+def patch_set_dir(version: str) -> Path:
+    path = patches_root() / version
+    if not (path / MANIFEST).is_file():
+        known = ", ".join(available_versions()) or "none"
+        raise PatchError(
+            f"no patch set for sglang {version}",
+            hint=f"patch sets exist for: {known} (patches/sglang/<version>/manifest.json)",
+        )
+    return path
+
+
+def _read_manifest(patch_dir: Path) -> dict[str, Any]:
+    path = patch_dir / MANIFEST
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise PatchError(f"cannot read {path}: {exc}", hint="restore the patch set") from None
+    for key in ("sglang_version", "files", "new_files", "switch_env", "layout_findings"):
+        if key not in data:
+            raise PatchError(f"{path}: manifest lacks {key!r}", hint="restore the patch set")
+    return data
+
+
+def load_manifest(version: str) -> dict[str, Any]:
+    return _read_manifest(patch_set_dir(version))
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _new_file_source(patch_dir: Path, entry: dict[str, str]) -> Path:
+    """New files name their source relative to the repository root (the kernel lives once)."""
+    local = patch_dir / Path(entry["source"]).name
+    if local.is_file():  # a patch set staged on its own (image build context)
+        return local
+    return project_root() / entry["source"]
+
+
+def _patch_set_digest(patch_dir: Path, manifest: dict[str, Any]) -> str:
+    digest = hashlib.sha256()
+
+    def add(name: str, data: bytes) -> None:
+        digest.update(f"{name}\0{len(data)}\0".encode())
+        digest.update(data)
+
+    add(MANIFEST, (patch_dir / MANIFEST).read_bytes())
+    for entry in manifest["files"]:
+        add(entry["diff"], (patch_dir / entry["diff"]).read_bytes())
+    for entry in manifest["new_files"]:
+        add(entry["destination"], _new_file_source(patch_dir, entry).read_bytes())
+    return digest.hexdigest()
+
+
+def patch_set_sha256(version: str) -> str:
+    """Hash over the manifest, the diffs and the new files: the build's image label."""
+    patch_dir = patch_set_dir(version)
+    return _patch_set_digest(patch_dir, _read_manifest(patch_dir))
+
+
+# --- reading an sglang tree ---------------------------------------------------------------------
+
+
+def tree_version(src: Path) -> str | None:
+    """The sglang version of a tree holding the `sglang` package (wheel dir or site-packages)."""
+    version_file = src / "sglang" / "_version.py"
+    if version_file.is_file():
+        match = _VERSION_RE.search(version_file.read_text(errors="replace"))
+        if match:
+            return match.group(1)
+    for meta in sorted(src.glob("sglang-*.dist-info/METADATA")):
+        for line in meta.read_text(errors="replace").splitlines():
+            if line.startswith("Version:"):
+                return line.split(":", 1)[1].strip()
+    return None
+
+
+def _run_patch(root: Path, diff: Path) -> None:
+    """GNU patch, zero fuzz; any offset, fuzz, reject or reversal is a PatchError."""
+    try:
+        proc = subprocess.run(
+            ["patch", "-p1", "--fuzz=0", "--forward", "--batch", "--no-backup-if-mismatch",
+             "--reject-file=-", "-d", str(root), "-i", str(diff)],
+            capture_output=True, text=True, check=False,
+        )
+    except FileNotFoundError:
+        raise PatchError("GNU patch is not installed", hint="apt-get install patch") from None
+    output = proc.stdout + proc.stderr
+    name = diff.name
+    if "Reversed (or previously applied) patch detected" in output:
+        raise PatchError(f"{name}: already applied (reversed hunks detected)",
+                         hint="start from a clean upstream tree")
+    failed = re.search(r"(\d+) out of (\d+) hunks? FAILED", output)
+    if failed:
+        raise PatchError(f"{name}: {failed.group(1)} of {failed.group(2)} hunks rejected",
+                         hint="the upstream file differs from the one the diff was made against")
+    fuzz = re.search(r"Hunk #(\d+) succeeded at (\d+) with fuzz (\d+)", output)
+    if fuzz:
+        raise PatchError(f"{name}: hunk #{fuzz.group(1)} needs fuzz {fuzz.group(3)}",
+                         hint="zero fuzz is required; regenerate the diff")
+    offset = re.search(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)", output)
+    if offset:
+        raise PatchError(f"{name}: hunk #{offset.group(1)} applies only at offset "
+                         f"{offset.group(3)} lines", hint="zero offset is required; regenerate "
+                         "the diff against the pinned upstream file")
+    if proc.returncode != 0:
+        first = next((line for line in output.splitlines() if line.strip()), "no output")
+        raise PatchError(f"{name}: patch failed (exit {proc.returncode}): {first}",
+                         hint="the upstream file differs from the one the diff was made against")
+
+
+def _stage(src: Path, patch_dir: Path, manifest: dict[str, Any], stage: Path) -> CheckReport:
+    """Verify `src` and build the patched files under `stage` (mirrors site-packages paths)."""
+    want = manifest["sglang_version"]
+    if not (src / "sglang").is_dir():
+        raise PatchError(f"{src} holds no sglang package",
+                         hint="pass the directory that contains sglang/ (site-packages or wheel)")
+    found = tree_version(src)
+    if found is None:
+        raise PatchError(f"{src}: cannot read the sglang version (sglang/_version.py)",
+                         hint="pass an unpacked wheel or a site-packages directory")
+    if found != want:
+        raise PatchError(f"wrong sglang version: {src} has {found}, patch set is for {want}",
+                         hint=f"use the patch set for {found}, or the sglang {want} tree")
+    results = []
+    for entry in manifest["files"]:
+        rel = entry["path"]
+        upstream = src / rel
+        if not upstream.is_file():
+            raise PatchError(f"{rel} is missing from {src}", hint="is this a complete sglang tree?")
+        actual = _sha256_file(upstream)
+        if actual == entry["patched_sha256"]:
+            raise PatchError(f"{rel}: already applied (file has the patched sha256)",
+                             hint="start from a clean upstream tree")
+        if actual != entry["upstream_sha256"]:
+            raise PatchError(f"{rel}: modified upstream file (sha256 {actual[:12]}, expected "
+                             f"{entry['upstream_sha256'][:12]})",
+                             hint="the tree is not the pristine sglang release")
+        target = stage / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(upstream, target)
+        _run_patch(stage, patch_dir / entry["diff"])
+        patched = _sha256_file(target)
+        if patched != entry["patched_sha256"]:
+            raise PatchError(f"{rel}: patched sha256 {patched[:12]} != manifest "
+                             f"{entry['patched_sha256'][:12]}", hint="the patch set is stale")
+        try:
+            py_compile.compile(str(target), cfile=str(target) + "c", doraise=True)
+        except py_compile.PyCompileError as exc:
+            raise PatchError(f"{rel}: patched file does not compile: {exc.msg}",
+                             hint="fix the diff") from None
+        os.unlink(str(target) + "c")
+        results.append(FileResult(rel, actual, patched))
+    added = []
+    for entry in manifest["new_files"]:
+        dest = entry["destination"]
+        source = _new_file_source(patch_dir, entry)
+        if (src / dest).exists():
+            existing = _sha256_file(src / dest)
+            what = "already applied" if existing == entry["sha256"] else "a different file"
+            raise PatchError(f"{dest}: {what} exists in {src}", hint="start from a clean tree")
+        digest = _sha256_file(source)
+        if digest != entry["sha256"]:
+            raise PatchError(f"{entry['source']}: sha256 {digest[:12]} != manifest "
+                             f"{entry['sha256'][:12]}",
+                             hint="the kernel changed: run `python3 -m opsctl.patchset rehash`")
+        target = stage / dest
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        added.append(dest)
+    return CheckReport(want, _patch_set_digest(patch_dir, manifest), tuple(results),
+                       tuple(added), str(src))
+
+
+def check(sglang_src: Path, version: str) -> CheckReport:
+    """Apply the patch set for `version` to a temporary copy of `sglang_src`'s files."""
+    patch_dir = patch_set_dir(version)
+    manifest = _read_manifest(patch_dir)
+    with tempfile.TemporaryDirectory(prefix="opsctl-patch-") as tmp:
+        return _stage(Path(sglang_src), patch_dir, manifest, Path(tmp))
+
+
+def apply(site_packages: Path, patch_dir: Path) -> CheckReport:
+    """The build path: verify and patch in a temporary copy, then install over `site_packages`."""
+    manifest = _read_manifest(Path(patch_dir))
+    with tempfile.TemporaryDirectory(prefix="opsctl-patch-") as tmp:
+        stage = Path(tmp)
+        report = _stage(Path(site_packages), Path(patch_dir), manifest, stage)
+        for rel in [f.path for f in report.patched] + list(report.new_files):
+            shutil.copyfile(stage / rel, Path(site_packages) / rel)
+    return report
+
+
+# --- upstream wheels ----------------------------------------------------------------------------
+
+
+def wheel_cache_dir() -> Path:
+    return Path(os.environ.get(WHEEL_CACHE_ENV, DEFAULT_WHEEL_CACHE))
+
+
+def fetch_wheel(version: str, cache_dir: Path | None = None) -> Path:
+    """The sglang wheel for `version`: from the cache, else `pip download --no-deps` into it."""
+    cache = cache_dir or wheel_cache_dir()
+    found = sorted(cache.glob(f"sglang-{version}-*.whl")) if cache.is_dir() else []
+    if found:
+        return found[0]
+    cache.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+         "--disable-pip-version-check", "-q", "-d", str(cache), f"sglang=={version}"],
+        capture_output=True, text=True, check=False,
+    )
+    found = sorted(cache.glob(f"sglang-{version}-*.whl"))
+    if proc.returncode != 0 or not found:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise PatchError(f"cannot download sglang=={version}: {last}",
+                         hint=f"check network access to PyPI, or put the wheel in {cache}")
+    return found[0]
+
+
+def unpack_wheel(wheel: Path, dest: Path, members: Iterable[str] | None = None) -> Path:
+    """Unpack `wheel` (all of it, or only `members` plus the version file) into `dest`."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        if members is not None:
+            wanted = set(members) | {"sglang/_version.py", "sglang/__init__.py"}
+            names = [n for n in names if n in wanted or n.endswith(".dist-info/METADATA")]
+        archive.extractall(dest, members=names)
+    return dest
+
+
+def stage_patch_set(version: str, dest: Path) -> Path:
+    """Copy a patch set with its new files beside the manifest (a self-contained build input)."""
+    patch_dir = patch_set_dir(version)
+    manifest = _read_manifest(patch_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(patch_dir / MANIFEST, dest / MANIFEST)
+    for entry in manifest["files"]:
+        shutil.copyfile(patch_dir / entry["diff"], dest / entry["diff"])
+    for entry in manifest["new_files"]:
+        shutil.copyfile(_new_file_source(patch_dir, entry), dest / Path(entry["source"]).name)
+    return dest
+
+
+def members_for(version: str) -> list[str]:
+    manifest = load_manifest(version)
+    return [f["path"] for f in manifest["files"]] + [n["destination"] for n in manifest["new_files"]]
+
+
+def check_release(sglang_version: str, patch_version: str | None = None,
+                  cache_dir: Path | None = None) -> CheckReport:
+    """Check a patch set against the real upstream wheel of `sglang_version` (downloaded once).
+
+    The wheel's sha256 is compared with the manifest's when it is the same wheel file.
+    """
+    version = patch_version or sglang_version
+    manifest = load_manifest(version)
+    wheel = fetch_wheel(sglang_version, cache_dir)
+    recorded = manifest.get("wheel", {})
+    if recorded.get("filename") == wheel.name and _sha256_file(wheel) != recorded.get("sha256"):
+        raise PatchError(f"{wheel}: sha256 differs from the manifest's for {wheel.name}",
+                         hint="the cached wheel is corrupt or not the PyPI release; delete it")
+    with tempfile.TemporaryDirectory(prefix="opsctl-wheel-") as tmp:
+        unpack_wheel(wheel, Path(tmp), members_for(version))
+        return dataclasses.replace(check(Path(tmp), version), tree=str(wheel))
+
+
+# --- which version/variant pairs can work ---------------------------------------------------------
+
+
+def _has_flag(args: Sequence[str], flag: str, value: str) -> bool:
+    for i, arg in enumerate(args):
+        if arg == f"{flag}={value}" or (arg == flag and i + 1 < len(args) and args[i + 1] == value):
+            return True
+    return False
+
+
+def variant_support_problem(deployment: Any, argv: list[str]) -> str | None:
+    """Why this deployment cannot work on its pinned sglang, or None. Facts come from manifests.
+
+    `deployment` is opsctl.profiles.Deployment, duck-typed (this module stays stdlib-only);
+    `argv` is the sglang command line rendered from it, where escape flags are looked for.
+    """
+    image = deployment.profile.image
+    if image.kind == "simulator":
+        return None
+    version = image.sglang_version
+    server = deployment.server
+    if not (patches_root() / version / MANIFEST).is_file():
+        if deployment.patched:
+            known = ", ".join(available_versions()) or "none"
+            return f"the variant needs the gather-then-cast patch, but there is no patch set " \
+                   f"for sglang {version} (patch sets: {known})"
+        return None
+    manifest = load_manifest(version)
+    if deployment.patched and server.attention_backend != "flashinfer":
+        return ("the gather-then-cast patch changes only the flashinfer MLA backend, but the "
+                f"variant runs attention_backend={server.attention_backend!r}")
+    architecture = deployment.profile.model.architecture
+    for finding in manifest["layout_findings"]:
+        if architecture not in finding["architectures"]:
+            continue
+        if server.attention_backend not in finding["attention_backends"]:
+            continue
+        if server.kv_cache_dtype not in finding["kv_cache_dtypes"]:
+            continue
+        escape = finding.get("raw_layout_args", [])
+        if escape and all(_has_flag(argv, flag, value) for flag, value in escape):
+            continue
+        if not finding["works"]:
+            return finding["reason"]
+    return None
+
+
+# --- maintenance: recompute a manifest's hashes from the real upstream tree -----------------------
+
+
+def rehash(version: str, sglang_src: Path, wheel: Path | None = None) -> dict[str, Any]:
+    """Recompute every sha256 in `version`'s manifest from `sglang_src` and the repo files."""
+    patch_dir = patch_set_dir(version)
+    manifest = _read_manifest(patch_dir)
+    for entry in manifest["files"]:
+        upstream = Path(sglang_src) / entry["path"]
+        entry["upstream_sha256"] = _sha256_file(upstream)
+        with tempfile.TemporaryDirectory(prefix="opsctl-rehash-") as tmp:
+            target = Path(tmp) / entry["path"]
+            target.parent.mkdir(parents=True)
+            shutil.copyfile(upstream, target)
+            _run_patch(Path(tmp), patch_dir / entry["diff"])
+            entry["patched_sha256"] = _sha256_file(target)
+    for entry in manifest["new_files"]:
+        entry["sha256"] = _sha256_file(_new_file_source(patch_dir, entry))
+    if wheel is not None:
+        manifest["wheel"] = {"filename": wheel.name, "sha256": _sha256_file(wheel)}
+    (patch_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="patchset.py", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_apply = sub.add_parser("apply", help="verify and apply a patch set in place (image build)")
+    p_apply.add_argument("--site-packages", required=True, type=Path)
+    p_apply.add_argument("--patch-dir", required=True, type=Path)
+    p_check = sub.add_parser("check", help="verify a patch set against a tree, in a temp copy")
+    p_check.add_argument("--sglang-src", required=True, type=Path)
+    p_check.add_argument("--version", required=True)
+    p_rehash = sub.add_parser("rehash", help="recompute a manifest's sha256s (maintainers)")
+    p_rehash.add_argument("--version", required=True)
+    p_rehash.add_argument("--sglang-src", required=True, type=Path)
+    p_rehash.add_argument("--wheel", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "apply":
+            report = apply(args.site_packages, args.patch_dir)
+        elif args.command == "check":
+            report = check(args.sglang_src, args.version)
+        else:
+            rehash(args.version, args.sglang_src, args.wheel)
+            print(f"rehashed {patch_set_dir(args.version) / MANIFEST}")
+            return 0
+    except PatchError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"hint: {exc.hint}", file=sys.stderr)
+        return int(getattr(exc, "exit_code", 3))
+    print("\n".join(report.lines()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

@@ -1,0 +1,203 @@
+"""Profiles: golden argv and RunSpec per profile and variant; every way a profile can be wrong."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from opsctl.errors import EXIT_USAGE, ProfileError, UsageError
+from opsctl.launch import run_spec
+from opsctl.paths import project_root
+from opsctl.profiles import PATCH_SWITCH_ENV, check_argv, load_profile
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("OPSCTL_UPDATE_GOLDEN") == "1"
+SHIPPED = sorted(p.stem for p in (project_root() / "deploy").glob("*.yaml"))
+CASES = [(name, variant) for name in SHIPPED for variant in sorted(load_profile(name).variants)]
+
+
+def _golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if UPDATE:
+        path.write_text(text)
+    assert path.is_file(), f"missing golden file {path}; run with OPSCTL_UPDATE_GOLDEN=1 and review it"
+    assert text == path.read_text()
+
+
+def test_every_shipped_profile_has_the_three_variants() -> None:
+    assert {"sim", "glm5-nvfp4-rtx6000"} <= set(SHIPPED)
+    for name in SHIPPED:
+        assert {"baseline", "gathercast", "bf16kv"} <= set(load_profile(name).variants)
+
+
+@pytest.mark.parametrize(("profile", "variant"), CASES)
+def test_golden_argv(profile: str, variant: str) -> None:
+    argv = check_argv(load_profile(profile).resolve(variant))
+    _golden(f"{profile}.{variant}.argv", shlex.join(argv) + "\n")
+
+
+@pytest.mark.parametrize(("profile", "variant"), CASES)
+def test_golden_docker_run(profile: str, variant: str) -> None:
+    deployment = load_profile(profile).resolve(variant)
+    spec = run_spec(deployment, "IMAGE", {"opsctl.patch-sha256": "PATCHSHA"})
+    _golden(f"{profile}.{variant}.docker-run", shlex.join(spec.docker_run_argv()) + "\n")
+
+
+def test_variants_are_overlays_not_copies() -> None:
+    profile = load_profile("glm5-nvfp4-rtx6000")
+    base, patched, bf16 = (profile.resolve(v) for v in ("baseline", "gathercast", "bf16kv"))
+    assert base.env[PATCH_SWITCH_ENV] == "0" and patched.env[PATCH_SWITCH_ENV] == "1"
+    assert patched.patched and not base.patched
+    assert bf16.server.kv_cache_dtype == "bf16" and base.server.kv_cache_dtype == "fp8_e4m3"
+    # everything the overlay does not name comes from the profile
+    assert bf16.server.tp_size == base.server.tp_size == 8
+    assert base.env["NCCL_P2P_LEVEL"] == "SYS"
+    assert len({base.config_hash(), patched.config_hash(), bf16.config_hash()}) == 3
+
+
+def test_real_profile_renders_the_tuned_flags() -> None:
+    argv = check_argv(load_profile("glm5-nvfp4-rtx6000").resolve("gathercast"))
+    joined = " ".join(argv)
+    for expected in ("--tp-size 8", "--quantization modelopt_fp4", "--kv-cache-dtype fp8_e4m3",
+                     "--attention-backend flashinfer", "--moe-runner-backend flashinfer_cutlass",
+                     "--disable-shared-experts-fusion", "--host 0.0.0.0", "--enable-metrics",
+                     '--extra-metric-labels {"variant": "gathercast"}', "--served-model-name glm-5"):
+        assert expected in joined
+
+
+def test_deployment_labels_and_gpu_request() -> None:
+    deployment = load_profile("glm5-nvfp4-rtx6000").resolve("gathercast")
+    spec = run_spec(deployment, "opsctl/sglang-glm5:abc")
+    assert spec.gpus == list(range(8))
+    assert spec.ipc_host and spec.ulimits["memlock"] == (-1, -1)
+    assert [m.read_only for m in spec.mounts if m.target == "/models/GLM-5-NVFP4"] == [True]
+    assert all(p.host_address == "127.0.0.1" for p in spec.ports)
+    for key in ("opsctl.profile", "opsctl.variant", "opsctl.image", "opsctl.config-hash",
+                "opsctl.patch-sha256", "opsctl.sglang-version"):
+        assert spec.labels[key]
+
+
+# --- bad profiles --------------------------------------------------------------------------------
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    return path
+
+
+def _sim_text() -> str:
+    return (project_root() / "deploy" / "sim.yaml").read_text()
+
+
+def _line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def test_malformed_yaml_names_file_and_line(tmp_path: Path) -> None:
+    text = _sim_text().replace("  tp_size: 8", "  tp_size: [8")
+    path = _write(tmp_path, text)
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path))
+    assert str(path) in err.value.message and "invalid YAML" in err.value.message
+
+
+def test_unknown_key_names_file_line_and_field(tmp_path: Path) -> None:
+    text = _sim_text().replace("  tp_size: 8", "  tp_size: 8\n  tp_sizee: 4")
+    path = _write(tmp_path, text)
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path))
+    line = _line_of(text, "tp_sizee")
+    assert f"{path}:{line}: server.tp_sizee" in err.value.message
+
+
+def test_wrong_type_names_the_field(tmp_path: Path) -> None:
+    text = _sim_text().replace("  mem_fraction_static: 0.85", "  mem_fraction_static: lots")
+    path = _write(tmp_path, text)
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path))
+    assert f":{_line_of(text, 'mem_fraction_static: lots')}: server.mem_fraction_static" in err.value.message
+
+
+def test_duplicate_key_is_refused(tmp_path: Path) -> None:
+    text = _sim_text().replace("  tp_size: 8", "  tp_size: 8\n  tp_size: 4")
+    path = _write(tmp_path, text)
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path))
+    assert "duplicate key 'tp_size'" in err.value.message
+    assert f"{path}:{_line_of(text, 'tp_size: 4')}" in err.value.message
+
+
+def test_bad_variant_overlay_names_the_variant_field(tmp_path: Path) -> None:
+    text = _sim_text().replace("server: {kv_cache_dtype: bf16}", "server: {kv_cache_dtyp: bf16}")
+    path = _write(tmp_path, text)
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path))
+    assert "variants.bf16kv.server.kv_cache_dtyp" in err.value.message
+
+
+def test_flag_unknown_to_pinned_sglang_is_refused(tmp_path: Path) -> None:
+    text = _sim_text().replace("  watchdog_timeout: 1800",
+                               "  watchdog_timeout: 1800\n  extra_args: [--no-such-flag]")
+    path = _write(tmp_path, text)
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path))
+    assert "--no-such-flag" in err.value.message and "0.5.23" in err.value.message
+
+
+def test_unknown_variant_lists_the_valid_ones() -> None:
+    with pytest.raises(UsageError) as err:
+        load_profile("sim").resolve("fastest")
+    assert "baseline" in err.value.hint and "gathercast" in err.value.hint
+
+
+def test_unknown_profile_lists_the_valid_ones() -> None:
+    with pytest.raises(UsageError) as err:
+        load_profile("nope")
+    assert "sim" in err.value.hint
+
+
+def test_default_variant_must_exist(tmp_path: Path) -> None:
+    data = yaml.safe_load(_sim_text())
+    data["default_variant"] = "turbo"
+    path = _write(tmp_path, yaml.safe_dump(data))
+    with pytest.raises(ProfileError, match="default_variant"):
+        load_profile(str(path))
+
+
+def _opsctl(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "opsctl", *args], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=60)
+
+
+def test_cli_profile_errors_are_one_line_with_hint_and_exit_2(tmp_path: Path) -> None:
+    text = _sim_text().replace("  tp_size: 8", "  tp_size: 8\n  tp_size: 4")
+    path = _write(tmp_path, text)
+    result = _opsctl("profile", "show", "--profile", str(path))
+    assert result.returncode == EXIT_USAGE
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[0].startswith("error:") and lines[1].startswith("hint:")
+    result = _opsctl("up", "--profile", "sim", "--variant", "fastest", "--dry-run")
+    assert result.returncode == EXIT_USAGE and "valid variants" in result.stderr
+
+
+def test_cli_dry_run_touches_no_engine() -> None:
+    # A daemon address that cannot answer: the dry run must not need it.
+    result = _opsctl("up", "--profile", "glm5-nvfp4-rtx6000", "--variant", "gathercast", "--dry-run",
+                     DOCKER_HOST="unix:///nonexistent/docker.sock")
+    assert result.returncode == 0, result.stderr
+    assert "docker run" in result.stdout and "--gpus" in result.stdout
+    assert "sglang.launch_server" in result.stdout
+
+
+def test_default_profile_comes_from_the_environment() -> None:
+    result = _opsctl("profile", "show", OPSCTL_PROFILE="glm5-nvfp4-rtx6000")
+    assert result.returncode == 0, result.stderr
+    assert "--tp-size 8" in result.stdout and "sglang.launch_server" in result.stdout
