@@ -1,0 +1,247 @@
+"""Local base images, for a machine that cannot reach any image registry (CI, this repo's tests).
+
+Two images, both built here and never pulled:
+
+* `opsctl/debian-base:bookworm` - a minimal Debian rootfs made with
+  `debootstrap --variant=minbase bookworm` (plus python3, pip, patch and ca-certificates),
+  brought into the engine with `docker import`. It is the simulator profile's base and the
+  bottom of the stand-in below. debootstrap needs root and the Debian mirror that this host's
+  apt already uses (read from its sources at run time; no mirror is written into the repo).
+* `opsctl/sglang-standin:<version>` - that base plus the *real* sglang wheel of the pinned
+  version installed with `--no-deps`: the same sglang source files as the release image, none
+  of its CUDA stack. `opsctl build --base-image opsctl/sglang-standin:<version>` runs the
+  production Dockerfile on it unchanged, so the patch set is applied and verified against the
+  real upstream files without a GPU or a registry.
+
+Both carry `opsctl.managed=true` and `opsctl.role` labels (the stand-in also says it is a
+stand-in) and are skipped when present unless `force`: CI builds them once and caches them by tag.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from opsctl import __version__
+from opsctl.engine import MANAGED_LABEL, BuildEvent, Engine
+from opsctl.errors import BuildError, UsageError
+from opsctl.paths import project_root
+
+DEBIAN_REPOSITORY = "opsctl/debian-base"
+DEBIAN_SUITE = "bookworm"
+DEBIAN_BASE = f"{DEBIAN_REPOSITORY}:{DEBIAN_SUITE}"
+STANDIN_REPOSITORY = "opsctl/sglang-standin"
+STANDIN_DOCKERFILE = "docker/sglang-standin.Dockerfile"
+# python3-pip is here so images can install wheels staged from the host (never from an index).
+DEBIAN_PACKAGES = ("python3", "python3-pip", "patch", "ca-certificates")
+WHEEL_CACHE_ENV = "OPSCTL_WHEEL_CACHE"
+DEFAULT_WHEEL_CACHE = Path("/var/cache/opsctl-wheels")
+APT_SOURCES = (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list"))
+DEBOOTSTRAP_TIMEOUT_SECONDS = 1800
+
+_VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*([.+-][0-9A-Za-z.]+)?$")
+
+
+@dataclass(frozen=True)
+class BaseImageResult:
+    ref: str
+    image_id: str
+    skipped: bool
+
+
+def standin_ref(sglang_version: str) -> str:
+    return f"{STANDIN_REPOSITORY}:{sglang_version}"
+
+
+def wheel_cache_dir() -> Path:
+    return Path(os.environ.get(WHEEL_CACHE_ENV) or DEFAULT_WHEEL_CACHE)
+
+
+def debian_mirror(sources: tuple[Path, ...] = APT_SOURCES) -> str:
+    """The Debian archive URL this host's apt uses (deb822 `URIs:` or one-line `deb URL bookworm`)."""
+    for path in sources:
+        if not path.is_file():
+            continue
+        mirror = parse_debian_mirror(path.read_text())
+        if mirror:
+            return mirror
+    raise BuildError(
+        "no Debian mirror found in this host's apt sources",
+        hint="add a bookworm entry to /etc/apt/sources.list(.d/debian.sources), "
+        "or build the base on a Debian host",
+    )
+
+
+def parse_debian_mirror(text: str) -> str | None:
+    """First archive (not -security, not -updates-only) URI serving bookworm in an apt sources file."""
+    for stanza in re.split(r"\n\s*\n", text):
+        fields: dict[str, str] = {}
+        for line in stanza.splitlines():
+            if line.startswith("#") or ":" not in line:
+                continue
+            key, value = line.split(":", 1)
+            fields[key.strip().lower()] = value.strip()
+        suites = fields.get("suites", "").split()
+        if DEBIAN_SUITE in suites and fields.get("uris"):
+            return fields["uris"].split()[0]
+    for line in text.splitlines():
+        parts = line.split()
+        # deb [options] URL SUITE COMPONENTS...
+        if not parts or parts[0] != "deb":
+            continue
+        words = [p for p in parts[1:] if not p.startswith("[") and not p.endswith("]")]
+        if len(words) >= 2 and words[1] == DEBIAN_SUITE:
+            return words[0]
+    return None
+
+
+def build_debian_base(
+    engine: Engine, force: bool, on_event: Callable[[BuildEvent], None]
+) -> BaseImageResult:
+    existing = engine.image_id(DEBIAN_BASE)
+    if existing and not force:
+        on_event(BuildEvent(text=f"{DEBIAN_BASE} is present ({existing[:19]}); --force rebuilds it"))
+        return BaseImageResult(DEBIAN_BASE, existing, skipped=True)
+    if os.geteuid() != 0:
+        raise BuildError(
+            f"building {DEBIAN_BASE} needs root (debootstrap creates device nodes and chowns files)",
+            hint="run `sudo opsctl base-image` once; later builds reuse the image",
+        )
+    if shutil.which("debootstrap") is None:
+        raise BuildError("debootstrap is not installed", hint="apt-get install debootstrap")
+    mirror = debian_mirror()
+    with tempfile.TemporaryDirectory(prefix="opsctl-rootfs-") as work:
+        rootfs = Path(work) / "rootfs"
+        argv = [
+            "debootstrap", "--variant=minbase", f"--include={','.join(DEBIAN_PACKAGES)}",
+            DEBIAN_SUITE, str(rootfs), mirror,
+        ]
+        on_event(BuildEvent(text=" ".join(argv), step="debootstrap"))
+        _run_logged(argv, on_event, step="debootstrap")
+        _strip_rootfs(rootfs)
+        tarball = Path(work) / "rootfs.tar"
+        on_event(BuildEvent(text=f"docker import -> {DEBIAN_BASE}", step="import"))
+        # GNU tar keeps device nodes, hard links and numeric owners exactly as debootstrap made them.
+        _run_logged(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", str(tarball), "."],
+                    on_event, step="tar")
+        changes = [
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "ENV LANG=C.UTF-8",
+            'CMD ["/bin/bash"]',
+            # Dockerfile syntax: a quoted (JSON-escaped) value may contain spaces.
+            *(f"LABEL {key}={json.dumps(value)}" for key, value in _base_labels().items()),
+        ]
+        image_id = engine.import_rootfs(tarball, DEBIAN_REPOSITORY, DEBIAN_SUITE, changes)
+    on_event(BuildEvent(text=f"built {DEBIAN_BASE} ({image_id[:19]})"))
+    return BaseImageResult(DEBIAN_BASE, image_id, skipped=False)
+
+
+def _base_labels() -> dict[str, str]:
+    return {
+        MANAGED_LABEL: "true",
+        "opsctl.role": "base",
+        "opsctl.version": __version__,
+        "org.opencontainers.image.title": DEBIAN_BASE,
+        "org.opencontainers.image.description": f"debootstrap --variant=minbase {DEBIAN_SUITE} "
+        f"+ {' '.join(DEBIAN_PACKAGES)}",
+    }
+
+
+def _strip_rootfs(rootfs: Path) -> None:
+    """Drop what only the bootstrap needed: downloaded .debs and apt lists (smaller, no stale index)."""
+    for pattern in ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*_*"):
+        for path in rootfs.glob(pattern):
+            path.unlink()
+
+
+def _run_logged(argv: list[str], on_event: Callable[[BuildEvent], None], step: str) -> None:
+    tail: list[str] = []
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            text = line.rstrip("\n")
+            tail = (tail + [text])[-20:]
+            on_event(BuildEvent(text=text, step=step))
+        try:
+            code = proc.wait(timeout=DEBOOTSTRAP_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = -1
+    if code != 0:
+        last = next((t for t in reversed(tail) if t.strip()), "no output")
+        on_event(BuildEvent(text=last, step=step, error=last))
+        raise BuildError(f"{step} failed (exit {code}): {last}", hint="the log tail above shows why")
+
+
+# --- the sglang stand-in ------------------------------------------------------------------------
+
+
+def find_sglang_wheel(version: str, cache: Path | None = None, download: bool = True) -> Path:
+    """The real sglang wheel of `version` from the host's cache; `pip download`s it when absent."""
+    if not _VERSION.match(version):
+        raise UsageError(f"not a version: {version!r}", hint="e.g. 0.5.23")
+    cache = cache or wheel_cache_dir()
+    found = sorted(cache.glob(f"sglang-{version}-*.whl"))
+    if not found and download:
+        cache.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                "--dest", str(cache), f"sglang=={version}"]
+        result = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            reason = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise BuildError(f"pip could not download sglang=={version}: {reason}",
+                             hint=f"put the wheel into {cache} by hand")
+        found = sorted(cache.glob(f"sglang-{version}-*.whl"))
+    if not found:
+        raise BuildError(f"no sglang {version} wheel in {cache}",
+                         hint=f"pip download --no-deps sglang=={version} -d {cache}")
+    return found[-1]
+
+
+def build_standin(
+    engine: Engine, sglang_version: str, force: bool, on_event: Callable[[BuildEvent], None]
+) -> BaseImageResult:
+    ref = standin_ref(sglang_version)
+    existing = engine.image_id(ref)
+    if existing and not force:
+        on_event(BuildEvent(text=f"{ref} is present ({existing[:19]}); --force rebuilds it"))
+        return BaseImageResult(ref, existing, skipped=True)
+    base = build_debian_base(engine, force=False, on_event=on_event)
+    wheel = find_sglang_wheel(sglang_version)
+    labels = {
+        MANAGED_LABEL: "true",
+        "opsctl.role": "sglang-standin",
+        "opsctl.standin": "true",
+        "opsctl.sglang-version": sglang_version,
+        "opsctl.base-digest": base.image_id,
+        "org.opencontainers.image.title": ref,
+        "org.opencontainers.image.description": (
+            f"STAND-IN for the sglang {sglang_version} release image: Debian {DEBIAN_SUITE} + "
+            f"the real {wheel.name} installed --no-deps; no CUDA, torch or kernels. For tests only."
+        ),
+        "org.opencontainers.image.version": sglang_version,
+    }
+    with tempfile.TemporaryDirectory(prefix="opsctl-standin-") as work:
+        context = Path(work)
+        shutil.copy2(project_root() / STANDIN_DOCKERFILE, context / "Dockerfile")
+        shutil.copy2(wheel, context / wheel.name)
+        image_id = engine.build(
+            context_dir=context,
+            dockerfile="Dockerfile",
+            tag=ref,
+            build_args={"BASE_IMAGE": base.image_id, "SGLANG_WHEEL": wheel.name,
+                        "SGLANG_VERSION": sglang_version},
+            labels=labels,
+            on_event=on_event,
+        )
+    return BaseImageResult(ref, image_id, skipped=False)
