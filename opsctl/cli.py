@@ -29,8 +29,9 @@ app = typer.Typer(
 profile_app = typer.Typer(help="Inspect deployment profiles.", no_args_is_help=True)
 app.add_typer(profile_app, name="profile")
 
-console = Console()
-err_console = Console(stderr=True)
+# Piped output (CI logs, scripts) keeps whole table cells instead of rich's 80-column default.
+console = Console(width=None if sys.stdout.isatty() else 200)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 ProfileOpt = Annotated[
     str | None,

@@ -1,0 +1,148 @@
+"""Make docs/decode-latency.png from a real run: two simulated variants under opsctl bench.
+
+    .venv/bin/python scripts/observability_demo.py [--out docs/decode-latency.png]
+
+Starts the simulator twice as the `sim` profile launches it (variants baseline and gathercast,
+their ITL settings from deploy/sim.yaml, loopback ports), a Pushgateway and Prometheus with the
+shipped rules (production timing, 5 s scrapes), runs `opsctl bench` against both variants at once
+at rising concurrency, pushes a smoke of each, then draws the picture with `opsctl report`'s code
+from Prometheus range queries. Needs Debian's prometheus and prometheus-pushgateway. Everything it
+starts is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from opsctl import monitoring, prom_config, report
+from opsctl.bench import BenchOptions, Target, run_bench
+from opsctl.metrics import push_report
+from opsctl.profiles import load_profile, to_argv
+from opsctl.smoke import SmokeOptions, run_smoke
+
+LEVELS = (1, 8, 16, 32)
+OUTPUT_TOKENS = 128
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait(url: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(url)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("docs/decode-latency.png"))
+    args = parser.parse_args()
+    prometheus_bin = shutil.which("prometheus")
+    push_bin = shutil.which("prometheus-pushgateway")
+    if not prometheus_bin or not push_bin:
+        print("needs Debian's prometheus and prometheus-pushgateway", file=sys.stderr)
+        return 2
+
+    profile = load_profile("sim")
+    work = Path(tempfile.mkdtemp(prefix="opsctl-demo-"))
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        sims: dict[str, str] = {}
+        for variant in ("baseline", "gathercast"):
+            deployment = profile.resolve(variant)
+            port = free_port()
+            argv = to_argv(deployment)[len(deployment.server.entrypoint):]
+            env = {**os.environ, **deployment.env,
+                   "OPSCTL_SIM_LOAD_SECONDS": "0", "OPSCTL_SIM_WARMUP_SECONDS": "0"}
+            log = (work / f"sim-{variant}.log").open("wb")
+            processes.append(subprocess.Popen(
+                [sys.executable, "-m", "opsctl.sim", *argv, "--host", "127.0.0.1",
+                 "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT))
+            sims[variant] = f"http://127.0.0.1:{port}"
+            wait(f"{sims[variant]}/health_generate")
+
+        prom_port, push_port = free_port(), free_port()
+        targets = prom_config.ScrapeTargets(
+            sglang=tuple(u.removeprefix("http://") for u in sims.values()),
+            opsctl_exporter=(f"127.0.0.1:{free_port()}",),
+            pushgateway=(f"127.0.0.1:{push_port}",),
+            scrape_interval="5s", evaluation_interval="5s",
+        )
+        monitoring.write_files(
+            monitoring.render_files(prom_config.tpot_slo(profile), targets), work)
+        gateway = f"http://127.0.0.1:{push_port}"
+        prometheus = f"http://127.0.0.1:{prom_port}"
+        processes.append(subprocess.Popen(
+            [push_bin, f"--web.listen-address=127.0.0.1:{push_port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        processes.append(subprocess.Popen(
+            [prometheus_bin, f"--config.file={work / 'prometheus' / 'prometheus.yml'}",
+             f"--storage.tsdb.path={work / 'data'}",
+             f"--web.listen-address=127.0.0.1:{prom_port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        wait(f"{gateway}/-/ready")
+        wait(f"{prometheus}/-/ready")
+        started = time.time()
+
+        # Both variants under the same load at the same time, one bench per level, so each
+        # level lasts about two minutes (34 requests per concurrent stream) and the 5 m rate
+        # windows of the recording rules see each level.
+        for level in LEVELS:
+            threads = []
+            for variant, url in sims.items():
+                options = BenchOptions(concurrency=(level,), requests_per_level=34 * level,
+                                       input_words=64, output_tokens=OUTPUT_TOKENS)
+
+                def sweep(variant: str = variant, url: str = url,
+                          options: BenchOptions = options) -> None:
+                    result = run_bench([Target(variant, url)], options, profile_name="sim")
+                    push_report("bench", result.model_dump(mode="json"), gateway)
+
+                threads.append(threading.Thread(target=sweep))
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            print(f"level {level} done at +{time.time() - started:.0f}s", flush=True)
+        for variant, url in sims.items():
+            smoke = run_smoke(SmokeOptions(base_url=url, profile="sim", variant=variant,
+                                           tpot_p50_ms=profile.slo.tpot_p50_ms))
+            push_report("smoke", smoke.model_dump(mode="json"), gateway)
+        time.sleep(15)  # two more rule evaluations after the last request
+        path = report.render(prometheus, args.out, since_seconds=time.time() - started + 30,
+                             step=5)
+        print(f"wrote {path}")
+        return 0
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
