@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import docker
 import docker.errors
 import docker.types
 import requests
 
-import docker
 from opsctl.errors import BuildError, DaemonUnreachable, LaunchError
 
 MANAGED_LABEL = "opsctl.managed"

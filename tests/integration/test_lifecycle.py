@@ -6,46 +6,21 @@ port taken, GPU request without an NVIDIA runtime, death while loading, readines
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import docker
 import httpx
 import pytest
 import yaml
 
-import docker
 from opsctl.errors import EXIT_DAEMON, EXIT_LAUNCH
 from opsctl.paths import project_root
 
 pytestmark = pytest.mark.docker
-
-
-def opsctl(*args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "opsctl", *args], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture(scope="session")
-def sim_image() -> str:
-    """The simulator image, built once through the real `opsctl build` path."""
-    result = opsctl("build", "--profile", "sim", timeout=900)
-    assert result.returncode == 0, result.stdout + result.stderr
-    from opsctl.build import expected_image
-    from opsctl.profiles import load_profile
-
-    return expected_image(load_profile("sim"))
 
 
 @pytest.fixture()
@@ -54,7 +29,7 @@ def client() -> docker.DockerClient:
 
 
 @pytest.fixture()
-def profile_factory(tmp_path: Path, client: docker.DockerClient) -> Iterator:
+def profile_factory(tmp_path: Path, client: docker.DockerClient, free_port) -> Iterator:
     """Writes a throwaway copy of deploy/sim.yaml (own name, own port) and cleans up after it."""
     names: list[str] = []
 
@@ -82,7 +57,7 @@ def containers_of(client: docker.DockerClient, name: str) -> list:
     return client.containers.list(all=True, filters={"label": f"opsctl.profile={name}"})
 
 
-def test_up_status_down_on_the_simulator(sim_image: str, profile_factory, client) -> None:
+def test_up_status_down_on_the_simulator(opsctl, sim_image: str, profile_factory, client) -> None:
     path, name, port = profile_factory()
     up = opsctl("up", "--profile", str(path), "--variant", "gathercast", "--image", sim_image)
     assert up.returncode == 0, up.stderr
@@ -114,7 +89,7 @@ def test_up_status_down_on_the_simulator(sim_image: str, profile_factory, client
     assert containers_of(client, name) == []
 
 
-def test_replace_swaps_the_variant(sim_image: str, profile_factory, client) -> None:
+def test_replace_swaps_the_variant(opsctl, sim_image: str, profile_factory, client) -> None:
     path, name, _ = profile_factory()
     assert opsctl("up", "--profile", str(path), "--variant", "baseline", "--image", sim_image).returncode == 0
     swapped = opsctl("up", "--profile", str(path), "--variant", "bf16kv", "--image", sim_image, "--replace")
@@ -123,7 +98,7 @@ def test_replace_swaps_the_variant(sim_image: str, profile_factory, client) -> N
     assert container.labels["opsctl.variant"] == "bf16kv"
 
 
-def test_down_never_touches_foreign_containers(sim_image: str, client) -> None:
+def test_down_never_touches_foreign_containers(opsctl, sim_image: str, client) -> None:
     name = f"foreign-{uuid.uuid4().hex[:6]}"
     foreign = client.containers.create(sim_image, command=["sleep", "30"], name=name)
     try:
@@ -135,7 +110,7 @@ def test_down_never_touches_foreign_containers(sim_image: str, client) -> None:
 
 
 def test_server_dying_while_loading_is_exit_4_with_log_tail(
-    sim_image: str, profile_factory, client
+    opsctl, sim_image: str, profile_factory, client
 ) -> None:
     path, name, _ = profile_factory(env={"OPSCTL_SIM_FAULT": "die_while_loading"})
     result = opsctl("up", "--profile", str(path), "--image", sim_image)
@@ -146,7 +121,7 @@ def test_server_dying_while_loading_is_exit_4_with_log_tail(
 
 
 def test_readiness_timeout_is_exit_4_and_removes_the_container(
-    sim_image: str, profile_factory, client
+    opsctl, sim_image: str, profile_factory, client
 ) -> None:
     path, name, _ = profile_factory(env={"OPSCTL_SIM_LOAD_SECONDS": "120"})
     started = time.monotonic()
@@ -156,7 +131,7 @@ def test_readiness_timeout_is_exit_4_and_removes_the_container(
     assert containers_of(client, name) == []
 
 
-def test_port_taken_is_exit_4_and_leaves_nothing(sim_image: str, profile_factory, client) -> None:
+def test_port_taken_is_exit_4_and_leaves_nothing(opsctl, sim_image: str, profile_factory, client) -> None:
     path, name, port = profile_factory()
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", port))
@@ -166,7 +141,9 @@ def test_port_taken_is_exit_4_and_leaves_nothing(sim_image: str, profile_factory
     assert containers_of(client, name) == []
 
 
-def test_gpu_request_without_nvidia_runtime_is_exit_4(sim_image: str, profile_factory, client) -> None:
+def test_gpu_request_without_nvidia_runtime_is_exit_4(
+    opsctl, sim_image: str, profile_factory, client
+) -> None:
     path, name, _ = profile_factory(gpus=[0])
     result = opsctl("up", "--profile", str(path), "--image", sim_image)
     assert result.returncode == EXIT_LAUNCH
@@ -174,13 +151,13 @@ def test_gpu_request_without_nvidia_runtime_is_exit_4(sim_image: str, profile_fa
     assert containers_of(client, name) == []
 
 
-def test_missing_image_is_exit_4_with_build_hint(profile_factory) -> None:
+def test_missing_image_is_exit_4_with_build_hint(opsctl, profile_factory) -> None:
     path, _, _ = profile_factory()
     result = opsctl("up", "--profile", str(path), "--image", "opsctl/never-built:nope")
     assert result.returncode == EXIT_LAUNCH and "opsctl build" in result.stderr
 
 
-def test_daemon_down_is_exit_6_within_10_seconds(profile_factory) -> None:
+def test_daemon_down_is_exit_6_within_10_seconds(opsctl, profile_factory) -> None:
     path, _, _ = profile_factory()
     for command in (["up", "--profile", str(path), "--image", "x:y"], ["status"], ["down"]):
         started = time.monotonic()
