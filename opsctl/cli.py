@@ -359,7 +359,7 @@ def smoke(
     """Post-deploy check: readiness, served model name, generations, TTFT/TPOT, metrics, SLO.
 
     The API key comes from $OPSCTL_API_KEY and is masked in every output.
-    Exit 0 pass, 5 a check or the SLO failed, 4 server unreachable.
+    Exit 0 pass, 2 bad usage, 4 server unreachable, 5 a check or the SLO failed.
     """
     from pathlib import Path
 
@@ -400,7 +400,7 @@ def bench(
 
     Writes bench.json, bench.md (table with deltas vs the first variant), tpot.png and
     throughput.png.
-    Exit 0 ok, 5 any request failed, 4 a target unreachable or not launched.
+    Exit 0 ok, 2 bad usage, 4 a target unreachable or not launched, 5 any request failed.
     """
     from pathlib import Path
 

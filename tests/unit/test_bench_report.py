@@ -1,0 +1,80 @@
+"""Report files: markdown deltas vs the first variant, PNG plots, JSON written afresh."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from opsctl.bench import (
+    BenchOptions,
+    BenchReport,
+    ClientInfo,
+    VariantResult,
+    delta_percent,
+    markdown_table,
+    summarize,
+    verdict_error,
+    write_outputs,
+)
+from opsctl.errors import EXIT_LAUNCH, EXIT_SMOKE
+from opsctl.openai_client import ModelResolution, RequestResult
+
+
+def _variant(name: str, itl: float, failed: int = 0) -> VariantResult:
+    def request(i: int) -> RequestResult:
+        return RequestResult(ok=True, ttft_s=0.1, e2e_s=0.1 + 10 * itl, output_tokens=11,
+                             itl_s=[itl] * 10, token_source="usage", finish_reason="length")
+
+    levels = [summarize(c, [request(i) for i in range(c)]
+                        + [RequestResult(ok=False, error_kind="timeout", error="x")] * failed,
+                        [], duration_s=1.0 + 10 * itl)
+              for c in (1, 2)]
+    model = ModelResolution(served_name="glm-5", served_name_source="test", listed=["glm-5"])
+    return VariantResult(variant=name, base_url=f"http://{name}", model=model, levels=levels,
+                         failed_requests=failed * len(levels))
+
+
+def _report(*variants: VariantResult) -> BenchReport:
+    options = BenchOptions(concurrency=(1, 2))
+    failed = sum(v.failed_requests for v in variants)
+    return BenchReport(
+        started_at="2026-01-01T00:00:00+00:00", duration_s=1.0, config=options.config(),
+        client=ClientInfo(hostname="h", platform="p", python="3.11", cpu_count=2),
+        variants=list(variants), failed_requests=failed,
+        passed=failed == 0 and all(v.error is None for v in variants),
+    )
+
+
+def test_delta_percent() -> None:
+    assert delta_percent(74.1, 95.6) == " (-22.5%)"
+    assert delta_percent(13.5, 10.5) == " (+28.6%)"
+    assert delta_percent(None, 1.0) == "" and delta_percent(1.0, 0.0) == ""
+
+
+def test_markdown_table_shows_each_variant_with_its_delta() -> None:
+    table = markdown_table(_report(_variant("baseline", 0.100), _variant("gathercast", 0.075)))
+    header = table.splitlines()[0]
+    assert header.startswith("| concurrency | metric | baseline |") and "gathercast (Δ vs baseline)" in header
+    itl_row = next(line for line in table.splitlines() if line.startswith("| 1 | ITL p50"))
+    assert "| 100.00 |" in itl_row and "75.00 (-25.0%)" in itl_row
+
+
+def test_outputs_are_written_fresh(tmp_path: Path) -> None:
+    report = _report(_variant("baseline", 0.02), _variant("gathercast", 0.015))
+    (tmp_path / "bench.json").write_text("stale content that must disappear")
+    written = write_outputs(report, tmp_path)
+    assert {p.name for p in written} == {"bench.json", "bench.md", "tpot.png", "throughput.png"}
+    assert json.loads((tmp_path / "bench.json").read_text())["kind"] == "bench"
+    for png in ("tpot.png", "throughput.png"):
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in written)
+
+
+def test_verdict_exit_codes(tmp_path: Path) -> None:
+    assert verdict_error(_report(_variant("a", 0.01)), tmp_path) is None
+    failed = verdict_error(_report(_variant("a", 0.01, failed=1)), tmp_path)
+    assert failed is not None and failed.exit_code == EXIT_SMOKE
+    broken = VariantResult(variant="b", base_url="http://b", error="ServerUnreachable: x",
+                           error_exit_code=EXIT_LAUNCH)
+    unreachable = verdict_error(_report(_variant("a", 0.01), broken), tmp_path)
+    assert unreachable is not None and unreachable.exit_code == EXIT_LAUNCH

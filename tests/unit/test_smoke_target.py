@@ -1,0 +1,87 @@
+"""`opsctl smoke --profile P [--variant V]`: the running container is found by label.
+
+The Docker engine is replaced by a stand-in that answers `find` with the labels opsctl puts on
+its containers; the server behind the label is the real simulator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import SimServer
+
+from opsctl.engine import ContainerInfo, Engine
+from opsctl.errors import EXIT_LAUNCH, EXIT_USAGE, LaunchError, UsageError
+from opsctl.smoke import SmokeOptions, resolve_target, run_smoke
+
+StartSim = Callable[..., SimServer]
+
+
+class _Engine:
+    def __init__(self, servers: list[ContainerInfo]) -> None:
+        self.servers = servers
+        self.queries: list[dict[str, str]] = []
+
+    def find(self, labels: dict[str, str]) -> list[ContainerInfo]:
+        self.queries.append(labels)
+        return [s for s in self.servers if all(s.labels.get(k) == v for k, v in labels.items())]
+
+
+def _server(url: str, variant: str, status: str = "running") -> ContainerInfo:
+    labels = {"opsctl.profile": "sim", "opsctl.role": "server", "opsctl.variant": variant,
+              "opsctl.base-url": url}
+    return ContainerInfo(id="c1", name="opsctl-sim", status=status, exit_code=None,
+                         labels=labels, image="opsctl/sim:x", started_at="")
+
+
+def _use(monkeypatch: pytest.MonkeyPatch, engine: _Engine) -> None:
+    monkeypatch.setattr(Engine, "connect", classmethod(lambda cls, timeout=0: engine))
+
+
+def test_running_container_is_found_by_label_and_smoked(
+    sim_server: StartSim, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sim = sim_server(env={"OPSCTL_SIM_ITL_MS": "2", "OPSCTL_SIM_TTFT_MS": "5"},
+                     args=["--served-model-name", "glm-5", "--enable-metrics"])
+    _use(monkeypatch, _Engine([_server(sim.url, "gathercast")]))
+    target = resolve_target("sim", None, None)
+    assert (target.base_url, target.profile, target.variant) == (sim.url, "sim", "gathercast")
+    assert target.profile_alias == "glm-5"
+    assert target.tpot_p50_ms is not None  # the sim profile's SLO travels with the target
+    report = run_smoke(SmokeOptions(base_url=target.base_url, profile=target.profile,
+                                    variant=target.variant, profile_alias=target.profile_alias,
+                                    tpot_p50_ms=target.tpot_p50_ms,
+                                    ttft_p50_ms=target.ttft_p50_ms))
+    assert report.passed, report.checks
+    assert report.check("slo").status == "pass"  # type: ignore[union-attr]
+
+
+def test_another_variant_running_says_which_to_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    _use(monkeypatch, _Engine([_server("http://127.0.0.1:1", "baseline")]))
+    with pytest.raises(UsageError) as caught:
+        resolve_target("sim", "gathercast", None)
+    assert caught.value.exit_code == EXIT_USAGE
+    assert "runs variant 'baseline'" in caught.value.message
+    assert "--variant gathercast" in caught.value.hint
+
+
+def test_nothing_running_is_a_launch_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    _use(monkeypatch, _Engine([_server("http://127.0.0.1:1", "baseline", status="exited")]))
+    with pytest.raises(LaunchError) as caught:
+        resolve_target("sim", None, None)
+    assert caught.value.exit_code == EXIT_LAUNCH
+
+
+def test_base_url_needs_no_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("no engine needed with --base-url")
+
+    monkeypatch.setattr(Engine, "connect", classmethod(refuse))
+    bare = resolve_target(None, None, "http://127.0.0.1:9")
+    assert (bare.profile, bare.profile_alias, bare.tpot_p50_ms) == (None, None, None)
+    assert resolve_target(None, "gathercast", "http://127.0.0.1:9").variant == "gathercast"
+    with_profile = resolve_target("sim", "baseline", "http://127.0.0.1:9")
+    assert (with_profile.profile, with_profile.variant) == ("sim", "baseline")
+    assert with_profile.profile_alias == "glm-5"
