@@ -93,7 +93,9 @@ def main() -> int:
         gateway = f"http://127.0.0.1:{push_port}"
         prometheus = f"http://127.0.0.1:{prom_port}"
         processes.append(subprocess.Popen(
-            [push_bin, f"--web.listen-address=127.0.0.1:{push_port}"],
+            # Debian's build persists to /var/lib/prometheus/ by default; keep it private.
+            [push_bin, f"--web.listen-address=127.0.0.1:{push_port}",
+             f"--persistence.file={work / 'pushgateway.data'}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         processes.append(subprocess.Popen(
             [prometheus_bin, f"--config.file={work / 'prometheus' / 'prometheus.yml'}",
