@@ -21,35 +21,16 @@ import os
 import platform
 import re
 import shlex
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
 
+from opsctl import simproc
 from opsctl.bench import BenchOptions, sweep
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_ready(url: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health_generate", timeout=5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"simulator at {url} not ready after {timeout_s}s")
 
 
 _ITL_SAMPLE = re.compile(r"^sglang:inter_token_latency_seconds_(sum|count)(\{[^}]*\})? (\S+)$")
@@ -77,25 +58,19 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "client_overhead.json")
     args = parser.parse_args()
 
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    sim_argv = [sys.executable, "-m", "opsctl.sim", "--model-path", "/models/GLM-5-NVFP4",
-                "--served-model-name", "glm-5", "--host", "127.0.0.1", "--port", str(port),
-                "--enable-metrics"]
     sim_env = {"OPSCTL_SIM_ITL_MS": f"{args.itl_ms:g}", "OPSCTL_SIM_TTFT_MS": f"{args.ttft_ms:g}",
                "OPSCTL_SIM_ITL_SLOPE_MS": "0", "OPSCTL_SIM_FAULT": "none"}
-    sim = subprocess.Popen(sim_argv, env={**os.environ, **sim_env}, cwd=ROOT,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sim = simproc.start(["--model-path", "/models/GLM-5-NVFP4", "--served-model-name", "glm-5",
+                         "--enable-metrics"], sim_env)
+    url = sim.url
     try:
-        _wait_ready(url)
         options = BenchOptions(concurrency=(args.concurrency,), requests_per_level=args.requests,
                                input_words=args.input_words, output_tokens=args.output_tokens)
         before = _server_itl(url)
         variant = asyncio.run(sweep("sim", url, options))
         after = _server_itl(url)
     finally:
-        sim.terminate()
-        sim.wait(timeout=30)
+        sim.stop()
 
     # The server-side delta includes the warm-up requests; its mean is still the sim's own ITL.
     server_count = after[1] - before[1]
@@ -113,7 +88,7 @@ def main() -> int:
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
                     "cpu_count": os.cpu_count(), "processor": platform.processor() or None,
                     "note": "client and simulator on the same machine, loopback HTTP"},
-        "simulator": {"argv": sim_argv[1:], "env": sim_env},
+        "simulator": {"argv": sim.argv, "env": sim_env},
         "load": {"concurrency": args.concurrency, "requests": args.requests,
                  "output_tokens": args.output_tokens, "input_words": args.input_words},
         "result": {

@@ -13,9 +13,7 @@ starts is stopped at the end.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,34 +21,14 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
-
-from opsctl import monitoring, prom_config, report
+from opsctl import monitoring, prom_config, report, simproc
 from opsctl.bench import BenchOptions, Target, run_bench
 from opsctl.metrics import push_report
-from opsctl.profiles import load_profile, to_argv
+from opsctl.profiles import load_profile
 from opsctl.smoke import SmokeOptions, run_smoke
 
 LEVELS = (1, 8, 16, 32)
 OUTPUT_TOKENS = 128
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait(url: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise TimeoutError(url)
 
 
 def main() -> int:
@@ -66,25 +44,20 @@ def main() -> int:
     profile = load_profile("sim")
     work = Path(tempfile.mkdtemp(prefix="opsctl-demo-"))
     processes: list[subprocess.Popen[bytes]] = []
+    local_sims: list[simproc.LocalSim] = []
     try:
         sims: dict[str, str] = {}
         for variant in ("baseline", "gathercast"):
-            deployment = profile.resolve(variant)
-            port = free_port()
-            argv = to_argv(deployment)[len(deployment.server.entrypoint):]
-            env = {**os.environ, **deployment.env,
-                   "OPSCTL_SIM_LOAD_SECONDS": "0", "OPSCTL_SIM_WARMUP_SECONDS": "0"}
-            log = (work / f"sim-{variant}.log").open("wb")
-            processes.append(subprocess.Popen(
-                [sys.executable, "-m", "opsctl.sim", *argv, "--host", "127.0.0.1",
-                 "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT))
-            sims[variant] = f"http://127.0.0.1:{port}"
-            wait(f"{sims[variant]}/health_generate")
+            sim = simproc.start_variant(
+                profile.resolve(variant), log=work / f"sim-{variant}.log",
+                extra_env={"OPSCTL_SIM_LOAD_SECONDS": "0", "OPSCTL_SIM_WARMUP_SECONDS": "0"})
+            local_sims.append(sim)
+            sims[variant] = sim.url
 
-        prom_port, push_port = free_port(), free_port()
+        prom_port, push_port = simproc.free_port(), simproc.free_port()
         targets = prom_config.ScrapeTargets(
             sglang=tuple(u.removeprefix("http://") for u in sims.values()),
-            opsctl_exporter=(f"127.0.0.1:{free_port()}",),
+            opsctl_exporter=(f"127.0.0.1:{simproc.free_port()}",),
             pushgateway=(f"127.0.0.1:{push_port}",),
             scrape_interval="5s", evaluation_interval="5s",
         )
@@ -102,8 +75,8 @@ def main() -> int:
              f"--storage.tsdb.path={work / 'data'}",
              f"--web.listen-address=127.0.0.1:{prom_port}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        wait(f"{gateway}/-/ready")
-        wait(f"{prometheus}/-/ready")
+        simproc.wait_ok(f"{gateway}/-/ready")
+        simproc.wait_ok(f"{prometheus}/-/ready")
         started = time.time()
 
         # Both variants under the same load at the same time, one bench per level, so each
@@ -136,6 +109,8 @@ def main() -> int:
         print(f"wrote {path}")
         return 0
     finally:
+        for sim in local_sims:
+            sim.stop()
         for process in processes:
             process.terminate()
         for process in processes:
