@@ -131,9 +131,10 @@ class Profile(StrictModel):
     image: ImageSpec
     model: ModelSpec
     server: ServerSettings
-    container: ContainerSettings = Field(default_factory=ContainerSettings)
-    readiness: Readiness = Field(default_factory=Readiness)
-    slo: Slo = Field(default_factory=Slo)
+    # Frozen models: one shared default instance is safe.
+    container: ContainerSettings = ContainerSettings()
+    readiness: Readiness = Readiness()
+    slo: Slo = Slo()
     variants: dict[str, Variant]
     default_variant: str
 
@@ -347,7 +348,8 @@ def _parse_yaml(path: Path, text: str) -> tuple[Any, dict[tuple, int]]:
     if not isinstance(data, dict):
         raise ProfileError(f"{path}: a profile must be a YAML mapping", hint="see deploy/sim.yaml")
     lines: dict[tuple, int] = {}
-    _index_lines(node, (), lines)
+    if node is not None:
+        _index_lines(node, (), lines)
     return data, lines
 
 
