@@ -1,4 +1,7 @@
-"""Shared fixtures. ``sim_server`` starts opsctl's sglang-API simulator on a free loopback port."""
+"""Shared fixtures. ``sim_server`` starts opsctl's sglang-API simulator on a free loopback port;
+``opsctl`` runs the CLI as a user does; ``sim_image`` builds the simulator image once (real engine).
+
+One conftest for the whole tree: tests import ``SimServer`` and ``REPO_ROOT`` from it by name."""
 
 from __future__ import annotations
 
@@ -111,3 +114,35 @@ def sim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..
     yield start
     for server in started:
         server.stop()
+
+
+# --- the CLI and the simulator image (integration tests) -------------------------------------
+
+OpsctlRunner = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def _run_opsctl(*args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
+    """`opsctl ARGS` as a user runs it: a fresh process, no stdin, extra environment."""
+    return subprocess.run([sys.executable, "-m", "opsctl", *args], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="session")
+def opsctl() -> OpsctlRunner:
+    return _run_opsctl
+
+
+@pytest.fixture(scope="session")
+def free_port() -> Callable[[], int]:
+    return _free_port
+
+
+@pytest.fixture(scope="session")
+def sim_image() -> str:
+    """The simulator image, built once through the real `opsctl build` path."""
+    result = _run_opsctl("build", "--profile", "sim", timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    from opsctl.build import expected_image
+    from opsctl.profiles import load_profile
+
+    return expected_image(load_profile("sim"))
