@@ -398,7 +398,7 @@ def build(
                             "(debootstrap + docker import, about a minute)"))
         baseimage.build_debian_base(engine, force=False, on_event=on_event)
     base = resolve_base(engine, plan.base_image)
-    relocked = _check_lock(plan, base, force, on_event)
+    relocked = _check_lock(plan, base, force, on_event, engine.image_labels(base.from_ref) or {})
     content_hash = plan.content_hash(base.digest)
     tag = plan.tag(base.digest)
     assert tag is not None
@@ -411,10 +411,10 @@ def build(
                              hint="pick another --tag, or --force to replace it")
         on_event(BuildEvent(text=f"{tag} is up to date (content hash {content_hash[:16]}); "
                             "--force rebuilds it"))
-        if plan.locked_digest is None:
+        if plan.locked_digest != base.digest:  # first build here, or just re-locked
             write_lock(plan.lock_path, plan.profile, base)
         image_id = engine.image_id(tag) or ""
-        return BuildResult(tag, image_id, content_hash, base, skipped=True)
+        return BuildResult(tag, image_id, content_hash, base, skipped=True, relocked=relocked)
 
     watcher = _BuildWatcher(on_event)
     with tempfile.TemporaryDirectory(prefix="opsctl-build-") as work:
@@ -434,18 +434,23 @@ def build(
 
 
 def _check_lock(plan: BuildPlan, base: BaseResolution, force: bool,
-                on_event: Callable[[BuildEvent], None]) -> bool:
+                on_event: Callable[[BuildEvent], None], base_labels: dict[str, str]) -> bool:
     locked = read_lock(plan.lock_path).get(base.ref)
     if locked is None or locked.get("digest") == base.digest:
         return False
-    if not force:
+    # A base that `opsctl base-image` made on this host gets a new id whenever it is rebuilt
+    # (debootstrap is not bit-reproducible); no registry tag can have moved under it.
+    own_local_base = base.kind == "image-id" and base_labels.get("opsctl.role") in {
+        "base", "sglang-standin"} and base_labels.get(MANAGED_LABEL) == "true"
+    if not force and not own_local_base:
         raise BuildError(
             f"base {base.ref} is now {base.digest}, but {plan.lock_path} locked "
             f"{locked.get('digest')}",
             hint="the tag moved or the base was rebuilt; check why, then --force re-locks it",
         )
+    why = "--force" if force else "opsctl rebuilt its own local base on this host"
     on_event(BuildEvent(text=f"WARNING: re-locking base {base.ref}: {locked.get('digest')} -> "
-                        f"{base.digest} (--force)", step="lock"))
+                        f"{base.digest} ({why})", step="lock"))
     return True
 
 

@@ -17,7 +17,7 @@ from opsctl.errors import OpsctlError
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 unexpected bug; 2 bad usage or invalid profile; 3 build failed; "
-    "4 launch/readiness failed; 5 smoke or SLO failed; 6 Docker daemon unreachable."
+    "4 launch/readiness failed; 5 smoke or SLO failed; 6 Docker daemon unreachable; 130 interrupted."
 )
 
 app = typer.Typer(

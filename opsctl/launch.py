@@ -226,16 +226,18 @@ def up(
                 hint="pass --replace to swap it, or `opsctl down` first",
             )
         engine.stop_and_remove(info.id, _grace(info))
-    info = engine.run(spec)
     timeout = timeout_seconds or deployment.profile.readiness.timeout_seconds
     try:
+        info = engine.run(spec)
         elapsed = wait_ready(
             engine, info.id, url, deployment.profile.model.served_name, timeout,
             deployment.profile.readiness.poll_interval_seconds, on_progress,
         )
     except BaseException:
-        # Failure, timeout and Ctrl-C all leave nothing running.
-        engine.stop_and_remove(info.id, grace_seconds=5)
+        # Failure, timeout and Ctrl-C (even one that lands while the container is being created
+        # or started) all leave nothing running: any server of this profile now is ours.
+        for leftover in engine.find({"opsctl.profile": deployment.profile.name, ROLE_LABEL: SERVER_ROLE}):
+            engine.stop_and_remove(leftover.id, grace_seconds=5)
         raise
     return Running(container=engine.inspect(info.id), base_url=url, already_up=False,
                    elapsed_seconds=elapsed)

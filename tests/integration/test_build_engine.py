@@ -252,16 +252,41 @@ def test_post_build_mismatch_removes_the_image(locks: dict[str, str], standins: 
     assert images_of("opsctl/sglang-glm5") == before_repo
 
 
-def test_moved_base_fails_until_forced(locks: dict[str, str], standins: None) -> None:
-    lock_dir = Path(locks["OPSCTL_LOCK_DIR"])
+def _stale_lock(lock_dir: Path, base: str) -> str:
     lock_dir.mkdir(parents=True)
     stale = "sha256:" + "0" * 64
     (lock_dir / f"{PROFILE}.json").write_text(json.dumps(
-        {"profile": PROFILE, "bases": {STANDIN: {"digest": stale, "kind": "image-id"}}}))
-    refused = opsctl("build", "--profile", PROFILE, "--base-image", STANDIN, **locks)
+        {"profile": PROFILE, "bases": {base: {"digest": stale, "kind": "image-id"}}}))
+    return stale
+
+
+@pytest.fixture()
+def foreign_base(standins: None, tmp_path: Path) -> Iterator[str]:
+    """A local base opsctl did not make (the stand-in, relabelled): its lock must hold."""
+    tag = "opsctl-test/foreign-base:1"
+    (tmp_path / "Dockerfile").write_text(f'FROM {STANDIN}\nLABEL opsctl.role="user"\n')
+    docker("build", "--quiet", "--tag", tag, str(tmp_path))
+    yield tag
+    docker("rmi", "--force", tag)
+
+
+def test_moved_base_fails_until_forced(locks: dict[str, str], foreign_base: str) -> None:
+    lock_dir = Path(locks["OPSCTL_LOCK_DIR"])
+    stale = _stale_lock(lock_dir, foreign_base)
+    refused = opsctl("build", "--profile", PROFILE, "--base-image", foreign_base, **locks)
     assert refused.returncode == EXIT_BUILD and f"locked {stale}" in refused.stderr
-    forced = opsctl("build", "--profile", PROFILE, "--base-image", STANDIN, "--force", **locks)
+    forced = opsctl("build", "--profile", PROFILE, "--base-image", foreign_base, "--force", **locks)
     assert forced.returncode == 0, forced.stderr
     assert "re-locking" in forced.stderr and "re-locked" in forced.stderr
+    lock = json.loads((lock_dir / f"{PROFILE}.json").read_text())
+    assert lock["bases"][foreign_base]["digest"] != stale
+
+
+def test_rebuilt_own_local_base_is_relocked_with_a_warning(locks: dict[str, str], standins: None) -> None:
+    lock_dir = Path(locks["OPSCTL_LOCK_DIR"])
+    stale = _stale_lock(lock_dir, STANDIN)
+    result = opsctl("build", "--profile", PROFILE, "--base-image", STANDIN, **locks)
+    assert result.returncode == 0, result.stderr
+    assert "re-locking" in result.stderr and "opsctl rebuilt its own local base" in result.stderr
     lock = json.loads((lock_dir / f"{PROFILE}.json").read_text())
     assert lock["bases"][STANDIN]["digest"] != stale

@@ -6,7 +6,10 @@ port taken, GPU request without an NVIDIA runtime, death while loading, readines
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -165,3 +168,19 @@ def test_daemon_down_is_exit_6_within_10_seconds(opsctl, profile_factory) -> Non
         assert result.returncode == EXIT_DAEMON, (command, result.stderr)
         assert time.monotonic() - started < 10
         assert "Docker daemon unreachable" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_ctrl_c_while_loading_leaves_nothing_running(sim_image: str, profile_factory, client) -> None:
+    path, name, _ = profile_factory(env={"OPSCTL_SIM_LOAD_SECONDS": "120"})
+    process = subprocess.Popen([sys.executable, "-m", "opsctl", "up", "--profile", str(path),
+                                "--image", sim_image], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 60
+    while not containers_of(client, name):
+        assert time.monotonic() < deadline, "the container never appeared"
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130  # interrupted, as shells report SIGINT
+    assert "Traceback" not in stderr
+    assert containers_of(client, name) == []
