@@ -27,8 +27,8 @@ from pathlib import Path
 
 import httpx
 
-from opsctl import simproc
-from opsctl.bench import BenchOptions, sweep
+from opsctl.deploy import localsim as simproc
+from opsctl.traffic.bench import BenchOptions, sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -21,11 +21,13 @@ import threading
 import time
 from pathlib import Path
 
-from opsctl import monitoring, prom_config, report, simproc
-from opsctl.bench import BenchOptions, Target, run_bench
-from opsctl.metrics import push_report
-from opsctl.profiles import load_profile
-from opsctl.smoke import SmokeOptions, run_smoke
+from opsctl.deploy import localsim as simproc
+from opsctl.deploy.profiles import load_profile
+from opsctl.observe import monitoring, report
+from opsctl.observe import promconfig as prom_config
+from opsctl.observe.metrics import push_report
+from opsctl.traffic.bench import BenchOptions, Target, run_bench
+from opsctl.traffic.smoke import SmokeOptions, run_smoke
 
 LEVELS = (1, 8, 16, 32)
 OUTPUT_TOKENS = 128

@@ -142,8 +142,8 @@ def sim_image() -> str:
     """The simulator image, built once through the real `opsctl build` path."""
     result = _run_opsctl("build", "--profile", "sim", timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
-    from opsctl.build import expected_image
-    from opsctl.profiles import load_profile
+    from opsctl.deploy.profiles import load_profile
+    from opsctl.image.build import expected_image
 
     return expected_image(load_profile("sim"))
 

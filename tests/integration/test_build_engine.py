@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from opsctl import patchset
-from opsctl.errors import EXIT_BUILD, EXIT_DAEMON
-from opsctl.paths import project_root
+from opsctl.core.errors import EXIT_BUILD, EXIT_DAEMON
+from opsctl.core.paths import project_root
+from opsctl.image import patchset
 
 pytestmark = pytest.mark.docker
 
@@ -227,7 +227,7 @@ def test_patch_that_no_longer_applies(locks: dict[str, str], standins: None, pro
 
 
 def test_failing_build_step(locks: dict[str, str], standins: None, project_copy: Path) -> None:
-    dockerfile = project_copy / "docker" / "Dockerfile"
+    dockerfile = project_copy / "dockerfiles" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text() +
                           '\nRUN echo "opsctl: planted step failure" >&2 && exit 7\n')
     before = all_image_ids()
@@ -241,7 +241,7 @@ def test_post_build_mismatch_removes_the_image(locks: dict[str, str], standins: 
                                                project_copy: Path) -> None:
     # A step after the in-build checks changes a patched file: only the post-build verification
     # in a throwaway container of the finished image can notice.
-    dockerfile = project_copy / "docker" / "Dockerfile"
+    dockerfile = project_copy / "dockerfiles" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text() +
                           f"\nRUN echo '# late drift' >> /usr/local/lib/python3.11/dist-packages/{PATCHED}\n")
     before_repo = images_of("opsctl/sglang-glm5")

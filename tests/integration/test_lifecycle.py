@@ -20,8 +20,8 @@ import httpx
 import pytest
 import yaml
 
-from opsctl.errors import EXIT_DAEMON, EXIT_LAUNCH
-from opsctl.paths import project_root
+from opsctl.core.errors import EXIT_DAEMON, EXIT_LAUNCH
+from opsctl.core.paths import project_root
 
 pytestmark = pytest.mark.docker
 

@@ -28,12 +28,13 @@ import httpx
 import pytest
 import yaml
 
-from opsctl import dashboard, monitoring, prom_config
-from opsctl.bench import BenchOptions, Target, run_bench
-from opsctl.metrics import push_report
-from opsctl.profiles import load_profile
-from opsctl.report import render, with_variant
-from opsctl.smoke import SmokeOptions, run_smoke
+from opsctl.deploy.profiles import load_profile
+from opsctl.observe import dashboard, monitoring
+from opsctl.observe import promconfig as prom_config
+from opsctl.observe.metrics import push_report
+from opsctl.observe.report import render, with_variant
+from opsctl.traffic.bench import BenchOptions, Target, run_bench
+from opsctl.traffic.smoke import SmokeOptions, run_smoke
 
 pytestmark = pytest.mark.prometheus
 

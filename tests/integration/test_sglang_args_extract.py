@@ -1,6 +1,6 @@
 """Re-extract the pinned sglang parsers from the real wheels (needs PyPI unless cached).
 
-1. The committed sglang/<version>/cli-args.json must equal a fresh extraction (apart from
+1. The committed sglang-args/<version>/cli-args.json must equal a fresh extraction (apart from
    `provenance.run`: time and interpreter), so a hand edit of the record fails here.
 2. `ArgSpec.check` must agree with sglang's own parser on a corpus built from every flag.
 
@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from opsctl.sglang_args import ArgSpec, load_spec, spec_path
-from opsctl.sglang_args_extract import DEFAULT_WHEEL_DIR, extract, parse_with_real_parser
+from opsctl.argspec.extract import DEFAULT_WHEEL_DIR, extract, parse_with_real_parser
+from opsctl.argspec.spec import ArgSpec, load_spec, spec_path
 
 PINNED = ("0.5.23", "0.5.9")
 WHEEL_DIR = Path(os.environ.get("OPSCTL_WHEEL_CACHE", str(DEFAULT_WHEEL_DIR)))
@@ -40,7 +40,7 @@ def test_committed_record_equals_a_fresh_extraction(version: str, tmp_path: Path
     fresh = json.loads(result.path.read_text())
     assert fresh["provenance"]["run"]["extracted_at"]
     assert _without_run(fresh) == _without_run(committed), (
-        f"sglang/{version}/cli-args.json differs from the real wheel's parser; "
+        f"sglang-args/{version}/cli-args.json differs from the real wheel's parser; "
         f"regenerate it with `opsctl sglang-args extract --version {version}`"
     )
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from opsctl.errors import EXIT_LAUNCH
+from opsctl.core.errors import EXIT_LAUNCH
 
 pytestmark = pytest.mark.docker
 

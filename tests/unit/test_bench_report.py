@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from opsctl.bench import (
+from opsctl.core.errors import EXIT_LAUNCH, EXIT_SMOKE
+from opsctl.traffic.bench import (
     BenchOptions,
     BenchReport,
     ClientInfo,
@@ -16,8 +17,7 @@ from opsctl.bench import (
     verdict_error,
     write_outputs,
 )
-from opsctl.errors import EXIT_LAUNCH, EXIT_SMOKE
-from opsctl.openai_client import ModelResolution, RequestResult
+from opsctl.traffic.client import ModelResolution, RequestResult
 
 
 def _variant(name: str, itl: float, failed: int = 0) -> VariantResult:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import SimServer
 
-from opsctl.bench import (
+from opsctl.core.errors import EXIT_LAUNCH, EXIT_SMOKE, EXIT_USAGE
+from opsctl.traffic.bench import (
     BenchOptions,
     Target,
     run_bench,
@@ -18,7 +19,6 @@ from opsctl.bench import (
     verdict_error,
     write_outputs,
 )
-from opsctl.errors import EXIT_LAUNCH, EXIT_SMOKE, EXIT_USAGE
 
 StartSim = Callable[..., SimServer]
 FAST = {"OPSCTL_SIM_TTFT_MS": "5", "OPSCTL_SIM_ITL_MS": "2"}
@@ -170,7 +170,7 @@ def test_launch_and_stop_are_called_per_variant(sim_server: StartSim) -> None:
 
 
 def test_a_failed_launch_still_stops_and_goes_on(sim_server: StartSim) -> None:
-    from opsctl.errors import LaunchError
+    from opsctl.core.errors import LaunchError
 
     url = sim(sim_server)
     calls: list[str] = []

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from opsctl.bench import make_prompt, parse_concurrency, parse_targets, summarize
-from opsctl.errors import UsageError
-from opsctl.openai_client import RequestResult
-from opsctl.stats import percentile, percentiles
+from opsctl.core.errors import UsageError
+from opsctl.traffic.bench import make_prompt, parse_concurrency, parse_targets, summarize
+from opsctl.traffic.client import RequestResult
+from opsctl.traffic.stats import percentile, percentiles
 
 
 def test_percentile_interpolates_between_closest_ranks() -> None:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from opsctl import baseimage
-from opsctl.engine import BuildEvent
-from opsctl.errors import EXIT_BUILD, EXIT_USAGE, BuildError, UsageError
+from opsctl.core.errors import EXIT_BUILD, EXIT_USAGE, BuildError, UsageError
+from opsctl.engine.dockerpy import BuildEvent
+from opsctl.image import baseimage
 
 DEB822 = """\
 Types: deb

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from opsctl import build, patchset
-from opsctl.buildview import BuildView
-from opsctl.engine import BuildEvent
-from opsctl.errors import EXIT_BUILD, EXIT_USAGE, BuildError, ProfileError, UsageError
-from opsctl.profiles import PATCH_SWITCH_ENV, Profile, load_profile
+from opsctl.core.errors import EXIT_BUILD, EXIT_USAGE, BuildError, ProfileError, UsageError
+from opsctl.deploy.profiles import PATCH_SWITCH_ENV, Profile, load_profile
+from opsctl.engine.dockerpy import BuildEvent
+from opsctl.image import build, patchset
+from opsctl.image.view import BuildView
 
 STANDIN = "opsctl/sglang-standin:0.5.23"
 BASE_ID = "sha256:" + "a" * 64
@@ -35,7 +35,7 @@ def sglang_profile(**image: Any) -> Profile:
     sim = load_profile("sim")
     spec = sim.image.model_copy(update={
         "kind": "sglang", "repository": "opsctl/test-sglang", "base": "lmsysorg/sglang:v0.5.23-cu130",
-        "dockerfile": "docker/Dockerfile", **image,
+        "dockerfile": "dockerfiles/Dockerfile", **image,
     })
     return sim.model_copy(update={"name": "unit-sglang", "image": spec})
 
@@ -404,7 +404,7 @@ def test_build_view_prints_the_failing_step_and_its_tail() -> None:
 
 
 def test_a_missing_opsctl_debian_base_is_built_not_pulled(monkeypatch: pytest.MonkeyPatch) -> None:
-    from opsctl import baseimage
+    from opsctl.image import baseimage
 
     engine = FakeEngine()
     engine.verify_output = passing_report()

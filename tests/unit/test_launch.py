@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import httpx
 
-from opsctl.engine import ContainerInfo
-from opsctl.launch import Phase, probe, uptime
+from opsctl.deploy.launch import Phase, probe, uptime
+from opsctl.engine.dockerpy import ContainerInfo
 
 
 def test_port_closed_is_loading(sim_server) -> None:

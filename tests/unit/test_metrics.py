@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from opsctl.errors import OpsctlError
-from opsctl.metrics import (
+from opsctl.core.errors import OpsctlError
+from opsctl.observe.metrics import (
     DeploymentCollector,
     DeploymentInfo,
     MetricsPushError,
@@ -144,8 +144,8 @@ def test_deployment_collector_yields_one_family_per_name() -> None:
 
 
 def test_exporter_describes_a_profile_variant_without_docker() -> None:
-    from opsctl import patchset
-    from opsctl.metrics import static_source
+    from opsctl.image import patchset
+    from opsctl.observe.metrics import static_source
 
     registry = exporter_registry(static_source("sim", "gathercast", "opsctl/sim:test"), None)
     labels = {"profile": "sim", "variant": "gathercast", "image": "opsctl/sim:test",
@@ -159,7 +159,7 @@ def test_exporter_describes_a_profile_variant_without_docker() -> None:
 def test_exporter_serves_metrics_over_http_on_loopback() -> None:
     import httpx
 
-    from opsctl.metrics import start
+    from opsctl.observe.metrics import start
 
     info = DeploymentInfo("sim", "gathercast", "opsctl/sim:x", "0.5.23", "none")
     server, thread = start(exporter_registry(lambda: [info], None), "127.0.0.1", 0)
@@ -174,8 +174,8 @@ def test_exporter_serves_metrics_over_http_on_loopback() -> None:
 
 
 def test_exporter_port_in_use_is_a_usage_error() -> None:
-    from opsctl.errors import UsageError
-    from opsctl.metrics import start
+    from opsctl.core.errors import UsageError
+    from opsctl.observe.metrics import start
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from opsctl.errors import EXIT_LAUNCH, EXIT_USAGE
+from opsctl.core.errors import EXIT_LAUNCH, EXIT_USAGE
 
 
 def _opsctl(*args: str) -> subprocess.CompletedProcess[str]:

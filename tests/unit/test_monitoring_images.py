@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from opsctl.errors import LaunchError
-from opsctl.monitoring import load_images, resolve_digest
-from opsctl.report import legend_of, parse_duration, with_variant
+from opsctl.core.errors import LaunchError
+from opsctl.observe.monitoring import load_images, resolve_digest
+from opsctl.observe.report import legend_of, parse_duration, with_variant
 
 DIGEST_A = "prom/prometheus@sha256:" + "a" * 64
 DIGEST_B = "prom/prometheus@sha256:" + "b" * 64

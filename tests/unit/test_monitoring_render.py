@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from opsctl import dashboard, monitoring, prom_config
-from opsctl.errors import ProfileError
-from opsctl.paths import project_root
-from opsctl.profiles import load_profile
+from opsctl.core.errors import ProfileError
+from opsctl.core.paths import project_root
+from opsctl.deploy.profiles import load_profile
+from opsctl.observe import dashboard, monitoring
+from opsctl.observe import promconfig as prom_config
 
 MONITORING = project_root() / "monitoring"
 

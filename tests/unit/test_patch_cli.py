@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from opsctl import patchset
+from opsctl.image import patchset
 
 
 def opsctl(*args: str) -> subprocess.CompletedProcess[str]:

@@ -17,9 +17,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from opsctl import patchset, profiles
-from opsctl.errors import PatchError
-from opsctl.paths import project_root
+from opsctl.core.errors import PatchError
+from opsctl.core.paths import project_root
+from opsctl.deploy import profiles
+from opsctl.image import patchset
 
 VERSIONS = ["0.5.9", "0.5.23"]
 BACKEND = "sglang/srt/layers/attention/flashinfer_mla_backend.py"
@@ -129,7 +130,7 @@ def test_standalone_script_applies_a_staged_patch_set(tree: Path, tmp_path: Path
     staged = patchset.stage_patch_set("0.5.9", tmp_path / "patch")
     script = tmp_path / "bin" / "patchset.py"
     script.parent.mkdir()
-    shutil.copyfile(project_root() / "opsctl" / "patchset.py", script)
+    shutil.copyfile(project_root() / "opsctl" / "image" / "patchset.py", script)
     env = {k: v for k, v in os.environ.items() if k != "OPSCTL_PROJECT_DIR"}
     env["OPSCTL_PROJECT_DIR"] = str(tmp_path / "nowhere")  # new files must come from the stage
     run = subprocess.run(

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from opsctl.errors import EXIT_USAGE, ProfileError, UsageError
-from opsctl.launch import run_spec
-from opsctl.paths import project_root
-from opsctl.profiles import PATCH_SWITCH_ENV, check_argv, load_profile
+from opsctl.core.errors import EXIT_USAGE, ProfileError, UsageError
+from opsctl.core.paths import project_root
+from opsctl.deploy.launch import run_spec
+from opsctl.deploy.profiles import PATCH_SWITCH_ENV, check_argv, load_profile
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("OPSCTL_UPDATE_GOLDEN") == "1"

@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from opsctl.errors import BuildError
-from opsctl.sglang_args import ArgSpec
-from opsctl.sglang_args_extract import (
+from opsctl.argspec.extract import (
     _WHEEL_RE,
     SERVER_ARGS,
     _Stage,
@@ -23,6 +21,8 @@ from opsctl.sglang_args_extract import (
     pinned_versions,
     run_probe,
 )
+from opsctl.argspec.spec import ArgSpec
+from opsctl.core.errors import BuildError
 
 FAKE_SERVER_ARGS = '''
 import argparse

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from opsctl.openai_client import choose_served_name, mask_secret, redact
+from opsctl.traffic.client import choose_served_name, mask_secret, redact
 
 
 def test_single_listed_model_is_used_even_when_it_differs_from_the_alias() -> None:

@@ -11,9 +11,9 @@ import pytest
 from conftest import SimServer
 from rich.console import Console
 
-from opsctl import metrics
-from opsctl.bench import bench_command
-from opsctl.smoke import smoke_command
+from opsctl.observe import metrics
+from opsctl.traffic.bench import bench_command
+from opsctl.traffic.smoke import smoke_command
 
 StartSim = Callable[..., SimServer]
 KEY = "sk-push-sentinel-key-5150"

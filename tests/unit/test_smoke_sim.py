@@ -16,8 +16,8 @@ import httpx
 import pytest
 from conftest import SimServer
 
-from opsctl.errors import EXIT_LAUNCH, EXIT_SMOKE
-from opsctl.smoke import SmokeOptions, SmokeReport, run_smoke, verdict_error, write_report
+from opsctl.core.errors import EXIT_LAUNCH, EXIT_SMOKE
+from opsctl.traffic.smoke import SmokeOptions, SmokeReport, run_smoke, verdict_error, write_report
 
 StartSim = Callable[..., SimServer]
 

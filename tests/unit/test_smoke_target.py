@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import SimServer
 
-from opsctl.engine import ContainerInfo, Engine
-from opsctl.errors import EXIT_LAUNCH, EXIT_USAGE, LaunchError, UsageError
-from opsctl.smoke import SmokeOptions, resolve_target, run_smoke
+from opsctl.core.errors import EXIT_LAUNCH, EXIT_USAGE, LaunchError, UsageError
+from opsctl.engine.dockerpy import ContainerInfo, Engine
+from opsctl.traffic.smoke import SmokeOptions, resolve_target, run_smoke
 
 StartSim = Callable[..., SimServer]
 

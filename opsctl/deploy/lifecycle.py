@@ -14,16 +14,16 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from opsctl import launch
-from opsctl.engine import Engine
-from opsctl.errors import LaunchError, OpsctlError
-from opsctl.profiles import Deployment, load_profile
+from opsctl.core.errors import LaunchError, OpsctlError
+from opsctl.deploy import launch
+from opsctl.deploy.profiles import Deployment, load_profile
+from opsctl.engine.dockerpy import Engine
 
 
 def _image_for(deployment: Deployment, image: str | None) -> str:
     if image:
         return image
-    from opsctl.build import expected_image
+    from opsctl.image.build import expected_image
 
     return expected_image(deployment.profile)
 

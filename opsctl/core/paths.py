@@ -1,4 +1,5 @@
-"""Where opsctl finds its project files (deploy/, docker/, patches/, sglang/, monitoring/).
+"""Where opsctl finds its project files (deploy/, dockerfiles/, patches/,
+sglang-args/, monitoring/).
 
 opsctl runs from a checkout (installed editable); OPSCTL_PROJECT_DIR points elsewhere.
 """
@@ -15,4 +16,4 @@ def project_root() -> Path:
     override = os.environ.get(PROJECT_DIR_ENV)
     if override:
         return Path(override).resolve()
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parents[2]

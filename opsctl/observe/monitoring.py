@@ -4,7 +4,7 @@ Rendering is pure: the profile's SLO and the scrape targets become the files und
 monitoring/ (committed for the shipped profile) or under a config folder for `up`. The three
 containers run with the host's network namespace because Prometheus must reach sglang and the
 exporter on 127.0.0.1; each listens on 127.0.0.1 only. Docker is reached through
-`opsctl.engine` alone; images are pinned by tag in monitoring/images.yaml and by digest in
+`opsctl.engine.dockerpy` alone; images are pinned by tag in monitoring/images.yaml and by digest in
 monitoring/images.lock.json, written at the first pull on the user's host.
 """
 
@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from opsctl import dashboard, prom_config
-from opsctl.errors import LaunchError
-from opsctl.paths import project_root
+from opsctl.core.errors import LaunchError
+from opsctl.core.paths import project_root
+from opsctl.observe import dashboard
+from opsctl.observe import promconfig as prom_config
 
 if TYPE_CHECKING:
-    from opsctl.engine import Engine, RunSpec
-    from opsctl.profiles import Profile
+    from opsctl.deploy.profiles import Profile
+    from opsctl.engine.dockerpy import Engine, RunSpec
 
 ROLE_LABEL = "opsctl.role"
 MONITORING_ROLE = "monitoring"
@@ -151,7 +152,7 @@ def default_config_dir() -> Path:
 
 
 def _labels(component: str, profile: str) -> dict[str, str]:
-    from opsctl.engine import MANAGED_LABEL
+    from opsctl.engine.dockerpy import MANAGED_LABEL
 
     return {MANAGED_LABEL: "true", ROLE_LABEL: MONITORING_ROLE,
             "opsctl.component": component, "opsctl.profile": profile}
@@ -161,7 +162,7 @@ def run_specs(
     images: dict[str, str], config_dir: Path, profile: str, grafana_password: str
 ) -> list[RunSpec]:
     """The three containers; `images` maps component -> the reference to run (tag or digest)."""
-    from opsctl.engine import Mount, RunSpec
+    from opsctl.engine.dockerpy import Mount, RunSpec
 
     def spec(component: str, command: list[str], mounts: list[Mount],
              env: dict[str, str] | None = None) -> RunSpec:

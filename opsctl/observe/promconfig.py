@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from opsctl.errors import ProfileError
+from opsctl.core.errors import ProfileError
 
 if TYPE_CHECKING:
-    from opsctl.profiles import Profile
+    from opsctl.deploy.profiles import Profile
 
 # sglang's default ITL/TPOT buckets, identical in 0.5.23 (observability/metrics_collector.py,
 # TokenizerMetricsCollector) and 0.5.9 (metrics/collector.py);

@@ -1,4 +1,4 @@
-"""The pinned sglang's own argument parser, rebuilt from `sglang/<version>/cli-args.json`.
+"""The pinned sglang's own argument parser, rebuilt from `sglang-args/<version>/cli-args.json`.
 
 The JSON is extracted from the real sglang wheel by `opsctl sglang-args extract` (see
 `sglang_args_extract.py`) and committed; nothing here is a hand-kept flag list. `ArgSpec.check`
@@ -6,7 +6,7 @@ replays argparse on a rendered argv, so a renamed or removed flag (sglang 0.5.23
 `--cuda-graph-max-bs` into `-decode`/`-prefill`, which makes the old spelling an argparse
 "ambiguous option") is reported before anything starts.
 
-Stdlib only (plus opsctl.errors/paths): profiles.py imports this on every command.
+Stdlib only (plus opsctl.core.errors/paths): profiles.py imports this on every command.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from opsctl.errors import ProfileError
-from opsctl.paths import project_root
+from opsctl.core.errors import ProfileError
+from opsctl.core.paths import project_root
 
-SPEC_DIR = "sglang"
+SPEC_DIR = "sglang-args"
 SPEC_FILE = "cli-args.json"
 SPEC_FORMAT = 1
 VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+_-]*$")

@@ -40,11 +40,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from opsctl import __version__, baseimage, imagecheck, patchset
-from opsctl.engine import MANAGED_LABEL, BuildEvent, Engine
-from opsctl.errors import BuildError, ProfileError, UsageError
-from opsctl.paths import project_root
-from opsctl.profiles import PATCH_SWITCH_ENV, Profile
+from opsctl import __version__
+from opsctl.core.errors import BuildError, ProfileError, UsageError
+from opsctl.core.paths import project_root
+from opsctl.deploy.profiles import PATCH_SWITCH_ENV, Profile
+from opsctl.engine.dockerpy import MANAGED_LABEL, BuildEvent, Engine
+from opsctl.image import baseimage, imagecheck, patchset
 
 LOCK_DIR_ENV = "OPSCTL_LOCK_DIR"
 IMAGE_BUILD_DIR = "/opt/opsctl/build"  # where the context's opsctl-build/ lands in the image
@@ -257,7 +258,7 @@ def _sglang_inputs(version: str) -> tuple[dict[str, Path], dict[str, Any], str]:
                 f"{entry['source']} does not match the patch set {version} manifest "
                 f"(sha256 {_sha256(source)[:12]}, manifest {entry['sha256'][:12]})",
                 hint="the kernel changed after the manifest was written: "
-                "`python3 -m opsctl.patchset rehash` (maintainers)")
+                "`python3 -m opsctl.image.patchset rehash` (maintainers)")
         files[f"opsctl-build/patches/{Path(entry['source']).name}"] = source
     expected = {entry["path"]: entry["patched_sha256"] for entry in manifest["files"]}
     expected.update({entry["destination"]: entry["sha256"] for entry in manifest["new_files"]})
@@ -265,7 +266,7 @@ def _sglang_inputs(version: str) -> tuple[dict[str, Path], dict[str, Any], str]:
     if switch != PATCH_SWITCH_ENV:
         raise BuildError(
             f"patch set {version} names runtime switch {switch!r}, profiles use "
-            f"{PATCH_SWITCH_ENV!r}", hint="the manifest and opsctl.profiles must agree")
+            f"{PATCH_SWITCH_ENV!r}", hint="the manifest and opsctl.deploy.profiles must agree")
     # The new file that defines the switch (the kernel module the patched backend imports).
     switch_module = next((entry["destination"] for entry in manifest["new_files"]
                           if f'SWITCH_ENV = "{switch}"' in (project_root() / entry["source"]).read_text()),

@@ -17,9 +17,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from opsctl import patchset, sglang_args
-from opsctl.errors import ProfileError, UsageError
-from opsctl.paths import project_root
+from opsctl.argspec import spec as sglang_args
+from opsctl.core.errors import ProfileError, UsageError
+from opsctl.core.paths import project_root
+from opsctl.image import patchset
 
 DEFAULT_PROFILE_ENV = "OPSCTL_PROFILE"
 DEFAULT_PROFILE = "sim"
@@ -37,7 +38,7 @@ class ImageSpec(StrictModel):
     repository: str = Field(description="Name of the image opsctl builds (the tag is a content hash).")
     base: str = Field(description="Base image, pinned by tag; its digest is locked at first build.")
     sglang_version: str = Field(description="Pinned sglang release: flags, patch set and checks follow it.")
-    dockerfile: str = "docker/Dockerfile"
+    dockerfile: str = "dockerfiles/Dockerfile"
     build_args: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("base")

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel
 
-from opsctl.errors import LaunchError, UsageError
+from opsctl.core.errors import LaunchError, UsageError
 
 API_KEY_ENV = "OPSCTL_API_KEY"
 

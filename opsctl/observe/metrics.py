@@ -25,7 +25,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import push_to_gateway, pushadd_to_gateway
 from prometheus_client.registry import Collector
 
-from opsctl.errors import EXIT_SMOKE, OpsctlError, UsageError
+from opsctl.core.errors import EXIT_SMOKE, OpsctlError, UsageError
 
 SMOKE_JOB = "opsctl_smoke"
 BENCH_JOB = "opsctl_bench"
@@ -217,8 +217,8 @@ InfoSource = Callable[[], list[DeploymentInfo]]
 
 def static_source(profile: str | None, variant: str | None, image: str | None) -> InfoSource:
     """Info from a profile and variant (no Docker): for a deployment opsctl did not start."""
-    from opsctl import patchset
-    from opsctl.profiles import load_profile
+    from opsctl.deploy.profiles import load_profile
+    from opsctl.image import patchset
 
     deployment = load_profile(profile).resolve(variant)
     version = deployment.profile.image.sglang_version
@@ -236,8 +236,8 @@ def docker_source(profile: str | None) -> InfoSource:
     """Info from the labels of the running opsctl server containers, asked at every scrape."""
 
     def running() -> list[DeploymentInfo]:
-        from opsctl.engine import Engine
-        from opsctl.launch import find_servers
+        from opsctl.deploy.launch import find_servers
+        from opsctl.engine.dockerpy import Engine
 
         engine = Engine.connect()
         return [DeploymentInfo.from_labels(c.labels) for c in find_servers(engine, profile)

@@ -22,7 +22,7 @@ import docker.errors
 import docker.types
 import requests
 
-from opsctl.errors import BuildError, DaemonUnreachable, LaunchError
+from opsctl.core.errors import BuildError, DaemonUnreachable, LaunchError
 
 MANAGED_LABEL = "opsctl.managed"
 DAEMON_TIMEOUT_SECONDS = 10

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
-from opsctl.engine import BuildEvent
+from opsctl.engine.dockerpy import BuildEvent
 
 TAIL_LINES = 25
 STEP_WIDTH = 120  # a RUN step's header is its whole command; one line of it is enough

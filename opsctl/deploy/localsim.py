@@ -15,8 +15,8 @@ from pathlib import Path
 
 import httpx
 
-from opsctl.paths import project_root
-from opsctl.profiles import Deployment, to_argv
+from opsctl.core.paths import project_root
+from opsctl.deploy.profiles import Deployment, to_argv
 
 
 def free_port() -> int:

@@ -1,7 +1,7 @@
 """`opsctl report`: the dashboard's decode-latency panels as a PNG, from Prometheus range queries.
 
 For users without Grafana at hand (and for the README). The queries are the dashboard's own
-(`opsctl.dashboard.PANELS`), with the `$variant` template variable set to a regex.
+(`opsctl.observe.dashboard.PANELS`), with the `$variant` template variable set to a regex.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 import httpx
 
-from opsctl.dashboard import PanelSpec, decode_latency_panels
-from opsctl.errors import EXIT_LAUNCH, OpsctlError, UsageError
+from opsctl.core.errors import EXIT_LAUNCH, OpsctlError, UsageError
+from opsctl.observe.dashboard import PanelSpec, decode_latency_panels
 
 QUERY_TIMEOUT_SECONDS = 30.0
 LINESTYLES = {"p50": "-", "p90": "--", "p99": ":"}

@@ -1,4 +1,4 @@
-"""Extract a pinned sglang's real argument parser into `sglang/<version>/cli-args.json`.
+"""Extract a pinned sglang's real argument parser into `sglang-args/<version>/cli-args.json`.
 
 The flags opsctl renders are checked against this record (`sglang_args.py`), so it must come
 from sglang's own code, never from a hand-kept list: the real wheel is downloaded with pip,
@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from opsctl import sglang_args
-from opsctl.errors import BuildError, UsageError
+from opsctl.argspec import spec as sglang_args
+from opsctl.core.errors import BuildError, UsageError
 
 DEFAULT_WHEEL_DIR = Path("/var/cache/opsctl-wheels")
-PROBE = Path(__file__).with_name("sglang_args_probe.py")
+PROBE = Path(__file__).with_name("probe.py")
 SERVER_ARGS = "sglang/srt/server_args.py"
 PROBE_TIMEOUT_S = 300
 PIP_TIMEOUT_S = 600

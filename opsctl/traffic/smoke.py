@@ -24,8 +24,8 @@ from typing import Literal
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from opsctl.errors import SmokeError, UsageError
-from opsctl.openai_client import (
+from opsctl.core.errors import SmokeError, UsageError
+from opsctl.traffic.client import (
     API_KEY_ENV,
     Api,
     ModelResolution,
@@ -42,7 +42,7 @@ from opsctl.openai_client import (
     stream_generate,
     tokenizer_from_model_info,
 )
-from opsctl.stats import percentile
+from opsctl.traffic.stats import percentile
 
 SCHEMA_VERSION = 1
 
@@ -602,7 +602,7 @@ def resolve_target(profile: str | None, variant: str | None, base_url: str | Non
 
     A profile given with `--base-url` still supplies the model alias and the SLO thresholds.
     """
-    from opsctl.profiles import load_profile
+    from opsctl.deploy.profiles import load_profile
 
     deployment = load_profile(profile).resolve(variant) if (profile or not base_url) else None
     if base_url:
@@ -625,8 +625,8 @@ def resolve_target(profile: str | None, variant: str | None, base_url: str | Non
 
 
 def _running_server(profile_name: str, variant: str | None) -> tuple[str, str | None]:
-    from opsctl import launch
-    from opsctl.engine import Engine
+    from opsctl.deploy import launch
+    from opsctl.engine.dockerpy import Engine
 
     engine = Engine.connect()
     url = launch.base_url_for(engine, profile_name)  # LaunchError (exit 4) when none runs
@@ -656,7 +656,7 @@ def smoke_command(
     console: object,
 ) -> None:
     """Resolve, run, print the table, write the JSON, push if asked; raise on failure."""
-    from opsctl.openai_client import api_key_from_env, parse_api
+    from opsctl.traffic.client import api_key_from_env, parse_api
 
     target = resolve_target(profile, variant, base_url)
     options = SmokeOptions(
@@ -682,8 +682,8 @@ def smoke_command(
 
 def push(console: object, kind: str, report: dict, gateway: str) -> None:
     """Push the report's metrics; a push failure is reported but does not change the verdict."""
-    from opsctl.errors import OpsctlError
-    from opsctl.metrics import push_report
+    from opsctl.core.errors import OpsctlError
+    from opsctl.observe.metrics import push_report
 
     try:
         push_report(kind, report, gateway)

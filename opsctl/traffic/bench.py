@@ -5,7 +5,7 @@ time from a queue of N locally generated prompts (no dataset download, no tokeni
 requests run first and are excluded from the statistics (their failures still count). Output
 length is fixed with `ignore_eos` (an sglang/vLLM extension) and `max_tokens`.
 
-Per level: TTFT, ITL and TPOT p50/p90/p99 (linear interpolation, see opsctl.stats), output
+Per level: TTFT, ITL and TPOT p50/p90/p99 (linear interpolation, see opsctl.traffic.stats), output
 tokens/s and requests/s over the measured phase's wall time, and failures by kind. ITL gaps are
 pooled over all requests of the level; TPOT is per request, (e2e - ttft) / (output_tokens - 1),
 with output tokens from the server's usage chunk when it sends one, else counted chunks.
@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Literal
 import httpx
 from pydantic import BaseModel
 
-from opsctl.errors import EXIT_USAGE, LaunchError, OpsctlError, SmokeError, UsageError
-from opsctl.openai_client import (
+from opsctl.core.errors import EXIT_USAGE, LaunchError, OpsctlError, SmokeError, UsageError
+from opsctl.traffic.client import (
     Api,
     ModelResolution,
     RequestResult,
@@ -45,7 +45,7 @@ from opsctl.openai_client import (
     stream_generate,
     tokenizer_from_model_info,
 )
-from opsctl.stats import percentile
+from opsctl.traffic.stats import percentile
 
 if TYPE_CHECKING:
     from rich.progress import TaskID
@@ -629,15 +629,15 @@ class _ProfileLauncher:
     """`up` a variant for bench and `down` it afterwards, unless it was already up before."""
 
     def __init__(self, profile_name: str) -> None:
-        from opsctl.profiles import load_profile
+        from opsctl.deploy.profiles import load_profile
 
         self.profile = load_profile(profile_name)
         self.started: set[str] = set()
 
     def up(self, variant: str) -> str:
-        from opsctl import launch
-        from opsctl.build import expected_image
-        from opsctl.engine import Engine
+        from opsctl.deploy import launch
+        from opsctl.engine.dockerpy import Engine
+        from opsctl.image.build import expected_image
 
         deployment = self.profile.resolve(variant)
         running = launch.up(deployment, expected_image(self.profile), Engine.connect())
@@ -646,8 +646,8 @@ class _ProfileLauncher:
         return running.base_url
 
     def down(self, variant: str) -> None:
-        from opsctl import launch
-        from opsctl.engine import Engine
+        from opsctl.deploy import launch
+        from opsctl.engine.dockerpy import Engine
 
         if variant in self.started:
             launch.down(Engine.connect(), self.profile.name)
@@ -671,8 +671,8 @@ def bench_command(
     console: object,
 ) -> None:
     """Resolve targets, sweep each with live progress, write the report; raise on failure."""
-    from opsctl.openai_client import api_key_from_env, parse_api
-    from opsctl.profiles import load_profile
+    from opsctl.deploy.profiles import load_profile
+    from opsctl.traffic.client import api_key_from_env, parse_api
 
     variant_names = [v.strip() for v in (variants or "").split(",") if v.strip()]
     loaded = load_profile(profile) if (profile or not base_urls) else None
@@ -709,7 +709,7 @@ def bench_command(
                   soft_wrap=True)
     gateway = pushgateway or os.environ.get("OPSCTL_PUSHGATEWAY")
     if gateway:
-        from opsctl.smoke import push
+        from opsctl.traffic.smoke import push
 
         push(console, "bench", report.model_dump(mode="json"), gateway)
     error = verdict_error(report, out)

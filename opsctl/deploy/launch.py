@@ -18,9 +18,9 @@ from datetime import UTC, datetime
 import httpx
 
 from opsctl import __version__
-from opsctl.engine import MANAGED_LABEL, ContainerInfo, Engine, Mount, PortBinding, RunSpec
-from opsctl.errors import LaunchError
-from opsctl.profiles import Deployment, check_argv
+from opsctl.core.errors import LaunchError
+from opsctl.deploy.profiles import Deployment, check_argv
+from opsctl.engine.dockerpy import MANAGED_LABEL, ContainerInfo, Engine, Mount, PortBinding, RunSpec
 
 ROLE_LABEL = "opsctl.role"
 SERVER_ROLE = "server"

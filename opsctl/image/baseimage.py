@@ -31,15 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from opsctl import __version__
-from opsctl.engine import MANAGED_LABEL, BuildEvent, Engine
-from opsctl.errors import BuildError, UsageError
-from opsctl.paths import project_root
+from opsctl.core.errors import BuildError, UsageError
+from opsctl.core.paths import project_root
+from opsctl.engine.dockerpy import MANAGED_LABEL, BuildEvent, Engine
 
 DEBIAN_REPOSITORY = "opsctl/debian-base"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_BASE = f"{DEBIAN_REPOSITORY}:{DEBIAN_SUITE}"
 STANDIN_REPOSITORY = "opsctl/sglang-standin"
-STANDIN_DOCKERFILE = "docker/sglang-standin.Dockerfile"
+STANDIN_DOCKERFILE = "dockerfiles/sglang-standin.Dockerfile"
 # python3-pip is here so images can install wheels staged from the host (never from an index).
 DEBIAN_PACKAGES = ("python3", "python3-pip", "patch", "ca-certificates")
 WHEEL_CACHE_ENV = "OPSCTL_WHEEL_CACHE"

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from opsctl.errors import PatchError, ProfileError
-    from opsctl.paths import project_root
+    from opsctl.core.errors import PatchError, ProfileError
+    from opsctl.core.paths import project_root
 except ImportError:  # standalone inside the image build: same messages, plain exceptions
 
     class PatchError(Exception):  # type: ignore[no-redef]
@@ -47,7 +47,7 @@ except ImportError:  # standalone inside the image build: same messages, plain e
         exit_code = 2
 
     def project_root() -> Path:
-        return Path(os.environ.get("OPSCTL_PROJECT_DIR", Path(__file__).resolve().parent.parent))
+        return Path(os.environ.get("OPSCTL_PROJECT_DIR", Path(__file__).resolve().parents[2]))
 
 
 MANIFEST = "manifest.json"
@@ -266,7 +266,7 @@ def _stage(src: Path, patch_dir: Path, manifest: dict[str, Any], stage: Path) ->
         if digest != entry["sha256"]:
             raise PatchError(f"{entry['source']}: sha256 {digest[:12]} != manifest "
                              f"{entry['sha256'][:12]}",
-                             hint="the kernel changed: run `python3 -m opsctl.patchset rehash`")
+                             hint="the kernel changed: run `python3 -m opsctl.image.patchset rehash`")
         target = stage / dest
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
@@ -381,7 +381,7 @@ def _has_flag(args: Sequence[str], flag: str, value: str) -> bool:
 def variant_support_problem(deployment: Any, argv: list[str]) -> str | None:
     """Why this deployment cannot work on its pinned sglang, or None. Facts come from manifests.
 
-    `deployment` is opsctl.profiles.Deployment, duck-typed (this module stays stdlib-only);
+    `deployment` is opsctl.deploy.profiles.Deployment, duck-typed (this module stays stdlib-only);
     `argv` is the sglang command line rendered from it, where escape flags are looked for.
     """
     image = deployment.profile.image

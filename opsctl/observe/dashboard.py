@@ -21,7 +21,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 
-from opsctl.prom_config import RATE_WINDOW, sglang
+from opsctl.observe.promconfig import RATE_WINDOW, sglang
 
 DASHBOARD_UID = "opsctl-decode-latency"
 DASHBOARD_TITLE = "Decode latency"
