@@ -1,0 +1,29 @@
+"""The `opsctl.*` label keys: the one definition of what opsctl writes on images and containers.
+
+`down`, `status`, the exporter and the build all find opsctl's objects through these keys, so a
+key is spelled here once and imported everywhere else.
+"""
+
+from __future__ import annotations
+
+MANAGED = "opsctl.managed"  # "true" on everything opsctl creates; nothing without it is touched
+ROLE = "opsctl.role"  # "server", "image", "monitoring", ...
+COMPONENT = "opsctl.component"  # which monitoring container
+PROFILE = "opsctl.profile"
+VARIANT = "opsctl.variant"
+IMAGE = "opsctl.image"
+IMAGE_KIND = "opsctl.image-kind"  # "sglang" or "simulator"
+VERSION = "opsctl.version"  # opsctl's own version
+SGLANG_VERSION = "opsctl.sglang-version"
+PATCH_SHA256 = "opsctl.patch-sha256"
+CONFIG_HASH = "opsctl.config-hash"
+CONTENT_HASH = "opsctl.content-hash"
+BASE_DIGEST = "opsctl.base-digest"
+BASE_URL = "opsctl.base-url"
+SERVED_MODEL = "opsctl.served-model"
+STOP_GRACE_SECONDS = "opsctl.stop-grace-seconds"
+STANDIN = "opsctl.standin"
+
+ROLE_SERVER = "server"
+ROLE_IMAGE = "image"
+TRUE = "true"

@@ -1,0 +1,30 @@
+"""Where smoke and bench write their reports, and how the exporter finds the newest ones.
+
+Written by the traffic room, read by the observe room's exporter: the names live here only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+REPORTS_DIR = Path("out")
+SMOKE_PREFIX = "smoke-"
+SMOKE_GLOB = "smoke-*.json"  # out/smoke-<UTC stamp>.json
+BENCH_DIR_PREFIX = "bench-"
+BENCH_JSON = "bench.json"
+BENCH_MARKDOWN = "bench.md"
+BENCH_GLOB = f"{BENCH_DIR_PREFIX}*/{BENCH_JSON}"  # out/bench-<UTC stamp>/bench.json
+STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
+
+
+def stamp(now: dt.datetime | None = None) -> str:
+    return (now or dt.datetime.now(dt.UTC)).strftime(STAMP_FORMAT)
+
+
+def default_smoke_path(now: dt.datetime | None = None) -> Path:
+    return REPORTS_DIR / f"{SMOKE_PREFIX}{stamp(now)}.json"
+
+
+def default_bench_dir(now: dt.datetime | None = None) -> Path:
+    return REPORTS_DIR / f"{BENCH_DIR_PREFIX}{stamp(now)}"
