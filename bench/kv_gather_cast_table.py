@@ -1,7 +1,7 @@
 """Render the gather-then-cast benchmark JSON as the Markdown tables of docs/kv-gather-cast.md.
 
-    python3 bench/kv_gather_cast_table.py bench/kv_gather_cast_h200.json             # print
-    python3 bench/kv_gather_cast_table.py bench/kv_gather_cast_h200.json --update docs/kv-gather-cast.md
+    python3 bench/kv_gather_cast_table.py bench/kv_gather_cast_bound_h200.json   # print
+    python3 bench/kv_gather_cast_table.py bench/kv_gather_cast_bound_h200.json --update docs/kv-gather-cast.md
 
 The RTX PRO 6000 columns are a PROJECTION, not a measurement. Ours: the H200 step time at the
 smallest size is taken as a fixed cost (78 launches, latency-bound; assumed unchanged), and the
@@ -27,6 +27,29 @@ def _tokens(n: int) -> str:
     return f"{n:,}"
 
 
+def _shared_table(report: dict[str, Any]) -> list[str]:
+    """Id counts near and past the pool (shared prefixes), where ours may convert linearly."""
+    if not report.get("shared_rows"):
+        return []
+    out = [
+        "",
+        f"Shared prefixes, same run ({report['shared_index_pattern']}); \"gather only\" is the "
+        "kernel with its linear branch disabled:",
+        "",
+        "| case | ids | ids / pool | distinct rows | ours: branch | stock cast, step "
+        "| gather only, step | ours, step | ours, per layer |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for r in report["shared_rows"]:
+        out.append(
+            f"| {r['case']} | {_tokens(r['ids'])} | {r['ids_over_pool']:.2f} "
+            f"| {_tokens(r['distinct_rows'])} | {r['ours_branch']} | {r['stock_step_ms']:.2f} ms "
+            f"| {r['gather_only_step_ms']:.2f} ms | **{r['ours_step_ms']:.2f} ms** "
+            f"| {r['ours_layer_us']:.1f} us |"
+        )
+    return out
+
+
 def render(report: dict[str, Any]) -> str:
     layers = report["layers"]
     bw = report["copy_bandwidth_gbps"]
@@ -50,6 +73,7 @@ def render(report: dict[str, Any]) -> str:
             f"| **{r['ours_step_ms']:.3f} ms** | {r['ours_layer_us']:.1f} us "
             f"| {r['floor_step_ms']:.3f} ms | {r['ours_over_floor']:.2f}x |"
         )
+    out += _shared_table(report)
     out += [
         "",
         "Targets on the H200 (from the JSON's `targets`): "

@@ -21,11 +21,15 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
+
 from opsctl.deploy import localsim as simproc
 from opsctl.deploy.profiles import load_profile
-from opsctl.observe import monitoring, report
-from opsctl.observe import promconfig as prom_config
+from opsctl.observe import app, monitoring
 from opsctl.observe.metrics import push_report
+from opsctl.observe.promconfig import ScrapeTargets
+from opsctl.observe.promnames import slo_rules
+from opsctl.observe.report import QUERY_TIMEOUT_SECONDS
 from opsctl.traffic.bench import BenchOptions, Target, run_bench
 from opsctl.traffic.smoke import SmokeOptions, run_smoke
 
@@ -57,14 +61,14 @@ def main() -> int:
             sims[variant] = sim.url
 
         prom_port, push_port = simproc.free_port(), simproc.free_port()
-        targets = prom_config.ScrapeTargets(
+        targets = ScrapeTargets(
             sglang=tuple(u.removeprefix("http://") for u in sims.values()),
             opsctl_exporter=(f"127.0.0.1:{simproc.free_port()}",),
             pushgateway=(f"127.0.0.1:{push_port}",),
             scrape_interval="5s", evaluation_interval="5s",
         )
         monitoring.write_files(
-            monitoring.render_files(prom_config.tpot_slo(profile), targets), work)
+            monitoring.render_files(slo_rules(profile), targets), work)
         gateway = f"http://127.0.0.1:{push_port}"
         prometheus = f"http://127.0.0.1:{prom_port}"
         processes.append(subprocess.Popen(
@@ -106,9 +110,10 @@ def main() -> int:
                                            tpot_p50_ms=profile.slo.tpot_p50_ms))
             push_report("smoke", smoke.model_dump(mode="json"), gateway)
         time.sleep(15)  # two more rule evaluations after the last request
-        path = report.render(prometheus, args.out, since_seconds=time.time() - started + 30,
-                             step=5)
-        print(f"wrote {path}")
+        with httpx.Client(base_url=prometheus, timeout=QUERY_TIMEOUT_SECONDS) as client:
+            result = app.report(client, args.out, since_seconds=time.time() - started + 30,
+                                step=5)
+        print(f"wrote {result.path}")
         return 0
     finally:
         for sim in local_sims:

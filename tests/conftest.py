@@ -1,81 +1,26 @@
-"""Shared fixtures. ``sim_server`` starts opsctl's sglang-API simulator on a free loopback port;
-``opsctl`` runs the CLI as a user does; ``sim_image`` builds the simulator image once (real engine).
+"""Shared fixtures. ``sim_server`` starts opsctl's sglang-API simulator on a free loopback port
+(through opsctl.deploy.localsim, the launcher benchmarks use too); ``opsctl`` runs the CLI as a
+user does; ``sim_image`` builds the simulator image once (real engine).
 
 One conftest for the whole tree: tests import ``SimServer`` and ``REPO_ROOT`` from it by name."""
 
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from opsctl.deploy import localsim
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SIM_START_TIMEOUT_S = 20.0
 
-
-@dataclass
-class SimServer:
-    """A running simulator: ``url`` is its base URL (``http://127.0.0.1:PORT``)."""
-
-    url: str
-    port: int
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    def logs(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
-
-    def stop(self, timeout: float = 10.0) -> int:
-        """SIGTERM, wait, SIGKILL as a last resort; returns the exit status."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout)
-        return self.process.returncode
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _status(url: str) -> int | None:
-    """HTTP status of a GET, or None while the port is closed."""
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return None
-
-
-def _wait(server: SimServer, until: str) -> None:
-    deadline = time.monotonic() + SIM_START_TIMEOUT_S
-    path = "/health_generate" if until == "ready" else "/v1/models"
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(f"simulator exited with {server.process.returncode}:\n"
-                               f"{server.logs()}")
-        status = _status(server.url + path)
-        if status is not None and (until == "listen" or status == 200):
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"simulator not {until} within {SIM_START_TIMEOUT_S}s:\n{server.logs()}")
+# A running simulator: .url (http://127.0.0.1:PORT), .port, .process, .logs(), .stop().
+SimServer = localsim.LocalSim
 
 
 @pytest.fixture
@@ -83,37 +28,26 @@ def sim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..
     """Factory: ``sim_server(env={...}, args=[...], wait="ready"|"listen"|"none")``.
 
     ``env`` adds OPSCTL_SIM_* (or other) variables; ``args`` adds sglang flags after
-    ``--model-path /models/GLM-5-NVFP4 --host 127.0.0.1 --port <free>`` (a later flag wins).
-    ``wait="ready"`` returns once /health_generate is 200 (use "listen" to see the warm-up 503s,
-    "none" to see the load period). Every server is stopped at teardown.
+    ``--model-path /models/GLM-5-NVFP4`` (a later flag wins). ``wait="ready"`` returns once the
+    readiness probe of ``opsctl up`` passes (use "listen" to see the warm-up 503s, "none" to see
+    the load period). Every server is stopped at teardown.
     """
     started: list[SimServer] = []
 
     def start(
         env: Mapping[str, str] | None = None,
         args: Sequence[str] = (),
-        wait: str = "ready",
+        wait: localsim.Wait = "ready",
     ) -> SimServer:
-        port = _free_port()
         log_path = tmp_path_factory.mktemp("sim") / "sim.log"
-        command = [sys.executable, "-m", "opsctl.sim", "--model-path", "/models/GLM-5-NVFP4",
-                   "--host", "127.0.0.1", "--port", str(port), *args]
-        child_env = {**os.environ, **(env or {})}
-        child_env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
-        with log_path.open("wb") as log_file:
-            process = subprocess.Popen(command, env=child_env, stdout=log_file,
-                                       stderr=subprocess.STDOUT, cwd=REPO_ROOT)
-        server = SimServer(url=f"http://127.0.0.1:{port}", port=port, process=process,
-                           log_path=log_path)
+        server = localsim.start(["--model-path", "/models/GLM-5-NVFP4", *args], env or {}, log_path,
+                                ready_timeout_s=SIM_START_TIMEOUT_S, wait=wait)
         started.append(server)
-        if wait != "none":
-            _wait(server, wait)
         return server
 
     yield start
     for server in started:
-        server.stop()
+        server.stop(timeout_s=10.0)
 
 
 # --- the CLI and the simulator image (integration tests) -------------------------------------
@@ -132,9 +66,16 @@ def opsctl() -> OpsctlRunner:
     return _run_opsctl
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _state_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """opsctl's state (`up`'s verdicts, gates' last good variants) goes to a directory of this
+    test session, never to the user's ~/.local/state/opsctl."""
+    os.environ["OPSCTL_STATE_DIR"] = str(tmp_path_factory.mktemp("opsctl-state"))
+
+
 @pytest.fixture(scope="session")
 def free_port() -> Callable[[], int]:
-    return _free_port
+    return localsim.free_port
 
 
 @pytest.fixture(scope="session")
@@ -143,9 +84,9 @@ def sim_image() -> str:
     result = _run_opsctl("build", "--profile", "sim", timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     from opsctl.deploy.profiles import load_profile
-    from opsctl.image.build import expected_image
+    from opsctl.image.plan import expected_image
 
-    return expected_image(load_profile("sim"))
+    return expected_image(load_profile("sim").resolve())
 
 
 # --- CI: a skip would hide a missing install step ------------------------------------------------

@@ -1,8 +1,8 @@
 """Extract a pinned sglang's real argument parser into `sglang-args/<version>/cli-args.json`.
 
-The flags opsctl renders are checked against this record (`sglang_args.py`), so it must come
-from sglang's own code, never from a hand-kept list: the real wheel is downloaded with pip,
-unpacked to a temp dir, and `sglang_args_probe.py` imports the real
+The flags opsctl renders are checked against this record (`spec.py`), so it must come
+from sglang's own code, never from a hand-kept list: the real wheel comes from the wheel cache
+(opsctl.core.wheels, downloaded with pip once), is unpacked to a temp dir, and `probe.py` imports the real
 `sglang.srt.server_args.ServerArgs` in a clean subprocess (`python -S -I`: no site packages, no
 opsctl, no SGLANG_* environment) and dumps `parser._actions`. Only a few small pure-data
 dependencies are real there (pinned below); every other third-party import is an inert
@@ -14,7 +14,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import datetime as dt
-import hashlib
 import json
 import os
 import platform
@@ -29,20 +28,17 @@ from pathlib import Path
 from typing import Any
 
 from opsctl.argspec import spec as sglang_args
+from opsctl.core import wheels
 from opsctl.core.errors import BuildError, UsageError
+from opsctl.core.files import sha256_file
 
-DEFAULT_WHEEL_DIR = Path("/var/cache/opsctl-wheels")
 PROBE = Path(__file__).with_name("probe.py")
 SERVER_ARGS = "sglang/srt/server_args.py"
 PROBE_TIMEOUT_S = 300
-PIP_TIMEOUT_S = 600
 # Real (not placeholder) modules in the probe. sglang builds its flags from msgspec Structs and
 # typing/typing_extensions annotations (0.5.23), and compares versions with packaging; a
 # placeholder there would change what is extracted. Versions as published on PyPI.
 PROBE_DEPENDENCIES = ("msgspec==0.23.0", "packaging==26.4", "typing_extensions==4.16.0")
-_WHEEL_RE = re.compile(
-    r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$"
-)
 
 
 @dataclass(frozen=True)
@@ -54,11 +50,14 @@ class Extraction:
 
 
 def extract(
-    version: str, wheel_dir: Path = DEFAULT_WHEEL_DIR, output: Path | None = None
+    version: str, wheel_dir: Path | None = None, output: Path | None = None
 ) -> Extraction:
-    """Download (or reuse) the sglang wheel, dump its parser, write the JSON record."""
+    """Download (or reuse) the sglang wheel, dump its parser, write the JSON record.
+
+    `wheel_dir` defaults to the wheel cache ($OPSCTL_WHEEL_CACHE).
+    """
     target = output or sglang_args.spec_path(version)
-    with _staged(version, wheel_dir) as stage:
+    with _staged(version, wheel_dir or wheels.cache_dir()) as stage:
         dump = run_probe(stage)
         server_args = stage.source_dir / SERVER_ARGS
         record = {
@@ -89,13 +88,14 @@ def extract(
 
 
 def parse_with_real_parser(
-    version: str, argvs: list[list[str]], wheel_dir: Path = DEFAULT_WHEEL_DIR
+    version: str, argvs: list[list[str]], wheel_dir: Path | None = None
 ) -> list[str | None]:
     """argparse's verdict on each argv from the real sglang parser (None = accepted).
 
     The ground truth that `ArgSpec.check` must reproduce; used by the tests.
     """
-    with _staged(version, wheel_dir) as stage, tempfile.TemporaryDirectory() as tmp:
+    staged = _staged(version, wheel_dir or wheels.cache_dir())
+    with staged as stage, tempfile.TemporaryDirectory() as tmp:
         argvs_file = Path(tmp) / "argvs.json"
         argvs_file.write_text(json.dumps(argvs))
         results: list[str | None] = run_probe(stage, argvs_file)["parse_results"]
@@ -115,7 +115,6 @@ def _staged(version: str, wheel_dir: Path) -> Iterator[_Stage]:
     """The real wheel and the probe's dependencies, unpacked in a temp dir."""
     if not sglang_args.VERSION_RE.match(version):
         raise UsageError(f"{version!r} is not a sglang version", hint="e.g. --version 0.5.23")
-    wheel_dir.mkdir(parents=True, exist_ok=True)
     wheel = ensure_wheel(version, wheel_dir, recorded_wheel_name(sglang_args.spec_path(version)))
     with tempfile.TemporaryDirectory(prefix="opsctl-sglang-args-") as tmp:
         source_dir = Path(tmp) / "wheel"
@@ -140,27 +139,18 @@ def ensure_wheel(version: str, wheel_dir: Path, recorded: str | None = None) -> 
     sglang 0.5.23 ships one wheel per CPython version; when a record exists its wheel's tags
     are requested again, so re-extracting on another interpreter reads the same file.
     """
-    match = _WHEEL_RE.match(recorded or "")
-    if recorded and match and match["version"] == version:
-        cached = wheel_dir / recorded
-        if cached.is_file():
-            return cached
-        _pip_download([f"sglang=={version}", *_tag_options(match)], wheel_dir)
-        if cached.is_file():
-            return cached
-        raise BuildError(
-            f"pip did not produce {recorded} in {wheel_dir}",
-            hint="check PyPI access; delete the record to extract from another wheel",
-        )
-    cached_for_us = _find_wheel(wheel_dir, "sglang", version)
-    if cached_for_us is not None:
-        return cached_for_us
-    before = set(wheel_dir.glob(f"sglang-{version}-*.whl"))
-    _pip_download([f"sglang=={version}"], wheel_dir)
-    fresh = sorted(set(wheel_dir.glob(f"sglang-{version}-*.whl")) - before)
-    if not fresh:
-        raise BuildError(f"pip did not produce a sglang {version} wheel", hint="check PyPI access")
-    return fresh[-1]
+    match = wheels.WHEEL_NAME.match(recorded or "")
+    if not (recorded and match and match["version"] == version):
+        return wheels.fetch("sglang", version, wheel_dir)
+    cached = wheel_dir / recorded
+    if not cached.is_file():
+        wheels.download(wheel_dir, f"sglang=={version}", *_tag_options(match))
+    if cached.is_file():
+        return cached
+    raise BuildError(
+        f"pip did not produce {recorded} in {wheel_dir}",
+        hint="check PyPI access; delete the record to extract from another wheel",
+    )
 
 
 def _tag_options(match: re.Match[str]) -> list[str]:
@@ -175,45 +165,11 @@ def _tag_options(match: re.Match[str]) -> list[str]:
 
 def ensure_probe_dependencies(wheel_dir: Path) -> list[Path]:
     """Wheels of PROBE_DEPENDENCIES for this interpreter (msgspec is compiled), cached."""
-    wheels = []
+    found = []
     for requirement in PROBE_DEPENDENCIES:
         name, version = requirement.split("==")
-        wheel = _find_wheel(wheel_dir, name, version)
-        if wheel is None:
-            _pip_download([requirement], wheel_dir)
-            wheel = _find_wheel(wheel_dir, name, version)
-        if wheel is None:
-            raise BuildError(f"pip did not produce a wheel of {requirement}", hint="check PyPI access")
-        wheels.append(wheel)
-    return wheels
-
-
-def _find_wheel(wheel_dir: Path, name: str, version: str) -> Path | None:
-    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    for wheel in sorted(wheel_dir.glob(f"{name}-{version}-*.whl")):
-        match = _WHEEL_RE.match(wheel.name)
-        if match and (match["abi"] in {"none", "abi3"} or tag in match["py"].split(".")):
-            return wheel
-    return None
-
-
-def _pip_download(args: list[str], wheel_dir: Path) -> None:
-    command = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        "--disable-pip-version-check", "--quiet", "-d", str(wheel_dir), *args,
-    ]
-    try:
-        result = subprocess.run(
-            command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False
-        )
-    except subprocess.TimeoutExpired:
-        raise BuildError(f"pip download {args[0]} timed out", hint="check PyPI access") from None
-    if result.returncode != 0:
-        last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise BuildError(
-            f"pip download {args[0]} failed: {last}",
-            hint="check that this release exists on PyPI and that PyPI is reachable",
-        )
+        found.append(wheels.fetch(name, version, wheel_dir))
+    return found
 
 
 def _unpack(wheel: Path, destination: Path) -> None:
@@ -261,14 +217,6 @@ def run_probe(stage: _Stage, argvs_file: Path | None = None) -> dict[str, Any]:
         )
     dump: dict[str, Any] = json.loads(result.stdout)
     return dump
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # --- notes ---------------------------------------------------------------------------------

@@ -1,23 +1,29 @@
 """The typer app, its consoles and shared options, and the one place errors become exit codes.
 
-Exit codes: 0 ok · 1 unexpected bug · 2 bad usage or invalid profile · 3 build failed ·
-4 launch/readiness failed · 5 smoke or SLO failed · 6 Docker daemon unreachable.
+The exit codes themselves are opsctl.core.errors.EXIT_CODES; `--help` lists them from there.
+Which foreign exceptions (OS, decoding, YAML, HTTP, Docker) map to which code is
+opsctl.core.failures. Both consoles print text literally: rich markup and emoji codes are off,
+because what opsctl prints quotes profiles, servers and the Docker engine (`[/x]` in a variant
+name or "only [a-zA-Z0-9] are allowed" in an engine error must show as written). Styling is
+given as rich `Text` styles, never as markup in a string.
 """
 
 from __future__ import annotations
 
+import math
 import sys
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
-from opsctl.core.errors import OpsctlError
+from opsctl.core.errors import OpsctlError, exit_codes_help
+from opsctl.core.failures import INTERRUPTED, as_opsctl_error
+from opsctl.core.redact import api_key_from_env, redact
 
-EXIT_CODES_HELP = (
-    "Exit codes: 0 ok; 1 unexpected bug; 2 bad usage or invalid profile; 3 build failed; "
-    "4 launch/readiness failed; 5 smoke or SLO failed; 6 Docker daemon unreachable; 130 interrupted."
-)
+EXIT_CODES_HELP = exit_codes_help()
 
 app = typer.Typer(
     help="Deploy GLM-5-NVFP4 with sglang on one 8x RTX PRO 6000 host.\n\n" + EXIT_CODES_HELP,
@@ -27,8 +33,9 @@ app = typer.Typer(
 )
 
 # Piped output (CI logs, scripts) keeps whole table cells instead of rich's 80-column default.
-console = Console(width=None if sys.stdout.isatty() else 200)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+console = Console(width=None if sys.stdout.isatty() else 200, markup=False, emoji=False)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200, markup=False,
+                      emoji=False)
 
 ProfileOpt = Annotated[
     str | None,
@@ -37,18 +44,51 @@ ProfileOpt = Annotated[
 ]
 VariantOpt = Annotated[str | None, typer.Option("--variant", "-v", help="Variant of the profile.")]
 
+Number = TypeVar("Number", int, float)
+
+
+def within(low: float, high: float) -> Callable[[Number | None], Number | None]:
+    """A typer callback: the option's value must be a finite number in [low, high].
+
+    Runs while the command line is parsed, so a bad value exits 2 before anything is touched;
+    unlike typer's min/max it also refuses nan and inf.
+    """
+
+    def check(value: Number | None) -> Number | None:
+        if value is not None and not (math.isfinite(value) and low <= value <= high):
+            raise typer.BadParameter(f"{value} is not between {low:g} and {high:g}")
+        return value
+
+    return check
+
 
 def main() -> None:
-    """Console entry point: every OpsctlError becomes one line, a hint and its exit code.
+    """Console entry point: every failure a user, a server or the daemon can cause becomes one
+    line, a hint and its documented exit code (opsctl.core.failures); only a bug keeps its
+    traceback and exits 1.
 
-    typer runs in standalone mode, so its own usage errors already exit 2 with click's message.
+    typer runs in standalone mode, so its own usage errors already exit 2 with click's message,
+    and Ctrl-C inside a command exits 130.
     """
     try:
         app()
-    except OpsctlError as exc:
-        for line in exc.details:
-            err_console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
-        err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
-        if exc.hint:
-            err_console.print(f"[dim]hint:[/] {exc.hint}", highlight=False, soft_wrap=True)
-        sys.exit(exc.exit_code)
+    except Exception as caught:  # noqa: BLE001 - mapped by family; a bug is re-raised
+        exc = as_opsctl_error(caught)
+        if exc is None:
+            raise
+        _report(exc)
+    except KeyboardInterrupt:
+        _report(INTERRUPTED)
+
+
+def _report(exc: OpsctlError) -> None:
+    # Messages may quote a server that echoed the key, or a URL with credentials.
+    key = api_key_from_env()
+    for line in exc.details:
+        err_console.print(f"  {redact(line, key)}", highlight=False, soft_wrap=True)
+    err_console.print(Text.assemble(("error:", "bold red"), " ", redact(exc.message, key)),
+                      highlight=False, soft_wrap=True)
+    if exc.hint:
+        err_console.print(Text.assemble(("hint:", "dim"), " ", redact(exc.hint, key)),
+                          highlight=False, soft_wrap=True)
+    sys.exit(exc.exit_code)

@@ -1,27 +1,40 @@
-"""Commands of the deploy room: profile show/schema, up, down, status, logs."""
+"""Commands of the deploy room: profile show/schema, up, down, status, logs, host p2p."""
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, VariantOpt, app, console
+from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, err_console, within
+
+if TYPE_CHECKING:
+    from opsctl.deploy.app import ImageFor
+    from opsctl.deploy.gate import SmokeAsk
+    from opsctl.deploy.profiles import Deployment
+    from opsctl.deploy.state import StateDir
+    from opsctl.engine.api import Engine
+    from opsctl.traffic.app import SmokeRequest
+    from opsctl.traffic.smoke_report import SmokeReport
+    from opsctl.verify.app import VerifyResult
 
 profile_app = typer.Typer(help="Inspect deployment profiles.", no_args_is_help=True)
 app.add_typer(profile_app, name="profile")
-
+host_app = typer.Typer(help="Check the GPU host a profile runs on.", no_args_is_help=True)
+app.add_typer(host_app, name="host")
 
 
 @profile_app.command("show")
 def profile_show(profile: ProfileOpt = None, variant: VariantOpt = None) -> None:
-    """Validate a profile and print the sglang argv of a variant."""
-    from opsctl.deploy.profiles import check_argv, load_profile
+    """Validate a profile; print a variant's sglang argv, then each variant's release, what it
+    computes on the model and its release's warnings."""
+    from opsctl.deploy import review, view
+    from opsctl.deploy.profiles import load_profile
 
-    deployment = load_profile(profile).resolve(variant)
-    console.print(" ".join(check_argv(deployment)), highlight=False, soft_wrap=True)
+    shown = review.show(load_profile(profile), variant)
+    console.print(view.profile_text(shown), highlight=False, soft_wrap=True, markup=False)
 
 
 @profile_app.command("schema")
@@ -32,7 +45,24 @@ def profile_schema() -> None:
     console.print_json(json.dumps(schema()))
 
 
+def _image_for(image: str | None) -> ImageFor:
+    """`--image` as given, else the tag `opsctl build` makes for the profile."""
+    if image:
+        return lambda _: image
 
+    def expected(deployment: Deployment) -> str:
+        from opsctl.image.plan import expected_image
+
+        return expected_image(deployment)
+
+    return expected
+
+
+def _profile_name(profile: str | None) -> str | None:
+    """The name a profile option (a name or a YAML path) stands for; None means every profile."""
+    from opsctl.deploy.profiles import load_profile
+
+    return load_profile(profile).name if profile else None
 
 
 @app.command()
@@ -45,7 +75,8 @@ def up(
     ] = False,
     timeout: Annotated[
         float | None,
-        typer.Option(help="Readiness timeout in seconds (default: the profile's)."),
+        typer.Option(help="Readiness timeout in seconds (default: the profile's).",
+                     callback=within(0.01, 86400)),
     ] = None,
     replace: Annotated[
         bool,
@@ -55,19 +86,144 @@ def up(
         str | None,
         typer.Option(help="Run this image instead of the one `opsctl build` made."),
     ] = None,
+    no_verify: Annotated[
+        bool,
+        typer.Option("--no-verify", help="Once ready, do not check what the server resolved "
+                     "(/server_info, /model_info, the patch's start-up line) against the "
+                     "profile; `status` then says 'not verified'."),
+    ] = False,
+    gate: Annotated[
+        bool,
+        typer.Option("--gate", help="Gated rollout: stop what runs, start the variant, verify, "
+                     "smoke it (with the evals the profile configures) and compare its greedy "
+                     "outputs with the last good variant's; any failure removes it, brings the "
+                     "last good back and exits 5; a pass makes it the last good."),
+    ] = False,
+    pushgateway: Annotated[
+        str | None,
+        typer.Option("--pushgateway", help="With --gate: push the outcome (opsctl_gate_*) and "
+                     "the smoke metrics here (default: $OPSCTL_PUSHGATEWAY; unset: no push)."),
+    ] = None,
 ) -> None:
-    """Launch the profile's server (a variant) and wait until it truly serves."""
-    from opsctl.deploy import lifecycle
+    """Launch the profile's server (a variant), wait until it truly serves, and verify that it
+    resolved what the profile says (a mismatch removes it: exit 4).
 
+    The verdict and the checkpoint id (sha256 of the weights' config.json and safetensors index,
+    hashed on this host) are kept in the state directory ($OPSCTL_STATE_DIR, else
+    $XDG_STATE_HOME/opsctl, else ~/.local/state/opsctl), and so is the last good variant of
+    `--gate`. Ctrl-C removes what this run started (with --gate, then brings the last good back);
+    a second Ctrl-C leaves it running and names it. Every server removed (a failed start,
+    --replace) has its whole log saved to out/logs/ first. Another opsctl run changing the same
+    profile makes this one refuse at once (exit 4).
+    """
+    from opsctl.core.errors import UsageError
+    from opsctl.deploy import app as deploy_app
+    from opsctl.deploy import view
+    from opsctl.deploy.profiles import load_profile
+    from opsctl.deploy.review import summary
+    from opsctl.deploy.state import StateDir
+    from opsctl.engine.dockerpy import connect
+
+    if gate and (dry_run or no_verify or replace):
+        raise UsageError("--gate cannot be combined with --dry-run, --no-verify or --replace",
+                         hint="a gate always replaces what runs, and always verifies")
+    if pushgateway and not gate:
+        raise UsageError("--pushgateway applies to --gate only",
+                         hint="`opsctl smoke --pushgateway` pushes a smoke run's metrics")
+    deployment = load_profile(profile).resolve(variant)
     if dry_run:
-        console.print(lifecycle.dry_run(profile, variant, image), highlight=False, soft_wrap=True)
+        plan = deploy_app.dry_run(deployment, _image_for(image))
+        console.print(view.dry_run_text(plan), highlight=False, soft_wrap=True, markup=False)
         return
-    running = lifecycle.up(profile, variant, image, timeout, replace, console)
-    if running.already_up:
-        console.print(f"already up: {running.container.name} at {running.base_url} (same configuration)")
-    else:
-        console.print(f"[green]ready[/] {running.container.name} at {running.base_url} "
-                      f"after {running.elapsed_seconds:.1f} s")
+    view.print_warnings(err_console, summary(deployment))
+    engine = connect()
+    state = StateDir.default()
+    if gate:
+        _run_gate(deployment, profile, engine, image, state, timeout, pushgateway)
+        return
+    with view.up_progress(console, deployment) as on_progress:
+        result = deploy_app.up(deployment, engine=engine, image_for=_image_for(image),
+                               timeout_seconds=timeout, replace=replace, on_progress=on_progress,
+                               verify=None if no_verify else _verify_server, state=state,
+                               on_note=view.note(err_console))
+    view.print_up(console, result)
+
+
+def _verify_server(deployment: Deployment, base_url: str, log_text: str) -> VerifyResult:
+    """The verify room's check of a ready server against the variant's flags and its `expect`
+    (the API key from $OPSCTL_API_KEY)."""
+    from opsctl.core.httpcap import capped_client
+    from opsctl.core.redact import api_key_from_env, auth_headers
+    from opsctl.verify.app import run_verify
+
+    with capped_client(headers=auth_headers(api_key_from_env()), base_url=base_url) as client:
+        return run_verify(deployment, client, log_text=log_text, expect=deployment.expect)
+
+
+def _run_gate(deployment: Deployment, profile: str | None, engine: Engine, image: str | None,
+              state: StateDir, timeout: float | None, pushgateway: str | None) -> None:
+    import os
+
+    from opsctl.cli.traffic import PUSHGATEWAY_ENV
+    from opsctl.deploy import gate, view
+    from opsctl.deploy.ownership import profile_locks
+    from opsctl.observe.metrics import push_report
+
+    gateway = pushgateway or os.environ.get(PUSHGATEWAY_ENV)
+    # One lock for the whole gate: its down, up and rollback are one change of the profile.
+    with profile_locks(state, [deployment.profile.name], "up --gate"):
+        result = gate.gate(
+            deployment, engine=engine, image_for=_image_for(image), state=state,
+            verify=_verify_server, smoke=GateSmoke(profile, gateway), timeout_seconds=timeout,
+            progress=lambda shown: view.up_progress(console, shown),
+            on_step=view.gate_step(console), push=push_report, gateway=gateway,
+        )
+    view.print_gate(console, result)
+    if result.error is not None:
+        raise result.error
+
+
+class GateSmoke:
+    """The traffic room's smoke as `up --gate` runs it: the server by URL, the evals the profile
+    configures, the last good report as the reference, `opsctl smoke`'s default timeouts."""
+
+    REQUEST_TIMEOUT_S = 120.0
+    OVERALL_TIMEOUT_S = 600.0
+
+    def __init__(self, profile: str | None, gateway: str | None) -> None:
+        self.profile = profile  # as given (a name or a YAML path): smoke loads it the same way
+        self.gateway = gateway
+
+    def _request(self, ask: SmokeAsk) -> SmokeRequest:
+        from opsctl.core.redact import api_key_from_env
+        from opsctl.traffic.app import SmokeRequest
+        from opsctl.traffic.smoke_evals import eval_request
+
+        return SmokeRequest(
+            profile=self.profile or ask.deployment.profile.name, variant=ask.deployment.variant,
+            base_url=ask.base_url, model=None, api="completions", api_key=api_key_from_env(),
+            json_path=ask.report, compare_with=ask.compare_with,
+            request_timeout_s=self.REQUEST_TIMEOUT_S, overall_timeout_s=self.OVERALL_TIMEOUT_S,
+            gateway=self.gateway,
+            evals=eval_request("gsm8k" if ask.gsm8k else None, long_context=ask.long_context),
+        )
+
+    def check(self, ask: SmokeAsk) -> None:
+        from opsctl.traffic.evals.dataset import load_gsm8k
+        from opsctl.traffic.smoke_evals import plan_evals
+
+        plan_evals(self._request(ask).evals, ask.deployment.profile.eval, load_gsm8k)
+
+    def run(self, ask: SmokeAsk) -> SmokeReport:
+        from opsctl.cli.traffic import locate_server
+        from opsctl.observe.metrics import push_report
+        from opsctl.traffic import app as traffic
+        from opsctl.traffic.client import make_client
+        from opsctl.traffic.evals.dataset import load_gsm8k
+
+        result = traffic.smoke(self._request(ask), locate=locate_server, push=push_report,
+                               client_factory=make_client, load_dataset=load_gsm8k)
+        return result.report
 
 
 @app.command()
@@ -78,22 +234,34 @@ def down(
     ] = None,
     grace: Annotated[
         int | None,
-        typer.Option(help="Seconds to let the server stop before it is killed."),
+        typer.Option(help="Seconds to let the server stop before it is killed.", min=0,
+                     max=3600),
     ] = None,
 ) -> None:
-    """Stop and remove opsctl's server containers (found by label; nothing else is touched)."""
-    from opsctl.deploy import lifecycle
+    """Stop and remove opsctl's server containers (found by label; nothing else is touched),
+    each one's whole log saved first to out/logs/<profile>-<variant>-<id>-<UTC time>.log."""
+    from opsctl.deploy import app as deploy_app
+    from opsctl.deploy import view
+    from opsctl.deploy.state import StateDir
+    from opsctl.engine.dockerpy import connect
 
-    removed = lifecycle.down(profile, grace)
-    console.print("removed: " + ", ".join(removed) if removed else "nothing to remove")
+    engine = connect()
+    view.print_down(console, deploy_app.down(engine, _profile_name(profile), grace,
+                                             state=StateDir.default(),
+                                             on_note=view.note(err_console)))
 
 
 @app.command()
 def status() -> None:
-    """Show opsctl's deployments: profile, variant, image, patch sha, uptime, readiness."""
-    from opsctl.deploy import lifecycle
+    """Show opsctl's deployments: profile, variant, image, patch sha, uptime, readiness, the
+    health check, restarts by the restart policy (a crash loop says so), the last exit, and
+    `up`'s verdict (verified / MISMATCH: fields / not verified)."""
+    from opsctl.deploy import app as deploy_app
+    from opsctl.deploy import view
+    from opsctl.deploy.state import StateDir
+    from opsctl.engine.dockerpy import connect
 
-    console.print(lifecycle.status_table())
+    console.print(view.status_table(deploy_app.status(connect(), state=StateDir.default())))
 
 
 @app.command()
@@ -103,12 +271,23 @@ def logs(
         typer.Option("--profile", "-p", help="Whose logs (default: the only server)."),
     ] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep streaming.")] = False,
-    tail: Annotated[int, typer.Option(help="Lines from the end.")] = 100,
+    tail: Annotated[int, typer.Option(help="Lines from the end.", min=0, max=1_000_000)] = 100,
 ) -> None:
     """Print the server container's log."""
-    from opsctl.deploy import lifecycle
+    from opsctl.deploy import app as deploy_app
+    from opsctl.deploy import view
+    from opsctl.engine.dockerpy import connect
 
-    for chunk in lifecycle.logs(profile, follow, tail):
-        sys.stdout.write(chunk)
-        sys.stdout.flush()
+    engine = connect()
+    view.write_logs(deploy_app.logs(engine, _profile_name(profile), follow=follow, tail=tail), sys.stdout)
 
+
+
+@host_app.command("p2p")
+def host_p2p() -> None:
+    """Whether GPU P2P across the root complex is reported OK here, and whether
+    NCCL_P2P_LEVEL=SYS (container.nccl_p2p_level) is advisable (exit 4 without nvidia-smi)."""
+    from opsctl.deploy import hostcheck, view
+
+    console.print(view.host_p2p_text(hostcheck.check_p2p()), highlight=False, soft_wrap=True,
+                  markup=False)

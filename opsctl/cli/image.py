@@ -1,7 +1,12 @@
-"""Commands of the image room: build, base-image, patch check/apply, sglang-args extract."""
+"""Commands of the image room: build, base-image, patch check/apply, sglang-args extract.
+
+Typer declarations only: options in, opsctl.image.app called, its result handed to image/view.py.
+Imports happen inside the commands, so `opsctl --help` does not load docker or pydantic.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -13,52 +18,28 @@ sglang_args_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(sglang_args_app, name="sglang-args")
+patch_app = typer.Typer(help="Check and apply the gather-then-cast patch sets.", no_args_is_help=True)
+app.add_typer(patch_app, name="patch")
 
 
 @sglang_args_app.command("extract")
 def sglang_args_extract(
     version: Annotated[str, typer.Option("--version", help="sglang release, e.g. 0.5.23.")],
-    wheel_dir: Annotated[
-        str | None,
-        typer.Option("--wheel-dir", help="Wheel cache (default /var/cache/opsctl-wheels)."),
-    ] = None,
-    output: Annotated[
-        str | None,
-        typer.Option("--output", help="Write here instead of sglang-args/<version>/cli-args.json."),
-    ] = None,
+    wheel_dir: Annotated[Path | None, typer.Option(
+        "--wheel-dir", help="Wheel cache (default $OPSCTL_WHEEL_CACHE or /var/cache/opsctl-wheels).")] = None,
+    output: Annotated[Path | None, typer.Option(
+        "--output", help="Write here instead of sglang-args/<version>/cli-args.json.")] = None,
 ) -> None:
     """Record sglang's parser from the real wheel into sglang-args/<version>/cli-args.json."""
-    from pathlib import Path
+    from opsctl.image import app as image_app
+    from opsctl.image import view
 
-    from opsctl.argspec.extract import DEFAULT_WHEEL_DIR, extract
-
-    result = extract(
-        version,
-        Path(wheel_dir) if wheel_dir else DEFAULT_WHEEL_DIR,
-        Path(output) if output else None,
-    )
-    console.print(
-        f"wrote {result.path}: {result.actions} arguments of sglang {version} "
-        f"({result.wheel.name})",
-        highlight=False,
-        soft_wrap=True,
-    )
-
-
-
-
-patch_app = typer.Typer(help="Check and apply the gather-then-cast patch sets.", no_args_is_help=True)
-app.add_typer(patch_app, name="patch")
-
-
-def _print_patch_report(lines: list[str]) -> None:
-    for line in lines:
-        console.print(line, highlight=False, soft_wrap=True)
+    view.show_extraction(console, image_app.sglang_args_extract(version, wheel_dir, output))
 
 
 @patch_app.command("check")
 def patch_check(
-    sglang_src: Annotated[str | None, typer.Option(
+    sglang_src: Annotated[Path | None, typer.Option(
         "--sglang-src", help="Directory holding the sglang package (unpacked wheel or "
         "site-packages).")] = None,
     sglang_version: Annotated[str | None, typer.Option(
@@ -68,84 +49,60 @@ def patch_check(
         "--version", help="Patch set to use (default: the tree's or release's version).")] = None,
 ) -> None:
     """Apply a patch set to a temporary copy of a real sglang tree, with zero fuzz."""
-    from pathlib import Path
+    from opsctl.image import app as image_app
+    from opsctl.image import view
 
-    from opsctl.core.errors import UsageError
-    from opsctl.image import patchset
-
-    if (sglang_src is None) == (sglang_version is None):
-        raise UsageError("give exactly one of --sglang-src DIR and --sglang-version X",
-                         hint="opsctl patch check --sglang-version 0.5.9")
-    if sglang_version is not None:
-        report = patchset.check_release(sglang_version, version)
-    else:
-        src = Path(sglang_src or "")
-        chosen = version or patchset.tree_version(src)
-        if chosen is None:
-            raise UsageError(f"cannot tell the sglang version of {src}",
-                             hint="pass --version X, or a directory that holds sglang/")
-        report = patchset.check(src, chosen)
-    _print_patch_report(report.lines())
+    view.show_patch_report(console, image_app.patch_check(sglang_src, sglang_version, version))
 
 
 @patch_app.command("apply")
 def patch_apply(
-    sglang_src: Annotated[str, typer.Option(
+    sglang_src: Annotated[Path, typer.Option(
         "--sglang-src", help="Directory holding the sglang package, patched in place.")],
     version: Annotated[str | None, typer.Option(
         "--version", help="Patch set to use (default: the tree's version).")] = None,
 ) -> None:
     """Verify, then patch a real sglang tree in place (the build's code path)."""
-    from pathlib import Path
+    from opsctl.image import app as image_app
+    from opsctl.image import view
 
-    from opsctl.core.errors import UsageError
-    from opsctl.image import patchset
-
-    src = Path(sglang_src)
-    chosen = version or patchset.tree_version(src)
-    if chosen is None:
-        raise UsageError(f"cannot tell the sglang version of {src}",
-                         hint="pass --version X, or a directory that holds sglang/")
-    report = patchset.apply(src, patchset.patch_set_dir(chosen))
-    _print_patch_report(report.lines())
-
-
-
+    view.show_patch_report(console, image_app.patch_apply(sglang_src, version))
 
 
 @app.command("build")
 def build_command(
     profile: ProfileOpt = None,
+    variant: Annotated[str | None, typer.Option(
+        "--variant", "-v", help="Only the image this variant runs (default: every image the "
+        "profile's variants need, one per sglang release).")] = None,
     base_image: Annotated[str | None, typer.Option(
-        "--base-image", help="Build on this image instead of the profile's image.base "
-        "(e.g. a local stand-in); its digest is locked like the profile's.")] = None,
+        "--base-image", help="Build on this image instead of the image's base (e.g. a local "
+        "stand-in); its digest is locked like the profile's. Names one image.")] = None,
     tag: Annotated[str | None, typer.Option(
-        "--tag", help="Tag to build (default: <repository>:<sglang version>-<content hash>).")] = None,
+        "--tag", help="Tag to build (default: <repository>:<sglang version>-<content hash>). "
+        "Names one image.")] = None,
     force: Annotated[bool, typer.Option(
         "--force", help="Rebuild even if the tag exists; re-lock a base whose digest moved.")] = False,
     dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="Print the plan (base, tag, patch set, build args); no engine needed.")] = False,
+        "--dry-run", help="Print each image's plan (base, tag, patch set, build args); no engine "
+        "needed.")] = False,
 ) -> None:
-    """Build and verify the image `opsctl up` runs (exit 3 on any failure, 6 without a daemon)."""
+    """Build and verify the images `opsctl up` runs (exit 3 on any failure, 6 without a daemon)."""
     from opsctl.deploy.profiles import load_profile
-    from opsctl.engine.dockerpy import Engine
-    from opsctl.image import build as builder
-    from opsctl.image.view import BuildView
+    from opsctl.engine.dockerpy import connect
+    from opsctl.image import app as image_app
+    from opsctl.image import view
 
-    the_plan = builder.plan(load_profile(profile), base_image=base_image, tag=tag)
+    the_plans = image_app.build_plans(load_profile(profile), variant=variant,
+                                      base_image=base_image, tag=tag)
     if dry_run:
-        for name, value in the_plan.describe():
-            console.print(f"[bold]{name:>12}[/]  {value}", highlight=False, soft_wrap=True)
+        view.show_plans(console, the_plans)
         return
-    engine = Engine.connect()
-    with BuildView(err_console, f"building {the_plan.repository} ({the_plan.profile})") as view:
-        result = builder.build(the_plan, engine, force=force, on_event=view.on_event)
-    if result.relocked:
-        err_console.print(f"[bold yellow]re-locked[/] {result.base.ref} -> {result.base.digest} "
-                          f"in {the_plan.lock_path}", highlight=False, soft_wrap=True)
-    state = "up to date" if result.skipped else f"built and verified ({len(result.checks)} checks)"
-    err_console.print(f"[green]{state}:[/] {result.tag}", highlight=False, soft_wrap=True)
-    console.print(result.tag, highlight=False, soft_wrap=True)
+    engine = connect()
+    for the_plan in the_plans:
+        with view.BuildView(err_console, view.build_title(the_plan)) as live:
+            result = image_app.build(the_plan, engine, force=force, on_event=live.on_event)
+        view.show_build(console, err_console, the_plan, result)
 
 
 @app.command("base-image")
@@ -156,16 +113,11 @@ def base_image_command(
     force: Annotated[bool, typer.Option("--force", help="Rebuild even if present.")] = False,
 ) -> None:
     """Build the local Debian base (debootstrap + docker import; needs root) for hosts without a registry."""
-    from opsctl.engine.dockerpy import Engine
-    from opsctl.image import baseimage
-    from opsctl.image.view import BuildView
+    from opsctl.engine.dockerpy import connect
+    from opsctl.image import app as image_app
+    from opsctl.image import view
 
-    engine = Engine.connect()
-    with BuildView(err_console, "building base images") as view:
-        results = [baseimage.build_debian_base(engine, force=force, on_event=view.on_event)]
-        if sglang_standin:
-            results.append(baseimage.build_standin(engine, sglang_standin, force=force,
-                                                   on_event=view.on_event))
-    for result in results:
-        state = "present" if result.skipped else "built"
-        console.print(f"{result.ref} {state} ({result.image_id[:19]})", highlight=False)
+    engine = connect()
+    with view.BuildView(err_console, "building base images") as live:
+        results = image_app.base_image(engine, sglang_standin, force=force, on_event=live.on_event)
+    view.show_base_images(console, results)

@@ -1,15 +1,22 @@
-"""Commands of the observe room: monitor render/up/down, exporter, report."""
+"""Commands of the observe room: monitor render/up/down, exporter, metrics-proxy, report."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from opsctl.cli.app import ProfileOpt, app, console
+from opsctl.core.files import check_output_path
+from opsctl.core.reports import REPORTS_DIR
+
+if TYPE_CHECKING:
+    from opsctl.engine.api import ContainerInfo
 
 monitor_app = typer.Typer(
-    help="Prometheus, Pushgateway and Grafana for this host (127.0.0.1 only).",
+    help="Prometheus, Pushgateway, Alertmanager, Grafana and dcgm-exporter for this host "
+    "(127.0.0.1 only).",
     no_args_is_help=True,
 )
 app.add_typer(monitor_app, name="monitor")
@@ -23,17 +30,15 @@ def monitor_render(
         "for the shipped profile).")] = None,
 ) -> None:
     """Render the scrape config, rules, Grafana provisioning and dashboard."""
-    from pathlib import Path
-
     from opsctl.core.paths import project_root
     from opsctl.deploy.profiles import load_profile
-    from opsctl.observe import monitoring
+    from opsctl.observe import app as observe
+    from opsctl.observe import monitoring, view
 
     chosen = profile or (None if out else monitoring.SHIPPED_PROFILE)
-    files = monitoring.render_for_profile(load_profile(chosen))
-    root = Path(out) if out else project_root() / "monitoring"
-    for path in monitoring.write_files(files, root):
-        console.print(str(path), highlight=False)
+    root = check_output_path(Path(out) if out else project_root() / "monitoring", "--out",
+                             directory=True)
+    view.show_rendered(console, observe.monitor_render(load_profile(chosen), root))
 
 
 @monitor_app.command("up")
@@ -45,44 +50,59 @@ def monitor_up(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Render the config and print the docker run commands; start nothing."
     )] = False,
+    receivers: Annotated[str | None, typer.Option(
+        "--receivers", help="Alertmanager receivers file (default: the checkout's "
+        "monitoring/alertmanager/receivers.yml).")] = None,
 ) -> None:
-    """Start Prometheus, a Pushgateway and Grafana as containers bound to 127.0.0.1."""
-    from pathlib import Path
-
+    """Start Prometheus, a Pushgateway, Alertmanager, Grafana and (with GPUs) dcgm-exporter,
+    bound to 127.0.0.1."""
     from opsctl.deploy.profiles import load_profile
-    from opsctl.observe import monitoring
+    from opsctl.observe import app as observe
+    from opsctl.observe import monitoring, view
 
     loaded = load_profile(profile)
-    folder = Path(config_dir) if config_dir else monitoring.default_config_dir()
-    if dry_run:
-        result = monitoring.plan(loaded, folder, create_secrets=False)
-        monitoring.write_files(result.files, folder)
-        console.print(monitoring.dry_run_text(result), highlight=False, soft_wrap=True)
-        return
-    from opsctl.engine.dockerpy import Engine
+    folder = check_output_path(Path(config_dir) if config_dir else monitoring.default_config_dir(),
+                               "--config-dir", directory=True)
+    engine = None
+    if not dry_run:
+        from opsctl.engine.dockerpy import connect
 
-    for name in monitoring.up(Engine.connect(), loaded, folder):
-        console.print(f"started {name}", highlight=False)
-    console.print(
-        f"Grafana http://127.0.0.1:{monitoring.GRAFANA_PORT} (admin password in "
-        f"{folder / monitoring.GRAFANA_PASSWORD_FILE}), Prometheus "
-        f"http://127.0.0.1:{monitoring.PROMETHEUS_PORT}, Pushgateway "
-        f"http://127.0.0.1:{monitoring.PUSHGATEWAY_PORT}", highlight=False, soft_wrap=True)
+        engine = connect()
+    view.show_monitor_up(console, observe.monitor_up(
+        loaded, folder, engine, Path(receivers) if receivers else None))
 
 
 @monitor_app.command("down")
 def monitor_down() -> None:
     """Stop and remove the monitoring containers (their data volumes stay)."""
-    from opsctl.engine.dockerpy import Engine
-    from opsctl.observe import monitoring
+    from opsctl.engine.dockerpy import connect
+    from opsctl.observe import app as observe
+    from opsctl.observe import view
 
-    for name in monitoring.down(Engine.connect()):
-        console.print(f"removed {name}", highlight=False)
+    view.show_monitor_down(console, observe.monitor_down(connect()))
+
+
+def _servers(profile: str | None) -> list[ContainerInfo]:
+    """opsctl's server containers, running or not, asked of Docker afresh at every scrape.
+
+    Connecting per call keeps the exporter alive across daemon restarts: an unreachable daemon
+    raises DaemonUnreachable, which the exporter reports as a failed lookup, not a failed scrape.
+    """
+    from opsctl.deploy.app import find_servers
+    from opsctl.engine.dockerpy import connect
+
+    return find_servers(connect(), profile)
+
+
+def _running_servers(profile: str | None) -> list[dict[str, str]]:
+    """Labels of the running opsctl servers."""
+    return [c.labels for c in _servers(profile) if c.status == "running"]
 
 
 @app.command("exporter")
 def exporter(
-    port: Annotated[int, typer.Option("--port", help="Port to serve /metrics on.")] = 9464,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535,
+                                      help="Port to serve /metrics on.")] = 9464,
     address: Annotated[str, typer.Option("--address", help="Address to bind.")] = "127.0.0.1",
     profile: ProfileOpt = None,
     variant: Annotated[str | None, typer.Option(
@@ -91,18 +111,58 @@ def exporter(
     image: Annotated[str | None, typer.Option(
         "--image", help="Image reference to report with --variant.")] = None,
     reports: Annotated[str, typer.Option(
-        "--reports", help="Folder of smoke/bench report files to serve.")] = "out",
+        "--reports", help="Folder of smoke/bench report files to serve.")] = str(REPORTS_DIR),
 ) -> None:
     """Serve opsctl_* metrics: the running deployment and the latest smoke and bench results."""
-    from pathlib import Path
+    from opsctl.deploy.profiles import load_profile
+    from opsctl.observe import app as observe
+    from opsctl.observe import view
+    from opsctl.observe.exporter import running_source, static_source
 
-    from opsctl.observe import metrics
+    if variant:
+        source = static_source(load_profile(profile).resolve(variant), image)
+    else:
+        source = running_source(lambda: _running_servers(profile))
+    observe.exporter(source, Path(reports), address, port,
+                     on_serving=lambda url: view.show_serving(console, url),
+                     servers=None if variant else (lambda: _servers(profile)))
 
-    source = (metrics.static_source(profile, variant, image) if variant
-              else metrics.docker_source(profile))
-    registry = metrics.exporter_registry(source, Path(reports))
-    console.print(f"serving opsctl metrics on http://{address}:{port}/metrics", highlight=False)
-    metrics.serve(registry, address, port)
+
+@app.command("metrics-proxy")
+def metrics_proxy(
+    token_file: Annotated[str | None, typer.Option(
+        "--token-file", help="File holding the bearer token (mode 600).")] = None,
+    token_env: Annotated[str | None, typer.Option(
+        "--token-env", help="Name of the environment variable holding the bearer token.")] = None,
+    upstream: Annotated[str | None, typer.Option(
+        "--upstream", help="sglang base URL (default: the profile's server).")] = None,
+    address: Annotated[str, typer.Option(
+        "--address", help="Address to bind; off loopback only where a remote Prometheus "
+        "needs it.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535,
+                                      help="Port to serve /metrics on.")] = 9465,
+    tls_cert: Annotated[str | None, typer.Option(
+        "--tls-cert", help="PEM certificate: serve HTTPS.")] = None,
+    tls_key: Annotated[str | None, typer.Option(
+        "--tls-key", help="PEM private key of --tls-cert.")] = None,
+    profile: ProfileOpt = None,
+) -> None:
+    """Serve sglang's /metrics, and nothing else, to a remote Prometheus behind a bearer token."""
+    from opsctl.core.errors import UsageError
+    from opsctl.core.httpcap import checked_base_url
+    from opsctl.deploy.profiles import load_profile
+    from opsctl.observe import app as observe
+    from opsctl.observe import view
+    from opsctl.observe.metricsproxy import read_token, upstream_for
+
+    if (tls_cert is None) != (tls_key is None):
+        raise UsageError("--tls-cert and --tls-key go together", hint="give both or neither")
+    token = read_token(Path(token_file) if token_file else None, token_env)
+    base = checked_base_url(upstream or upstream_for(load_profile(profile)),
+                            "--upstream").rstrip("/")
+    tls = (Path(tls_cert), Path(tls_key)) if tls_cert and tls_key else None
+    observe.metrics_proxy(base, token, address, port, tls,
+                          on_serving=lambda url: view.show_proxy(console, url, base, bool(tls)))
 
 
 @app.command("report")
@@ -112,13 +172,18 @@ def report(
     since: Annotated[str, typer.Option("--since", help="Time range back from now.")] = "30m",
     variant: Annotated[str, typer.Option(
         "--variant", help="Regex of variants to draw (the dashboard's $variant).")] = ".*",
-    out: Annotated[str, typer.Option("--out", help="PNG to write.")] = "out/decode-latency.png",
+    out: Annotated[str, typer.Option(
+        "--out", help="PNG to write.")] = str(REPORTS_DIR / "decode-latency.png"),
 ) -> None:
     """Render the dashboard's decode-latency panels to a PNG from Prometheus data."""
-    from pathlib import Path
+    from opsctl.core.httpcap import capped_client, checked_base_url
+    from opsctl.observe import app as observe
+    from opsctl.observe import view
+    from opsctl.observe.report import QUERY_TIMEOUT_SECONDS, parse_duration
 
-    from opsctl.observe import report as report_module
-
-    path = report_module.render(prometheus, Path(out), report_module.parse_duration(since), variant)
-    console.print(f"wrote {path}", highlight=False)
-
+    since_seconds = parse_duration(since)
+    base_url = checked_base_url(prometheus, "--prometheus")
+    check_output_path(Path(out), "--out")
+    with capped_client(base_url=base_url, timeout_s=QUERY_TIMEOUT_SECONDS) as client:
+        result = observe.report(client, Path(out), since_seconds, variant)
+    view.show_written(console, result.path)

@@ -1,12 +1,22 @@
-"""Commands of the traffic room: smoke and bench."""
+"""Commands of the traffic room: smoke and bench.
+
+Typer declarations, and the collaborators the traffic app gets from other rooms: the profile's
+running server and its launcher (deploy, engine, image) and the metrics push (observe).
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+import os
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, VariantOpt, app, console
+from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, within
+
+if TYPE_CHECKING:
+    from opsctl.deploy.profiles import Profile
+
+PUSHGATEWAY_ENV = "OPSCTL_PUSHGATEWAY"
 
 ApiOpt = Annotated[
     str, typer.Option("--api", help="OpenAI endpoint to exercise: 'completions' or 'chat'.")
@@ -31,30 +41,75 @@ def smoke(
                          "(overwritten; default out/smoke-<UTC time>.json).")] = None,
     compare_with: Annotated[str | None, typer.Option(
         "--compare-with",
-        help="A smoke JSON report of another variant; fail if any greedy output differs.",
+        help="A smoke JSON report of another variant; fail if any greedy output differs, and "
+        "say where the first one does.",
     )] = None,
     model: ModelOpt = None,
     api: ApiOpt = "completions",
-    request_timeout: Annotated[float, typer.Option(help="Seconds per request.")] = 120.0,
-    timeout: Annotated[float, typer.Option(help="Seconds for the whole smoke run.")] = 600.0,
+    request_timeout: Annotated[float, typer.Option(
+        help="Seconds per request.", callback=within(0.01, 86400))] = 120.0,
+    timeout: Annotated[float, typer.Option(
+        help="Seconds for the whole smoke run.", callback=within(0.01, 86400))] = 600.0,
     pushgateway: PushOpt = None,
+    eval_name: Annotated[str | None, typer.Option(
+        "--eval", help="After the checks, run this accuracy eval ('gsm8k': few-shot, greedy, "
+        "on the profile's pinned local dataset); below its threshold exits 5.")] = None,
+    eval_questions: Annotated[int | None, typer.Option(
+        "--eval-questions", min=1, max=1_000_000, help="Ask the first N questions (default: the profile's).",
+    )] = None,
+    eval_dataset: Annotated[str | None, typer.Option(
+        "--eval-dataset", help="GSM8K-shaped JSONL to use instead of the profile's "
+        "(needs --eval-sha256).")] = None,
+    eval_sha256: Annotated[str | None, typer.Option(
+        "--eval-sha256", help="sha256 pin of --eval-dataset (what `sha256sum` prints).")] = None,
+    eval_threshold: Annotated[float | None, typer.Option(
+        "--eval-threshold", callback=within(0, 1), help="Least accuracy that passes, as a "
+        "share (default: the profile's eval.gsm8k.threshold).")] = None,
+    long_context: Annotated[bool, typer.Option(
+        "--long-context", help="After the checks, send pass-key probes at the profile's "
+        "eval.long_context sizes and a prefix-cached pair; a miss exits 5.")] = False,
 ) -> None:
     """Post-deploy check: readiness, served model name, generations, TTFT/TPOT, metrics, SLO.
 
-    The API key comes from $OPSCTL_API_KEY and is masked in every output.
-    Exit 0 pass, 2 bad usage, 4 server unreachable, 5 a check or the SLO failed.
+    With --eval gsm8k and --long-context, also accuracy and long-context retrieval (offline:
+    local, sha256-pinned files only). The API key comes from $OPSCTL_API_KEY and is masked in
+    every output.
+    Exit 0 pass, 2 bad usage (or a dataset that is not the pinned one), 4 server unreachable,
+    5 a check, the SLO, the accuracy threshold or a probe failed.
     """
     from pathlib import Path
 
-    from opsctl.traffic.smoke import smoke_command
+    from opsctl.core.files import check_output_path
+    from opsctl.core.httpcap import checked_base_url
+    from opsctl.core.reports import REPORTS_DIR
+    from opsctl.observe.metrics import push_report
+    from opsctl.traffic import app as traffic
+    from opsctl.traffic import view
+    from opsctl.traffic.client import api_key_from_env, make_client, parse_api
+    from opsctl.traffic.evals.dataset import load_gsm8k
+    from opsctl.traffic.smoke_evals import eval_request
 
-    smoke_command(
-        profile=profile, variant=variant, base_url=base_url, model=model, api=api,
-        json_path=Path(json_path) if json_path else None,
+    if base_url is not None:
+        checked_base_url(base_url, "--base-url")
+    if json_path:
+        check_output_path(Path(json_path), "--json")
+    else:
+        check_output_path(REPORTS_DIR, "the report directory", directory=True)
+    evals = eval_request(eval_name, questions=eval_questions,
+                         dataset=Path(eval_dataset) if eval_dataset else None,
+                         sha256=eval_sha256, threshold=eval_threshold, long_context=long_context)
+    request = traffic.SmokeRequest(
+        profile=profile, variant=variant, base_url=base_url, model=model, api=parse_api(api),
+        api_key=api_key_from_env(), json_path=Path(json_path) if json_path else None,
         compare_with=Path(compare_with) if compare_with else None,
         request_timeout_s=request_timeout, overall_timeout_s=timeout,
-        pushgateway=pushgateway, console=console,
+        gateway=pushgateway or os.environ.get(PUSHGATEWAY_ENV), evals=evals,
     )
+    result = traffic.smoke(request, locate=locate_server, push=push_report,
+                           client_factory=make_client, load_dataset=load_gsm8k)
+    view.show_smoke(result, console)
+    if result.error is not None:
+        raise result.error
 
 
 @app.command()
@@ -69,30 +124,126 @@ def bench(
                         "running server; repeat for several.")] = None,
     out: Annotated[str | None, typer.Option("--out", help="Report directory (default "
                    "out/bench-<UTC time>/).")] = None,
-    requests: Annotated[int | None, typer.Option("--requests", min=1, help="Measured requests "
+    requests: Annotated[int | None, typer.Option("--requests", min=1, max=1_000_000, help="Measured requests "
                         "per level (default max(16, 4 x concurrency)).")] = None,
-    input_words: Annotated[int, typer.Option(min=1, help="Prompt length in words "
+    input_words: Annotated[int, typer.Option(min=1, max=1_000_000, help="Prompt length in words "
                            "(about one token each).")] = 256,
-    output_tokens: Annotated[int, typer.Option(min=2, help="Output tokens per request.")] = 256,
+    output_tokens: Annotated[int, typer.Option(min=2, max=1_000_000,
+                                               help="Output tokens per request.")] = 256,
     model: ModelOpt = None,
     api: ApiOpt = "completions",
-    request_timeout: Annotated[float, typer.Option(help="Seconds per request.")] = 600.0,
+    request_timeout: Annotated[float, typer.Option(
+        help="Seconds per request.", callback=within(0.01, 86400))] = 600.0,
+    deadline: Annotated[float | None, typer.Option("--deadline", callback=within(1, 7 * 86400),
+                        help="Seconds each "
+                        "target's sweep may take (default: the most its levels could take at "
+                        "the request timeout, at most 3600).")] = None,
     pushgateway: PushOpt = None,
+    request_rate: Annotated[float | None, typer.Option(
+        "--request-rate", callback=within(1e-6, 1e9), help="Poisson arrivals per second "
+        "(seeded), with each --concurrency level as the cap; default: a closed loop.")] = None,
+    duration: Annotated[float | None, typer.Option(
+        "--duration", callback=within(0.01, 7 * 86400), help="Seconds of measured load per "
+        "level (instead of --requests, which then caps it).")] = None,
+    ignore_eos: Annotated[bool, typer.Option(
+        "--ignore-eos/--no-ignore-eos", help="Send sglang/vLLM's ignore_eos so every answer is "
+        "--output-tokens long (--no-ignore-eos for servers that refuse it).")] = True,
+    dataset_name: Annotated[str, typer.Option(
+        "--dataset-name", help="words | random (token-exact with --tokenizer) | sharegpt "
+        "(--dataset-path) | generated-shared-prefix.")] = "words",
+    dataset_path: Annotated[str | None, typer.Option(
+        "--dataset-path", help="ShareGPT-format JSON file (local).")] = None,
+    tokenizer: Annotated[str | None, typer.Option(
+        "--tokenizer", help="Host path of the served model's tokenizer.json or model "
+        "directory (where /model_info's tokenizer path lives on this host).")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of prompts and arrivals.")] = 0,
+    gsp_groups: Annotated[int, typer.Option("--gsp-groups", min=1, max=100_000,
+                          help="generated-shared-prefix: prefix groups.")] = 8,
+    gsp_prompts_per_group: Annotated[int, typer.Option(
+        "--gsp-prompts-per-group", min=1, max=100_000, help="generated-shared-prefix: prompts "
+        "per group.")] = 8,
+    gsp_prefix_len: Annotated[int, typer.Option(
+        "--gsp-prefix-len", min=1, max=1_000_000, help="generated-shared-prefix: tokens of "
+        "each shared prefix (the question is --input-words long).")] = 512,
 ) -> None:
-    """Concurrency sweep per variant: TTFT/ITL/TPOT percentiles, throughput, failures.
+    """Concurrency sweep per variant: TTFT/ITL/TPOT/E2E percentiles, goodput, throughput.
 
-    Writes bench.json, bench.md (table with deltas vs the first variant), tpot.png and
-    throughput.png.
+    Writes bench.json, bench.md (table with deltas vs the first variant), bench_serving.jsonl
+    (one line per level with sglang.bench_serving's result keys), tpot.png and throughput.png.
     Exit 0 ok, 2 bad usage, 4 a target unreachable or not launched, 5 any request failed.
     """
     from pathlib import Path
 
-    from opsctl.traffic.bench import bench_command
+    from opsctl.core.files import check_output_path
+    from opsctl.core.reports import REPORTS_DIR
+    from opsctl.observe.metrics import push_report
+    from opsctl.traffic import app as traffic
+    from opsctl.traffic import view
+    from opsctl.traffic.bench import DEFAULT_CONCURRENCY, parse_concurrency, parse_variants
+    from opsctl.traffic.client import api_key_from_env, make_client, parse_api
+    from opsctl.traffic.workloads import WorkloadSpec, parse_dataset_name
 
-    bench_command(
-        profile=profile, variants=variants, base_urls=base_url or [], concurrency=concurrency,
-        requests_per_level=requests, input_words=input_words, output_tokens=output_tokens,
-        model=model, api=api, request_timeout_s=request_timeout,
-        out_dir=Path(out) if out else None, pushgateway=pushgateway, console=console,
+    check_output_path(Path(out) if out else REPORTS_DIR, "--out", directory=True)
+    workload = WorkloadSpec(
+        name=parse_dataset_name(dataset_name), input_len=input_words, output_len=output_tokens,
+        seed=seed, tokenizer=Path(tokenizer) if tokenizer else None,
+        dataset_path=Path(dataset_path) if dataset_path else None, groups=gsp_groups,
+        prompts_per_group=gsp_prompts_per_group, prefix_len=gsp_prefix_len,
     )
+    request = traffic.BenchRequest(
+        profile=profile, variants=parse_variants(variants), base_urls=tuple(base_url or ()),
+        concurrency=parse_concurrency(concurrency) if concurrency else DEFAULT_CONCURRENCY,
+        requests_per_level=requests, input_words=input_words, output_tokens=output_tokens,
+        model=model, api=parse_api(api), api_key=api_key_from_env(),
+        request_timeout_s=request_timeout, out_dir=Path(out) if out else None,
+        gateway=pushgateway or os.environ.get(PUSHGATEWAY_ENV), deadline_s=deadline,
+        ignore_eos=ignore_eos, request_rate=request_rate, duration_s=duration, workload=workload,
+    )
+    result = traffic.bench(request, launcher=ProfileLauncher, push=push_report,
+                           plot=view.write_plots, client_factory=make_client,
+                           progress=lambda: view.live_progress(console))
+    view.show_bench(result, console)
+    if result.error is not None:
+        raise result.error
 
+
+# --- collaborators from the deploy room: where the profile's server runs, and launching it ---
+
+
+def locate_server(profile_name: str) -> tuple[str, str | None]:
+    """The profile's running server, found by label: (base URL, the variant it runs)."""
+    from opsctl.core import labels
+    from opsctl.deploy import app as deploy_app
+    from opsctl.engine.dockerpy import connect
+
+    engine = connect()
+    url = deploy_app.base_url_for(engine, profile_name)  # LaunchError (exit 4) when none runs
+    servers = [s for s in deploy_app.find_servers(engine, profile_name) if s.status == "running"]
+    return url, servers[0].labels.get(labels.VARIANT) if servers else None
+
+
+class ProfileLauncher:
+    """`up` a variant for bench and `down` it afterwards, unless it was already up before."""
+
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+        self.started: set[str] = set()
+
+    def up(self, variant: str) -> str:
+        from opsctl.deploy import app as deploy_app
+        from opsctl.engine.dockerpy import connect
+        from opsctl.image.plan import expected_image
+
+        running = deploy_app.up(self.profile.resolve(variant), engine=connect(),
+                                image_for=expected_image)
+        if not running.already_up:
+            self.started.add(variant)
+        return running.base_url
+
+    def down(self, variant: str) -> None:
+        from opsctl.deploy import app as deploy_app
+        from opsctl.engine.dockerpy import connect
+
+        if variant in self.started:
+            deploy_app.down(connect(), self.profile.name)
+            self.started.discard(variant)

@@ -1,14 +1,18 @@
 """The errors a user can cause, each with its documented exit code and a hint.
 
 The CLI reports every OpsctlError in one place as two lines (the message, then the hint) and
-exits with the error's code; anything else is a bug and exits 1 with a traceback.
+exits with the error's code. Foreign exceptions a user or a peer can cause (OS, decoding, YAML,
+HTTP, Docker) are mapped to these codes by family in opsctl.core.failures; anything else is a
+bug and exits 1 with a traceback.
 
-Exit codes (README and `opsctl --help` repeat this table):
-  0 ok · 1 unexpected bug · 2 bad usage or invalid profile · 3 build failed
-  4 launch/readiness failed · 5 smoke or SLO failed · 6 Docker daemon unreachable
+`EXIT_CODES` is the one table of exit codes: `opsctl --help` is rendered from it and README's
+"Exit codes" section must equal `exit_codes_markdown()` (a unit test compares them).
 """
 
 from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
 
 EXIT_OK = 0
 EXIT_BUG = 1
@@ -17,6 +21,47 @@ EXIT_BUILD = 3
 EXIT_LAUNCH = 4
 EXIT_SMOKE = 5
 EXIT_DAEMON = 6
+EXIT_INTERRUPTED = 130  # Ctrl-C: typer's own exit status for KeyboardInterrupt
+
+
+@dataclass(frozen=True)
+class ExitCode:
+    code: int
+    name: str
+    meaning: str  # short: what `--help` lists
+    detail: str = ""  # what else README says about it
+
+
+EXIT_CODES = (
+    ExitCode(EXIT_OK, "ok", "ok"),
+    ExitCode(EXIT_BUG, "bug", "unexpected bug", "the only case with a traceback"),
+    ExitCode(EXIT_USAGE, "usage", "bad usage or invalid profile",
+             "YAML, schema, a flag the pinned sglang does not know, a variant that cannot work "
+             "on the pinned version, a bad option value, a path opsctl cannot read or write, "
+             "text that is not UTF-8, input nested too deeply, an invalid URL"),
+    ExitCode(EXIT_BUILD, "build", "build failed",
+             "including a patch that does not apply, and post-build verification"),
+    ExitCode(EXIT_LAUNCH, "launch", "launch or readiness failed",
+             "including a server that cannot be reached or breaks off its answer, and the "
+             "Docker engine refusing a request"),
+    ExitCode(EXIT_SMOKE, "smoke", "smoke check or SLO failed",
+             "including a failed bench request"),
+    ExitCode(EXIT_DAEMON, "daemon", "Docker daemon unreachable",
+             "or failing in the middle of a call"),
+    ExitCode(EXIT_INTERRUPTED, "interrupted", "interrupted",
+             "Ctrl-C; `up` removes the container it started first"),
+)
+
+
+def exit_codes_help() -> str:
+    """One line for `opsctl --help`."""
+    return "Exit codes: " + "; ".join(f"{c.code} {c.meaning}" for c in EXIT_CODES) + "."
+
+
+def exit_codes_markdown() -> str:
+    """README's exit-code table (between its `exit-codes` markers)."""
+    rows = [f"| {c.code} | {c.meaning}{f' ({c.detail})' if c.detail else ''} |" for c in EXIT_CODES]
+    return "\n".join(["| code | meaning |", "|---:|---|", *rows]) + "\n"
 
 
 class OpsctlError(Exception):
@@ -72,3 +117,33 @@ class DaemonUnreachable(OpsctlError):
     """The Docker engine did not answer."""
 
     exit_code = EXIT_DAEMON
+
+
+class Interrupted(OpsctlError):
+    """Ctrl-C stopped a run after its partial results were saved."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
+class Crashed(OpsctlError):
+    """A bug stopped a run after its partial results were saved; `details` holds the traceback."""
+
+    exit_code = EXIT_BUG
+
+
+def stop_reason(stopped_by: BaseException) -> str:
+    """One line for a report's `partial_reason`: what stopped the run early."""
+    if isinstance(stopped_by, KeyboardInterrupt):
+        return "interrupted (Ctrl-C)"
+    return " ".join(f"crashed: {type(stopped_by).__name__}: {stopped_by}".split())
+
+
+def stop_error(stopped_by: BaseException, what: str, where: object) -> OpsctlError:
+    """The error to raise once a run's partial report is written: exit 130 for Ctrl-C, else 1
+    with the traceback (it is a bug) printed above the one-line message."""
+    saved = f"what it measured is in {where} (marked partial)"
+    if isinstance(stopped_by, KeyboardInterrupt):
+        return Interrupted(f"{what} interrupted; {saved}", hint="run it again for a whole report")
+    return Crashed(f"{what} {stop_reason(stopped_by)}; {saved}",
+                   hint="this is a bug in opsctl: please report it with the traceback above",
+                   details="".join(traceback.format_exception(stopped_by)).splitlines())

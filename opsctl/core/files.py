@@ -1,9 +1,15 @@
-"""Writing files so that a reader never sees half of one: write beside, then rename into place."""
+"""Writing files so that a reader never sees half of one (write beside, then rename into place),
+and hashing them.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
+
+from opsctl.core.errors import UsageError
 
 
 def atomic_write_text(path: Path, text: str) -> Path:
@@ -12,10 +18,77 @@ def atomic_write_text(path: Path, text: str) -> Path:
     The temp file is removed if anything fails, so no `.tmp` is left behind.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = _beside(path)
     try:
         tmp.write_text(text)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    return path
+
+
+def atomic_write_chunks(path: Path, chunks: Iterable[bytes]) -> Path:
+    """Like `atomic_write_text`, for bytes that arrive in pieces (a container's log): only the
+    chunk in hand is in memory; `path` appears whole or not at all, also when the source fails
+    (its exception propagates, the temp file is removed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _beside(path)
+    try:
+        with tmp.open("wb") as handle:
+            for chunk in chunks:
+                handle.write(chunk)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def _beside(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file's bytes, read in blocks (wheels run to hundreds of MB)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_output_path(path: Path, option: str, *, directory: bool = False) -> Path:
+    """`path` when opsctl can write its output there (a file, or a directory when `directory`);
+    UsageError (exit 2) otherwise, so a command fails before its work, never after a long run.
+
+    Refused: an existing directory where a file is wanted (or the reverse), a path that cannot
+    be written, a parent that is a file, and a nearest existing parent opsctl cannot create
+    files in (the atomic write puts its temporary file beside the target).
+    """
+    try:
+        return _check_output_path(path, option, directory)
+    except OSError as exc:  # a parent that cannot be searched
+        raise UsageError(f"{option} {path}: {exc.strerror or exc}",
+                         hint="choose a path opsctl can reach") from None
+
+
+def _check_output_path(path: Path, option: str, directory: bool) -> Path:
+    wanted, other = ("a directory", "a file") if directory else ("a file", "a directory")
+    target = path.absolute()
+    if target.exists():
+        if target.is_dir() != directory:
+            raise UsageError(f"{option} {path}: is {other}; {wanted} is wanted",
+                             hint=f"name {wanted} to write")
+        if not os.access(target, os.W_OK | (os.X_OK if directory else 0)):
+            raise UsageError(f"{option} {path}: not writable", hint="choose a writable path")
+        if directory:
+            return path
+    ancestor = next(parent for parent in target.parents if parent.exists())
+    if not ancestor.is_dir():
+        raise UsageError(f"{option} {path}: {ancestor} is a file, not a directory",
+                         hint="choose a path under a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {path}: cannot create files in {ancestor}",
+                         hint="choose a writable directory")
     return path

@@ -21,9 +21,17 @@ CONTENT_HASH = "opsctl.content-hash"
 BASE_DIGEST = "opsctl.base-digest"
 BASE_URL = "opsctl.base-url"
 SERVED_MODEL = "opsctl.served-model"
+# The weights a server runs: sha256 over config.json and the safetensors index, hashed on the
+# host at `up`, or "unavailable: <reason>" (opsctl.deploy.state.CheckpointRecord).
+CHECKPOINT = "opsctl.checkpoint"
 STOP_GRACE_SECONDS = "opsctl.stop-grace-seconds"
+# A fresh random id per `up` run: its cleanup removes only containers carrying its own id, so
+# a concurrent or later run's server is never taken for this run's leftover.
+RUN_ID = "opsctl.run-id"
 STANDIN = "opsctl.standin"
 
 ROLE_SERVER = "server"
 ROLE_IMAGE = "image"
+ROLE_MONITORING = "monitoring"
+ROLE_VERIFY = "verify"  # the throwaway container that checks a fresh image
 TRUE = "true"

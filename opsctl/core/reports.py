@@ -14,7 +14,11 @@ SMOKE_GLOB = "smoke-*.json"  # out/smoke-<UTC stamp>.json
 BENCH_DIR_PREFIX = "bench-"
 BENCH_JSON = "bench.json"
 BENCH_MARKDOWN = "bench.md"
+BENCH_SERVING_JSONL = "bench_serving.jsonl"  # one line per level, sglang.bench_serving's keys
 BENCH_GLOB = f"{BENCH_DIR_PREFIX}*/{BENCH_JSON}"  # out/bench-<UTC stamp>/bench.json
+DECIDE_DIR_PREFIX = "decide-"  # out/decide-<UTC stamp>/decide.json, decide.md
+DECIDE_JSON = "decide.json"
+DECIDE_MARKDOWN = "decide.md"
 STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
 
 
@@ -28,3 +32,7 @@ def default_smoke_path(now: dt.datetime | None = None) -> Path:
 
 def default_bench_dir(now: dt.datetime | None = None) -> Path:
     return REPORTS_DIR / f"{BENCH_DIR_PREFIX}{stamp(now)}"
+
+
+def default_decide_dir(now: dt.datetime | None = None) -> Path:
+    return REPORTS_DIR / f"{DECIDE_DIR_PREFIX}{stamp(now)}"

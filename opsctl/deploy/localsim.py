@@ -1,22 +1,33 @@
-"""The simulator as a local process on loopback, for benchmarks and demos that run the client
-next to it. Deployments go through `opsctl up` and a container; this is the no-container path.
+"""The simulator as a local process on loopback: the one launcher for tests, benchmarks and demos
+that run the client next to it. Deployments go through `opsctl up` and a container; this is the
+no-container path, and it waits with the same readiness probe as `up`.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import httpx
 
+from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.paths import project_root
+from opsctl.deploy import readiness
 from opsctl.deploy.profiles import Deployment, to_argv
+from opsctl.sim.config import SimArgs
+
+# "ready": the readiness probe passes; "listen": the port accepts connections (warm-up 503s are
+# still to come); "none": return at once (the load period is still to come).
+Wait = Literal["ready", "listen", "none"]
+POLL_SECONDS = 0.05
+STOPPED = "process stopped"
 
 
 def free_port() -> int:
@@ -25,49 +36,90 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_ok(url: str, timeout_s: float = 60.0) -> None:
-    """Poll `url` until it answers 200; TimeoutError otherwise."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"{url} did not answer 200 within {timeout_s:.0f} s")
-
-
 @dataclass
 class LocalSim:
     url: str
+    port: int
     argv: list[str]
     env: dict[str, str]
     process: subprocess.Popen[bytes]
+    log_path: Path | None = None
 
-    def stop(self, timeout_s: float = 30.0) -> None:
+    def logs(self) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def exited(self) -> readiness.Exited | None:
+        code = self.process.poll()
+        return None if code is None else readiness.Exited(exit_code=code, log=self.logs())
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM, wait, SIGKILL as a last resort; returns the exit status."""
         if self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=timeout_s)
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=timeout_s)
+        return self.process.returncode
 
 
 def start(flags: Sequence[str], env: Mapping[str, str], log: Path | None = None,
-          ready_timeout_s: float = 120.0) -> LocalSim:
-    """Start `python -m opsctl.sim FLAGS` on a free loopback port and wait until it serves."""
+          ready_timeout_s: float = 120.0, wait: Wait = "ready", clock: Clock = SYSTEM_CLOCK) -> LocalSim:
+    """Start `python -m opsctl.sim FLAGS` on a free loopback port and wait as `wait` says.
+
+    LaunchError (and the process stopped) when it exits or is not there in time.
+    """
     port = free_port()
     # Like sglang's argparse, the simulator lets a later flag win: loopback and our port.
     argv = [sys.executable, "-m", "opsctl.sim", *flags, "--host", "127.0.0.1", "--port", str(port)]
-    child_env = {**os.environ, **env, "PYTHONPATH": str(project_root())}
+    python_path = os.pathsep.join(p for p in (str(project_root()), os.environ.get("PYTHONPATH")) if p)
+    child_env = {**os.environ, **env, "PYTHONPATH": python_path}
     with (log.open("wb") if log else open(os.devnull, "wb")) as out:
         process = subprocess.Popen(argv, env=child_env, cwd=project_root(), stdout=out,
                                    stderr=subprocess.STDOUT)
-    sim = LocalSim(url=f"http://127.0.0.1:{port}", argv=argv[1:], env=dict(env), process=process)
+    sim = LocalSim(url=f"http://127.0.0.1:{port}", port=port, argv=argv[1:], env=dict(env),
+                   process=process, log_path=log)
     try:
-        wait_ok(f"{sim.url}/health_generate", ready_timeout_s)
+        if wait != "none":
+            _wait(sim, flags, wait, ready_timeout_s, clock)
     except BaseException:
         sim.stop()
         raise
     return sim
+
+
+def _wait(sim: LocalSim, flags: Sequence[str], wait: Wait, timeout_s: float, clock: Clock) -> None:
+    hint = f"the simulator's log: {sim.log_path}" if sim.log_path else "start it with a log file"
+    if wait == "listen":
+        readiness.wait_ready(lambda: _listening(sim.port), exited=sim.exited, timeout_seconds=timeout_s,
+                             poll_seconds=POLL_SECONDS, clock=clock, cleanup=STOPPED, timeout_hint=hint)
+        return
+    # The simulator's own reading of the flags: which name it serves, which key it wants.
+    args = SimArgs.parse(flags)
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else None
+    with httpx.Client(headers=headers) as client:
+        readiness.wait_ready(lambda: readiness.probe(client, sim.url, args.served_model_name),
+                             exited=sim.exited, timeout_seconds=timeout_s, poll_seconds=POLL_SECONDS,
+                             clock=clock, cleanup=STOPPED, timeout_hint=hint)
+
+
+def _listening(port: int) -> readiness.Probe:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return readiness.Probe(readiness.Phase.READY, "listening")
+    except OSError:
+        return readiness.Probe(readiness.Phase.LOADING, "port closed")
+
+
+def wait_ok(url: str, timeout_s: float = 60.0, clock: Clock = SYSTEM_CLOCK) -> None:
+    """Wait until a local helper service (Prometheus, Pushgateway) answers 200 at `url`."""
+    with httpx.Client() as client:
+        readiness.wait_ready(lambda: readiness.http_ok(client, url), exited=lambda: None,
+                             timeout_seconds=timeout_s, poll_seconds=0.2, clock=clock,
+                             cleanup="", timeout_hint=f"is {url} the right address?")
 
 
 def start_variant(deployment: Deployment, log: Path | None = None,

@@ -1,4 +1,4 @@
-"""The one seam to Docker. Every other module talks to the engine through `Engine` only.
+"""The Docker implementation of `opsctl.engine.api.Engine`; `connect()` is the only way in.
 
 The Docker SDK does everything here: containers, logs, images, volumes and builds. Builds use
 the engine's classic builder through the SDK (`api.build`), which is enough because the image
@@ -6,14 +6,20 @@ build needs no secret and no network (all inputs are staged into the context); B
 the `docker buildx` CLI, is not needed. opsctl never pulls: containers are created with
 `containers.create` (which, unlike `containers.run`, does not fall back to a pull) and builds pass
 `pull=False`.
+
+Every call is bounded by the client's timeout (a daemon that hangs fails the call instead of
+blocking opsctl), and a daemon that stops answering or fails mid-call raises DaemonUnreachable
+(exit 6) with one line, never the SDK's chained traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
+import datetime as dt
+import json
+import threading
+import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,247 +29,226 @@ import docker.types
 import requests
 
 from opsctl.core.errors import BuildError, DaemonUnreachable, LaunchError
+from opsctl.core.labels import MANAGED, ROLE, ROLE_VERIFY, TRUE
+from opsctl.engine.api import BuildEvent, ContainerInfo, Engine, RunSpec, image_missing
+from opsctl.engine.dockercalls import (
+    LOG_FRAME_HEADER,
+    TRANSPORT,
+    answering,
+    create_kwargs,
+    launch_error,
+    read_exactly,
+)
 
-MANAGED_LABEL = "opsctl.managed"
 DAEMON_TIMEOUT_SECONDS = 10
 
 
-@dataclass(frozen=True)
-class PortBinding:
-    container_port: int
-    host_port: int
-    host_address: str = "127.0.0.1"
+def connect(timeout: float = DAEMON_TIMEOUT_SECONDS) -> Engine:
+    """The engine DOCKER_HOST (or the local socket) names; DaemonUnreachable (exit 6) fast."""
+    try:
+        client = docker.from_env(timeout=int(timeout))
+        client.ping()
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        reason = str(exc).splitlines()[0][:200]
+        raise DaemonUnreachable(
+            f"Docker daemon unreachable: {reason}",
+            hint="start it (e.g. `dockerd --iptables=false &` or `systemctl start docker`) "
+            "or check DOCKER_HOST",
+        ) from None
+    return DockerEngine(client)
 
 
-@dataclass(frozen=True)
-class Mount:
-    source: str
-    target: str
-    read_only: bool = False
-    kind: str = "bind"  # or "volume"
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """Everything `docker run` needs, as plain data: rendered and golden-tested without an engine."""
-
-    image: str
-    command: list[str]
-    name: str
-    labels: dict[str, str]
-    env: dict[str, str] = field(default_factory=dict)
-    ports: list[PortBinding] = field(default_factory=list)
-    mounts: list[Mount] = field(default_factory=list)
-    gpus: list[int] = field(default_factory=list)
-    ipc_host: bool = False
-    shm_size: str | None = None
-    ulimits: dict[str, tuple[int, int]] = field(default_factory=dict)
-    init: bool = True
-    stop_grace_seconds: int = 10
-    network_mode: str | None = None  # "host" for monitoring that must reach loopback targets
-
-    def docker_run_argv(self) -> list[str]:
-        """The equivalent `docker run` command, for --dry-run and for humans."""
-        argv = ["docker", "run", "--detach", "--name", self.name]
-        if self.init:
-            argv.append("--init")
-        for key, value in sorted(self.labels.items()):
-            argv += ["--label", f"{key}={value}"]
-        for key, value in sorted(self.env.items()):
-            argv += ["--env", f"{key}={value}"]
-        for port in self.ports:
-            argv += ["--publish", f"{port.host_address}:{port.host_port}:{port.container_port}"]
-        for mount in self.mounts:
-            option = f"type={mount.kind},source={mount.source},target={mount.target}"
-            argv += ["--mount", option + (",readonly" if mount.read_only else "")]
-        if self.gpus:
-            argv += ["--gpus", '"device=' + ",".join(str(g) for g in self.gpus) + '"']
-        if self.ipc_host:
-            argv += ["--ipc", "host"]
-        if self.shm_size:
-            argv += ["--shm-size", self.shm_size]
-        for name, (soft, hard) in sorted(self.ulimits.items()):
-            argv += ["--ulimit", f"{name}={soft}:{hard}"]
-        if self.network_mode:
-            argv += ["--network", self.network_mode]
-        argv += ["--stop-timeout", str(self.stop_grace_seconds), self.image, *self.command]
-        return argv
-
-
-@dataclass(frozen=True)
-class ContainerInfo:
-    id: str
-    name: str
-    status: str  # created, running, exited, ...
-    exit_code: int | None
-    labels: dict[str, str]
-    image: str
-    started_at: str
-
-
-@dataclass(frozen=True)
-class BuildEvent:
-    """One line of build progress: a step header, output, or the final error."""
-
-    text: str
-    step: str | None = None
-    error: str | None = None
-
-
-# Docker's own words for failures a user can cause, mapped to what to do about them.
-_PORT_TAKEN = re.compile(r"port is already allocated|address already in use|bind for .* failed", re.I)
-_NO_GPU_RUNTIME = re.compile(r"could not select device driver|nvidia-container-cli|unknown runtime", re.I)
-
-
-class Engine:
-    """A connected Docker engine. Create with `Engine.connect()`; fails fast with exit 6."""
+class DockerEngine:
+    """A connected Docker engine (see `connect`)."""
 
     def __init__(self, client: docker.DockerClient) -> None:
         self._client = client
-
-    @classmethod
-    def connect(cls, timeout: float = DAEMON_TIMEOUT_SECONDS) -> Engine:
-        try:
-            client = docker.from_env(timeout=int(timeout))
-            client.ping()
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            reason = str(exc).splitlines()[0][:200]
-            raise DaemonUnreachable(
-                f"Docker daemon unreachable: {reason}",
-                hint="start it (e.g. `dockerd --iptables=false &` or `systemctl start docker`) "
-                "or check DOCKER_HOST",
-            ) from None
-        return cls(client)
 
     # --- containers ---------------------------------------------------------------------------
 
     def run(self, spec: RunSpec) -> ContainerInfo:
         """Create and start a container; on any failure nothing is left behind."""
-        kwargs = self._create_kwargs(spec)
-        try:
-            container = self._client.containers.create(**kwargs)
-        except docker.errors.ImageNotFound:
-            raise LaunchError(
-                f"image {spec.image} is not present on this engine",
-                hint="build it first with `opsctl build` (opsctl never pulls an image it builds)",
-            ) from None
-        except docker.errors.APIError as exc:
-            raise self._launch_error(exc, spec) from None
-        try:
-            container.start()
-        except docker.errors.APIError as exc:
-            self._remove_quietly(container.id)
-            raise self._launch_error(exc, spec) from None
+        with answering(f"creating {spec.name}"):
+            try:
+                container = self._create(create_kwargs(spec))
+            except docker.errors.ImageNotFound:
+                raise image_missing(spec.image) from None
+            except docker.errors.APIError as exc:
+                raise launch_error(exc, spec) from None
+        with answering(f"starting {spec.name}"):
+            try:
+                container.start()
+            except docker.errors.APIError as exc:
+                self._remove_quietly(container.id)
+                raise launch_error(exc, spec) from None
         return self.inspect(container.id)
 
-    def _create_kwargs(self, spec: RunSpec) -> dict[str, Any]:
-        mounts = [
-            docker.types.Mount(
-                target=m.target, source=m.source, type=m.kind, read_only=m.read_only
-            )
-            for m in spec.mounts
-        ]
-        device_requests = []
-        if spec.gpus:
-            device_requests.append(
-                docker.types.DeviceRequest(
-                    device_ids=[str(g) for g in spec.gpus], capabilities=[["gpu"]]
-                )
-            )
-        ulimits = [
-            docker.types.Ulimit(name=name, soft=soft, hard=hard)
-            for name, (soft, hard) in spec.ulimits.items()
-        ]
-        return {
-            "image": spec.image,
-            "command": spec.command,
-            "name": spec.name,
-            "labels": spec.labels,
-            "environment": spec.env,
-            "ports": {f"{p.container_port}/tcp": (p.host_address, p.host_port) for p in spec.ports},
-            "mounts": mounts,
-            "device_requests": device_requests or None,
-            "ipc_mode": "host" if spec.ipc_host else None,
-            "shm_size": spec.shm_size,
-            "ulimits": ulimits or None,
-            "init": spec.init,
-            "stop_signal": "SIGTERM",
-            "network_mode": spec.network_mode,
-        }
+    def _create(self, kwargs: dict[str, Any]) -> Any:
+        """`containers.create` in a worker thread, so that a Ctrl-C while the engine is still
+        creating waits for its answer (bounded by the client's timeout) and removes what it
+        created, instead of abandoning the call and leaving a Created container behind."""
+        outcome: dict[str, Any] = {}
 
-    def _launch_error(self, exc: docker.errors.APIError, spec: RunSpec) -> LaunchError:
-        text = str(exc.explanation or exc)
-        if _PORT_TAKEN.search(text):
-            ports = ", ".join(f"{p.host_address}:{p.host_port}" for p in spec.ports)
-            return LaunchError(
-                f"host port already taken ({ports})",
-                hint="stop what listens there, or change container.host_port in the profile",
-            )
-        if _NO_GPU_RUNTIME.search(text):
-            return LaunchError(
-                f"the engine cannot give GPUs {spec.gpus} to a container: {text.splitlines()[0]}",
-                hint="install the NVIDIA Container Toolkit and restart dockerd; "
-                "opsctl never falls back to CPU",
-            )
-        if exc.status_code == 409:
-            return LaunchError(
-                f"a container named {spec.name} already exists",
-                hint="`opsctl status` shows it; `opsctl down` removes opsctl's containers",
-            )
-        return LaunchError(f"docker refused to start the container: {text.splitlines()[0]}",
-                           hint="see the engine's message above")
+        def work() -> None:
+            try:
+                outcome["container"] = self._client.containers.create(**kwargs)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                outcome["error"] = exc
+
+        worker = threading.Thread(target=work, name="opsctl-create", daemon=True)
+        worker.start()
+        try:
+            worker.join()
+        except BaseException:
+            worker.join(self._client.api.timeout + 1)
+            created = outcome.get("container")
+            if created is not None:
+                with contextlib.suppress(docker.errors.DockerException, *TRANSPORT):
+                    self._remove_quietly(created.id)
+            raise
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["container"]
 
     def inspect(self, container_id: str) -> ContainerInfo:
-        container = self._client.containers.get(container_id)
-        state = container.attrs.get("State", {})
-        return ContainerInfo(
-            id=container.id,
-            name=container.name,
-            status=state.get("Status", container.status),
-            exit_code=state.get("ExitCode") if state.get("Status") == "exited" else None,
-            labels=container.labels,
-            image=container.attrs.get("Config", {}).get("Image", ""),
-            started_at=state.get("StartedAt", ""),
-        )
+        with answering("inspecting a container"):
+            attrs = self._client.api.inspect_container(container_id)
+            state = attrs.get("State") or {}
+            status = state.get("Status", "")
+            restarts = int(attrs.get("RestartCount") or 0)
+            stopped = status in {"exited", "dead", "restarting"}
+            health = state.get("Health") or {}
+            checks = health.get("Log") or []
+            policy = (attrs.get("HostConfig") or {}).get("RestartPolicy") or {}
+            return ContainerInfo(
+                id=attrs["Id"],
+                name=str(attrs.get("Name", "")).lstrip("/"),
+                status=status,
+                exit_code=state.get("ExitCode") if stopped else None,
+                labels=dict((attrs.get("Config") or {}).get("Labels") or {}),
+                image=(attrs.get("Config") or {}).get("Image", ""),
+                started_at=state.get("StartedAt", ""),
+                restart_count=restarts,
+                health=health.get("Status", ""),
+                health_log=str(checks[-1].get("Output", "")).strip() if checks else "",
+                restart_max=int(policy.get("MaximumRetryCount") or 0)
+                if policy.get("Name") == "on-failure" else 0,
+                finished_at="" if state.get("FinishedAt", "").startswith("0001-")
+                else state.get("FinishedAt", ""),
+                last_exit_code=state.get("ExitCode") if stopped
+                else self._last_exit(attrs) if restarts else None,
+                oom_killed=bool(state.get("OOMKilled")),
+                error=str(state.get("Error") or ""),
+            )
+
+    def _last_exit(self, attrs: dict[str, Any]) -> int | None:
+        """The exit code that made the policy restart a running container: Docker resets
+        State.ExitCode on restart, so it comes from the daemon's recent `die` events (None when
+        they are gone)."""
+        api = self._client.api
+        filters = json.dumps({"container": [attrs["Id"]], "event": ["die"]})
+        created = dt.datetime.fromisoformat(str(attrs["Created"])[:26].rstrip("Z") + "+00:00")
+        # `until` now: the daemon answers with what it has and closes, within the timeout.
+        window = {"since": int(created.timestamp()), "until": f"{time.time():.6f}"}
+        try:
+            response = api._get(api._url("/events"), params={**window, "filters": filters})
+            api._raise_for_status(response)
+        except (docker.errors.APIError, *TRANSPORT):  # an older daemon, a skewed clock: unknown
+            return None
+        codes = [json.loads(line).get("Actor", {}).get("Attributes", {}).get("exitCode")
+                 for line in response.text.splitlines() if line.strip()]
+        known = [int(code) for code in codes if str(code).lstrip("-").isdigit()]
+        return known[-1] if known else None
 
     def find(self, labels: dict[str, str]) -> list[ContainerInfo]:
         """Containers carrying all of `labels` (and opsctl's managed label), running or not."""
-        wanted = {MANAGED_LABEL: "true", **labels}
+        wanted = {MANAGED: TRUE, **labels}
         filters = {"label": [f"{k}={v}" for k, v in wanted.items()]}
-        found = self._client.containers.list(all=True, filters=filters)
-        return [self.inspect(c.id) for c in found]
+        with answering("listing containers"):
+            found = self._client.containers.list(all=True, filters=filters)
+            infos = []
+            for container in found:
+                with contextlib.suppress(docker.errors.NotFound):  # removed meanwhile
+                    infos.append(self.inspect(container.id))
+            return infos
 
     def logs(self, container_id: str, tail: int | str = "all") -> str:
-        container = self._client.containers.get(container_id)
-        return container.logs(tail=tail).decode(errors="replace")
+        with answering("reading a log"):
+            container = self._client.containers.get(container_id)
+            return str(container.logs(tail=tail).decode(errors="replace"))
 
     def follow_logs(self, container_id: str, tail: int | str = 10) -> Iterator[str]:
-        container = self._client.containers.get(container_id)
-        for chunk in container.logs(stream=True, follow=True, tail=tail):
-            yield chunk.decode(errors="replace")
+        with answering("following a log"):
+            container = self._client.containers.get(container_id)
+            for chunk in container.logs(stream=True, follow=True, tail=tail):
+                yield chunk.decode(errors="replace")
+
+    def log_chunks(self, container_id: str) -> Iterator[bytes]:
+        """The whole log with timestamps, frame by frame.
+
+        The SDK's streamed logs switch the socket's timeout off; this reads the same endpoint
+        with the client's timeout kept on every read, so a daemon that hangs in the middle of a
+        long log fails the read instead of blocking opsctl. opsctl's containers have no TTY, so
+        the stream is multiplexed: an 8-byte header (stream, length) before each payload.
+        """
+        api = self._client.api
+        params = {"stdout": 1, "stderr": 1, "timestamps": 1, "follow": 0, "tail": "all"}
+        with answering("reading a log"):
+            response = api._get(api._url("/containers/{0}/logs", container_id), params=params,
+                                stream=True)
+            try:
+                api._raise_for_status(response)
+                while header := read_exactly(response.raw, LOG_FRAME_HEADER.size):
+                    _, length = LOG_FRAME_HEADER.unpack(header)
+                    yield read_exactly(response.raw, length)
+            finally:
+                response.close()
+
+    def stop(self, container_id: str, grace_seconds: int) -> None:
+        with answering("stopping a container"):
+            try:
+                container = self._client.containers.get(container_id)
+                if container.status in {"running", "restarting", "paused"}:
+                    container.stop(timeout=grace_seconds)
+            except docker.errors.NotFound:
+                return
+
+    def remove(self, container_id: str) -> None:
+        with answering("removing a container"):
+            self._remove_quietly(container_id)
 
     def stop_and_remove(self, container_id: str, grace_seconds: int) -> None:
+        self.stop(container_id, grace_seconds)
+        self.remove(container_id)
+
+    def archive(self, container_id: str, path: str, max_bytes: int) -> bytes | None:
+        container = self._client.containers.get(container_id)
         try:
-            container = self._client.containers.get(container_id)
-            if container.status == "running":
-                container.stop(timeout=grace_seconds)
-            container.remove(force=True)
+            stream, _ = container.get_archive(path)
         except docker.errors.NotFound:
-            return
+            return None
+        data = bytearray()
+        for chunk in stream:
+            data += chunk
+            if len(data) > max_bytes:
+                raise LaunchError(f"{path} in the container holds more than "
+                                  f"{max_bytes >> 20} MiB", hint="capture fewer steps")
+        return bytes(data)
 
     def _remove_quietly(self, container_id: str) -> None:
         with contextlib.suppress(docker.errors.NotFound):
-            self._client.containers.get(container_id).remove(force=True)
+            self._client.api.remove_container(container_id, force=True)
 
-    # --- images (issue 4 adds what builds need below) --------------------------------------
+    # --- images ------------------------------------------------------------------------------
 
     def image_labels(self, ref: str) -> dict[str, str] | None:
         """The image's labels, or None when the engine does not have it."""
-        try:
-            image = self._client.images.get(ref)
-        except docker.errors.ImageNotFound:
-            return None
-        return dict(image.labels or {})
+        with answering("inspecting an image"):
+            try:
+                image = self._client.images.get(ref)
+            except docker.errors.ImageNotFound:
+                return None
+            return dict(image.labels or {})
 
     def image_id(self, ref: str) -> str | None:
         try:
@@ -297,10 +282,6 @@ class Engine:
             self._client.images.remove(ref, force=True, noprune=False)
         except docker.errors.ImageNotFound:
             return
-
-    def find_images(self, labels: dict[str, str]) -> list[str]:
-        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
-        return [img.id for img in self._client.images.list(filters=filters)]
 
     def remove_image_if_unused(self, image_id: str) -> bool:
         """Delete an untagged image (a failed build's layer) unless something still uses it.
@@ -395,7 +376,7 @@ class Engine:
         try:
             container = self._client.containers.create(
                 image=image, command=command, network_disabled=True, detach=True,
-                labels={MANAGED_LABEL: "true", "opsctl.role": "verify"},
+                labels={MANAGED: TRUE, ROLE: ROLE_VERIFY},
             )
         except docker.errors.ImageNotFound:
             raise BuildError(f"image {image} vanished before verification", hint="rebuild") from None

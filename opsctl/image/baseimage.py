@@ -24,16 +24,16 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from opsctl import __version__
+from opsctl.core import labels, wheels
 from opsctl.core.errors import BuildError, UsageError
 from opsctl.core.paths import project_root
-from opsctl.engine.dockerpy import MANAGED_LABEL, BuildEvent, Engine
+from opsctl.engine.api import BuildEvent, Engine
 
 DEBIAN_REPOSITORY = "opsctl/debian-base"
 DEBIAN_SUITE = "bookworm"
@@ -42,8 +42,9 @@ STANDIN_REPOSITORY = "opsctl/sglang-standin"
 STANDIN_DOCKERFILE = "dockerfiles/sglang-standin.Dockerfile"
 # python3-pip is here so images can install wheels staged from the host (never from an index).
 DEBIAN_PACKAGES = ("python3", "python3-pip", "patch", "ca-certificates")
-WHEEL_CACHE_ENV = "OPSCTL_WHEEL_CACHE"
-DEFAULT_WHEEL_CACHE = Path("/var/cache/opsctl-wheels")
+# opsctl.role values of the two local bases (a rebuilt one may be re-locked: see lock.py)
+ROLE_BASE = "base"
+ROLE_STANDIN = "sglang-standin"
 APT_SOURCES = (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list"))
 DEBOOTSTRAP_TIMEOUT_SECONDS = 1800
 
@@ -58,11 +59,10 @@ class BaseImageResult:
 
 
 def standin_ref(sglang_version: str) -> str:
+    """opsctl/sglang-standin:<version>; UsageError for anything that is not a version."""
+    if not _VERSION.match(sglang_version):
+        raise UsageError(f"not a version: {sglang_version!r}", hint="e.g. 0.5.23")
     return f"{STANDIN_REPOSITORY}:{sglang_version}"
-
-
-def wheel_cache_dir() -> Path:
-    return Path(os.environ.get(WHEEL_CACHE_ENV) or DEFAULT_WHEEL_CACHE)
 
 
 def debian_mirror(sources: tuple[Path, ...] = APT_SOURCES) -> str:
@@ -146,9 +146,9 @@ def build_debian_base(
 
 def _base_labels() -> dict[str, str]:
     return {
-        MANAGED_LABEL: "true",
-        "opsctl.role": "base",
-        "opsctl.version": __version__,
+        labels.MANAGED: labels.TRUE,
+        labels.ROLE: ROLE_BASE,
+        labels.VERSION: __version__,
         "org.opencontainers.image.title": DEBIAN_BASE,
         "org.opencontainers.image.description": f"debootstrap --variant=minbase {DEBIAN_SUITE} "
         f"+ {' '.join(DEBIAN_PACKAGES)}",
@@ -167,8 +167,7 @@ def _run_logged(argv: list[str], on_event: Callable[[BuildEvent], None], step: s
     with subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
     ) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
+        for line in proc.stdout or ():
             text = line.rstrip("\n")
             tail = (tail + [text])[-20:]
             on_event(BuildEvent(text=text, step=step))
@@ -186,28 +185,6 @@ def _run_logged(argv: list[str], on_event: Callable[[BuildEvent], None], step: s
 # --- the sglang stand-in ------------------------------------------------------------------------
 
 
-def find_sglang_wheel(version: str, cache: Path | None = None, download: bool = True) -> Path:
-    """The real sglang wheel of `version` from the host's cache; `pip download`s it when absent."""
-    if not _VERSION.match(version):
-        raise UsageError(f"not a version: {version!r}", hint="e.g. 0.5.23")
-    cache = cache or wheel_cache_dir()
-    found = sorted(cache.glob(f"sglang-{version}-*.whl"))
-    if not found and download:
-        cache.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                "--dest", str(cache), f"sglang=={version}"]
-        result = subprocess.run(argv, capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            reason = (result.stderr.strip().splitlines() or ["no output"])[-1]
-            raise BuildError(f"pip could not download sglang=={version}: {reason}",
-                             hint=f"put the wheel into {cache} by hand")
-        found = sorted(cache.glob(f"sglang-{version}-*.whl"))
-    if not found:
-        raise BuildError(f"no sglang {version} wheel in {cache}",
-                         hint=f"pip download --no-deps sglang=={version} -d {cache}")
-    return found[-1]
-
-
 def build_standin(
     engine: Engine, sglang_version: str, force: bool, on_event: Callable[[BuildEvent], None]
 ) -> BaseImageResult:
@@ -217,13 +194,13 @@ def build_standin(
         on_event(BuildEvent(text=f"{ref} is present ({existing[:19]}); --force rebuilds it"))
         return BaseImageResult(ref, existing, skipped=True)
     base = build_debian_base(engine, force=False, on_event=on_event)
-    wheel = find_sglang_wheel(sglang_version)
-    labels = {
-        MANAGED_LABEL: "true",
-        "opsctl.role": "sglang-standin",
-        "opsctl.standin": "true",
-        "opsctl.sglang-version": sglang_version,
-        "opsctl.base-digest": base.image_id,
+    wheel = wheels.fetch("sglang", sglang_version)
+    standin_labels = {
+        labels.MANAGED: labels.TRUE,
+        labels.ROLE: ROLE_STANDIN,
+        labels.STANDIN: labels.TRUE,
+        labels.SGLANG_VERSION: sglang_version,
+        labels.BASE_DIGEST: base.image_id,
         "org.opencontainers.image.title": ref,
         "org.opencontainers.image.description": (
             f"STAND-IN for the sglang {sglang_version} release image: Debian {DEBIAN_SUITE} + "
@@ -241,7 +218,7 @@ def build_standin(
             tag=ref,
             build_args={"BASE_IMAGE": base.image_id, "SGLANG_WHEEL": wheel.name,
                         "SGLANG_VERSION": sglang_version},
-            labels=labels,
+            labels=standin_labels,
             on_event=on_event,
         )
     return BaseImageResult(ref, image_id, skipped=False)

@@ -1,6 +1,6 @@
 """Checks an opsctl image against what the host expects. STDLIB ONLY: it runs inside the image.
 
-It runs twice per build, on the same expectations (a JSON object written by opsctl.image.build):
+It runs twice per build, on the same expectations (a JSON object opsctl.image.context stages):
   * inside the Dockerfile, right after the patch set is applied, with `--compile`: byte-compiles
     the patched files (checked-hash .pyc, so the bytes do not depend on mtimes) and fails the
     build step if anything is off;

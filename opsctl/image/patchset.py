@@ -6,7 +6,8 @@ means: the tree's sglang version must match; every upstream file's sha256 must m
 manifest (a file already in its patched state is reported as "already applied"); GNU `patch`
 runs with `--fuzz=0` and any offset, fuzz, reject or reversed hunk is an error; the patched
 files and new files must then hash to the manifest's values. All of it happens in a temporary
-copy, so a failure never leaves a half-patched tree.
+copy; `apply` then installs the result atomically (`install`): a failure at any point leaves
+the tree as it was, so running it again works.
 
 Standard library only: the image build copies this file in and runs it with the image's python3
 (`python3 patchset.py apply --site-packages DIR --patch-dir DIR`), where opsctl is not installed.
@@ -25,8 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +51,6 @@ except ImportError:  # standalone inside the image build: same messages, plain e
 
 
 MANIFEST = "manifest.json"
-WHEEL_CACHE_ENV = "OPSCTL_WHEEL_CACHE"
-DEFAULT_WHEEL_CACHE = "/var/cache/opsctl-wheels"
 # Both spellings: setuptools-scm writes one, vcs-versioning (0.5.23) the same assignment.
 _VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M)
 
@@ -161,20 +159,39 @@ def patch_set_sha256(version: str) -> str:
     return _patch_set_digest(patch_dir, _read_manifest(patch_dir))
 
 
+def patch_set_files(version: str) -> dict[str, Path]:
+    """A patch set as the image build stages it: name -> source, new files beside the manifest.
+
+    `apply --patch-dir` finds a new file beside the manifest first, so the staged set is
+    self-contained inside the build context.
+    """
+    patch_dir = patch_set_dir(version)
+    manifest = _read_manifest(patch_dir)
+    files = {MANIFEST: patch_dir / MANIFEST}
+    files.update({entry["diff"]: patch_dir / entry["diff"] for entry in manifest["files"]})
+    files.update({Path(entry["source"]).name: _new_file_source(patch_dir, entry)
+                  for entry in manifest["new_files"]})
+    return files
+
+
 # --- reading an sglang tree ---------------------------------------------------------------------
 
 
 def tree_version(src: Path) -> str | None:
     """The sglang version of a tree holding the `sglang` package (wheel dir or site-packages)."""
     version_file = src / "sglang" / "_version.py"
-    if version_file.is_file():
-        match = _VERSION_RE.search(version_file.read_text(errors="replace"))
-        if match:
-            return match.group(1)
-    for meta in sorted(src.glob("sglang-*.dist-info/METADATA")):
-        for line in meta.read_text(errors="replace").splitlines():
-            if line.startswith("Version:"):
-                return line.split(":", 1)[1].strip()
+    try:
+        if version_file.is_file():
+            match = _VERSION_RE.search(version_file.read_text(errors="replace"))
+            if match:
+                return match.group(1)
+        for meta in sorted(src.glob("sglang-*.dist-info/METADATA")):
+            for line in meta.read_text(errors="replace").splitlines():
+                if line.startswith("Version:"):
+                    return line.split(":", 1)[1].strip()
+    except OSError as exc:
+        raise PatchError(f"cannot read {exc.filename or src}: {exc.strerror or exc}",
+                         hint="make the sglang tree readable") from None
     return None
 
 
@@ -266,7 +283,7 @@ def _stage(src: Path, patch_dir: Path, manifest: dict[str, Any], stage: Path) ->
         if digest != entry["sha256"]:
             raise PatchError(f"{entry['source']}: sha256 {digest[:12]} != manifest "
                              f"{entry['sha256'][:12]}",
-                             hint="the kernel changed: run `python3 -m opsctl.image.patchset rehash`")
+                             hint="the kernel changed: run `python3 -m opsctl.image.rehash`")
         target = stage / dest
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
@@ -275,12 +292,22 @@ def _stage(src: Path, patch_dir: Path, manifest: dict[str, Any], stage: Path) ->
                        tuple(added), str(src))
 
 
+def _stage_readable(src: Path, patch_dir: Path, manifest: dict[str, Any], stage: Path
+                    ) -> CheckReport:
+    """`_stage`, with a tree or patch set that cannot be read as one PatchError line."""
+    try:
+        return _stage(src, patch_dir, manifest, stage)
+    except OSError as exc:
+        raise PatchError(f"cannot read {exc.filename or src}: {exc.strerror or exc}",
+                         hint="make the sglang tree and the patch set readable") from None
+
+
 def check(sglang_src: Path, version: str) -> CheckReport:
     """Apply the patch set for `version` to a temporary copy of `sglang_src`'s files."""
     patch_dir = patch_set_dir(version)
     manifest = _read_manifest(patch_dir)
     with tempfile.TemporaryDirectory(prefix="opsctl-patch-") as tmp:
-        return _stage(Path(sglang_src), patch_dir, manifest, Path(tmp))
+        return _stage_readable(Path(sglang_src), patch_dir, manifest, Path(tmp))
 
 
 def apply(site_packages: Path, patch_dir: Path) -> CheckReport:
@@ -288,155 +315,60 @@ def apply(site_packages: Path, patch_dir: Path) -> CheckReport:
     manifest = _read_manifest(Path(patch_dir))
     with tempfile.TemporaryDirectory(prefix="opsctl-patch-") as tmp:
         stage = Path(tmp)
-        report = _stage(Path(site_packages), Path(patch_dir), manifest, stage)
-        for rel in [f.path for f in report.patched] + list(report.new_files):
-            shutil.copyfile(stage / rel, Path(site_packages) / rel)
+        report = _stage_readable(Path(site_packages), Path(patch_dir), manifest, stage)
+        install(Path(site_packages), stage, [f.path for f in report.patched], list(report.new_files))
     return report
 
 
-# --- upstream wheels ----------------------------------------------------------------------------
+_NEW, _OLD = ".opsctl-new", ".opsctl-old"
 
 
-def wheel_cache_dir() -> Path:
-    return Path(os.environ.get(WHEEL_CACHE_ENV, DEFAULT_WHEEL_CACHE))
+def install(root: Path, stage: Path, replaced: list[str], added: list[str]) -> None:
+    """Put `stage`'s files into `root` all or nothing.
 
-
-def fetch_wheel(version: str, cache_dir: Path | None = None) -> Path:
-    """The sglang wheel for `version`: from the cache, else `pip download --no-deps` into it."""
-    cache = cache_dir or wheel_cache_dir()
-    found = sorted(cache.glob(f"sglang-{version}-*.whl")) if cache.is_dir() else []
-    if found:
-        return found[0]
-    cache.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-         "--disable-pip-version-check", "-q", "-d", str(cache), f"sglang=={version}"],
-        capture_output=True, text=True, check=False,
-    )
-    found = sorted(cache.glob(f"sglang-{version}-*.whl"))
-    if proc.returncode != 0 or not found:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise PatchError(f"cannot download sglang=={version}: {last}",
-                         hint=f"check network access to PyPI, or put the wheel in {cache}")
-    return found[0]
-
-
-def unpack_wheel(wheel: Path, dest: Path, members: Iterable[str] | None = None) -> Path:
-    """Unpack `wheel` (all of it, or only `members` plus the version file) into `dest`."""
-    with zipfile.ZipFile(wheel) as archive:
-        names = archive.namelist()
-        if members is not None:
-            wanted = set(members) | {"sglang/_version.py", "sglang/__init__.py"}
-            names = [n for n in names if n in wanted or n.endswith(".dist-info/METADATA")]
-        archive.extractall(dest, members=names)
-    return dest
-
-
-def stage_patch_set(version: str, dest: Path) -> Path:
-    """Copy a patch set with its new files beside the manifest (a self-contained build input)."""
-    patch_dir = patch_set_dir(version)
-    manifest = _read_manifest(patch_dir)
-    dest.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(patch_dir / MANIFEST, dest / MANIFEST)
-    for entry in manifest["files"]:
-        shutil.copyfile(patch_dir / entry["diff"], dest / entry["diff"])
-    for entry in manifest["new_files"]:
-        shutil.copyfile(_new_file_source(patch_dir, entry), dest / Path(entry["source"]).name)
-    return dest
-
-
-def members_for(version: str) -> list[str]:
-    manifest = load_manifest(version)
-    return [f["path"] for f in manifest["files"]] + [n["destination"] for n in manifest["new_files"]]
-
-
-def check_release(sglang_version: str, patch_version: str | None = None,
-                  cache_dir: Path | None = None) -> CheckReport:
-    """Check a patch set against the real upstream wheel of `sglang_version` (downloaded once).
-
-    The wheel's sha256 is compared with the manifest's when it is the same wheel file.
+    Each file is first written beside its target (same directory, so the rename is atomic),
+    each target backed up (a hard link), then all are renamed into place; any error renames
+    the backups back and removes what was added. A symlink on the way is refused: the patch
+    writes only the tree it verified.
     """
-    version = patch_version or sglang_version
-    manifest = load_manifest(version)
-    wheel = fetch_wheel(sglang_version, cache_dir)
-    recorded = manifest.get("wheel", {})
-    if recorded.get("filename") == wheel.name and _sha256_file(wheel) != recorded.get("sha256"):
-        raise PatchError(f"{wheel}: sha256 differs from the manifest's for {wheel.name}",
-                         hint="the cached wheel is corrupt or not the PyPI release; delete it")
-    with tempfile.TemporaryDirectory(prefix="opsctl-wheel-") as tmp:
-        unpack_wheel(wheel, Path(tmp), members_for(version))
-        return dataclasses.replace(check(Path(tmp), version), tree=str(wheel))
-
-
-# --- which version/variant pairs can work ---------------------------------------------------------
-
-
-def _has_flag(args: Sequence[str], flag: str, value: str) -> bool:
-    for i, arg in enumerate(args):
-        if arg == f"{flag}={value}" or (arg == flag and i + 1 < len(args) and args[i + 1] == value):
-            return True
-    return False
-
-
-def variant_support_problem(deployment: Any, argv: list[str]) -> str | None:
-    """Why this deployment cannot work on its pinned sglang, or None. Facts come from manifests.
-
-    `deployment` is opsctl.deploy.profiles.Deployment, duck-typed (this module stays stdlib-only);
-    `argv` is the sglang command line rendered from it, where escape flags are looked for.
-    """
-    image = deployment.profile.image
-    if image.kind == "simulator":
-        return None
-    version = image.sglang_version
-    server = deployment.server
-    if not (patches_root() / version / MANIFEST).is_file():
-        if deployment.patched:
-            known = ", ".join(available_versions()) or "none"
-            return f"the variant needs the gather-then-cast patch, but there is no patch set " \
-                   f"for sglang {version} (patch sets: {known})"
-        return None
-    manifest = load_manifest(version)
-    if deployment.patched and server.attention_backend != "flashinfer":
-        return ("the gather-then-cast patch changes only the flashinfer MLA backend, but the "
-                f"variant runs attention_backend={server.attention_backend!r}")
-    architecture = deployment.profile.model.architecture
-    for finding in manifest["layout_findings"]:
-        if architecture not in finding["architectures"]:
-            continue
-        if server.attention_backend not in finding["attention_backends"]:
-            continue
-        if server.kv_cache_dtype not in finding["kv_cache_dtypes"]:
-            continue
-        escape = finding.get("raw_layout_args", [])
-        if escape and all(_has_flag(argv, flag, value) for flag, value in escape):
-            continue
-        if not finding["works"]:
-            return finding["reason"]
-    return None
-
-
-# --- maintenance: recompute a manifest's hashes from the real upstream tree -----------------------
-
-
-def rehash(version: str, sglang_src: Path, wheel: Path | None = None) -> dict[str, Any]:
-    """Recompute every sha256 in `version`'s manifest from `sglang_src` and the repo files."""
-    patch_dir = patch_set_dir(version)
-    manifest = _read_manifest(patch_dir)
-    for entry in manifest["files"]:
-        upstream = Path(sglang_src) / entry["path"]
-        entry["upstream_sha256"] = _sha256_file(upstream)
-        with tempfile.TemporaryDirectory(prefix="opsctl-rehash-") as tmp:
-            target = Path(tmp) / entry["path"]
-            target.parent.mkdir(parents=True)
-            shutil.copyfile(upstream, target)
-            _run_patch(Path(tmp), patch_dir / entry["diff"])
-            entry["patched_sha256"] = _sha256_file(target)
-    for entry in manifest["new_files"]:
-        entry["sha256"] = _sha256_file(_new_file_source(patch_dir, entry))
-    if wheel is not None:
-        manifest["wheel"] = {"filename": wheel.name, "sha256": _sha256_file(wheel)}
-    (patch_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    return manifest
+    pairs = [(stage / rel, root / rel) for rel in [*replaced, *added]]
+    for rel in [*replaced, *added]:
+        for part in [root / rel, *(root / rel).parents]:
+            if part == root:
+                break
+            if part.is_symlink():
+                raise PatchError(f"{part} is a symlink; refusing to write through it",
+                                 hint="patch a real sglang tree (a copy, not a link farm)")
+    staged: list[Path] = []
+    backups: list[tuple[Path, Path]] = []
+    placed: list[Path] = []
+    try:
+        for source, target in pairs:
+            beside = target.with_name(target.name + _NEW)
+            beside.unlink(missing_ok=True)  # left by a run that was killed
+            staged.append(beside)
+            shutil.copyfile(source, beside)
+            shutil.copymode(target if target.exists() else source, beside)
+        for rel in replaced:
+            backup = (root / rel).with_name((root / rel).name + _OLD)
+            backup.unlink(missing_ok=True)
+            os.link(root / rel, backup)
+            backups.append((backup, root / rel))
+        for (_, target), beside in zip(pairs, staged, strict=True):
+            os.replace(beside, target)
+            placed.append(target)
+    except OSError as exc:
+        for backup, target in backups:
+            os.replace(backup, target)
+            backup.unlink(missing_ok=True)  # still there when the target was never replaced
+        for target in placed[len(replaced):]:
+            target.unlink(missing_ok=True)
+        for beside in staged:
+            beside.unlink(missing_ok=True)
+        raise PatchError(f"cannot write {exc.filename or root}: {exc.strerror or exc}; the tree "
+                         "is unchanged", hint="make the tree writable, then apply again") from None
+    for backup, _ in backups:
+        backup.unlink()
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
@@ -448,20 +380,12 @@ def _main(argv: Sequence[str] | None = None) -> int:
     p_check = sub.add_parser("check", help="verify a patch set against a tree, in a temp copy")
     p_check.add_argument("--sglang-src", required=True, type=Path)
     p_check.add_argument("--version", required=True)
-    p_rehash = sub.add_parser("rehash", help="recompute a manifest's sha256s (maintainers)")
-    p_rehash.add_argument("--version", required=True)
-    p_rehash.add_argument("--sglang-src", required=True, type=Path)
-    p_rehash.add_argument("--wheel", type=Path)
     args = parser.parse_args(argv)
     try:
         if args.command == "apply":
             report = apply(args.site_packages, args.patch_dir)
-        elif args.command == "check":
-            report = check(args.sglang_src, args.version)
         else:
-            rehash(args.version, args.sglang_src, args.wheel)
-            print(f"rehashed {patch_set_dir(args.version) / MANIFEST}")
-            return 0
+            report = check(args.sglang_src, args.version)
     except PatchError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         if exc.hint:

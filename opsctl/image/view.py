@@ -1,25 +1,32 @@
-"""Live build progress on the terminal (rich): step headers stay, output scrolls in a status line.
+"""Everything the image room prints (rich): live build progress and each command's result.
 
-On failure the failing step and the tail of its output are printed before the CLI's one-line
-error, so the reason is on screen without scrolling through pip or patch output.
+Build progress: step headers stay, output scrolls in a status line. On failure the failing step
+and the tail of its output are printed before the CLI's one-line error, so the reason is on
+screen without scrolling through pip or patch output.
+
+Results: what a script needs (the image tag, the patch report) goes to stdout, what a person
+reads alongside the progress (re-locking, "up to date") to stderr.
 """
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from types import TracebackType
 
 from rich.console import Console
-from rich.markup import escape
 from rich.status import Status
+from rich.text import Text
 
-from opsctl.engine.dockerpy import BuildEvent
+from opsctl.argspec.extract import Extraction
+from opsctl.engine.api import BuildEvent
+from opsctl.image.baseimage import BaseImageResult
+from opsctl.image.build import ANSI_ESCAPE, BuildResult, shorten
+from opsctl.image.patchset import CheckReport
+from opsctl.image.plan import BuildPlan
 
 TAIL_LINES = 25
 STEP_WIDTH = 120  # a RUN step's header is its whole command; one line of it is enough
 LINE_WIDTH = 300
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class BuildView:
@@ -33,7 +40,7 @@ class BuildView:
         self._tail: deque[str] = deque(maxlen=TAIL_LINES)
 
     def __enter__(self) -> BuildView:
-        self._status = self._console.status(escape(self._title))
+        self._status = self._console.status(Text(self._title))
         self._status.start()
         return self
 
@@ -46,32 +53,70 @@ class BuildView:
         if self._status is not None:
             self._status.stop()
         if exc is not None and self._tail:
-            step = _shorten(self._step or "(none)", STEP_WIDTH)
-            self._console.print(f"[bold red]failing step:[/] {escape(step)}",
+            step = shorten(self._step or "(none)", STEP_WIDTH)
+            self._console.print(Text.assemble(("failing step:", "bold red"), f" {step}"),
                                 highlight=False, soft_wrap=True)
             for line in self._tail:
-                self._console.print(f"  [dim]|[/] {escape(line)}", highlight=False, soft_wrap=True)
+                self._console.print(Text.assemble("  ", ("|", "dim"), f" {line}"),
+                                    highlight=False, soft_wrap=True)
 
     def on_event(self, event: BuildEvent) -> None:
         if event.step != self._step:
             self._step = event.step
             self._tail.clear()
-        for line in _ANSI.sub("", event.text).splitlines():
+        for line in ANSI_ESCAPE.sub("", event.text).splitlines():
             self._line(line.rstrip(), event)
 
     def _line(self, text: str, event: BuildEvent) -> None:
         if text.startswith("Step "):
-            self._console.print(escape(_shorten(text, STEP_WIDTH)), style="bold", highlight=False,
+            self._console.print(Text(shorten(text, STEP_WIDTH), style="bold"), highlight=False,
                                 soft_wrap=True)
         elif event.step is None or event.step in {"verify", "lock"} and not event.error:
             # opsctl's own lines (skip notices, verification results, re-locking) always show.
-            self._console.print(escape(text), highlight=False, soft_wrap=True)
+            self._console.print(Text(text), highlight=False, soft_wrap=True)
         elif text.strip():
-            self._tail.append(_shorten(text, LINE_WIDTH))
+            self._tail.append(shorten(text, LINE_WIDTH))
             if self._status is not None:
-                self._status.update(f"{escape(self._title)} [dim]{escape(text[-100:])}[/]")
+                self._status.update(Text.assemble(self._title, " ", (text[-100:], "dim")))
 
 
-def _shorten(text: str, width: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 3] + "..."
+def build_title(plan: BuildPlan) -> str:
+    return f"building {plan.repository} for sglang {plan.sglang_version} ({plan.profile})"
+
+
+def show_plans(console: Console, plans: list[BuildPlan]) -> None:
+    """Each image's plan, a blank line between images."""
+    for index, plan in enumerate(plans):
+        if index:
+            console.print()
+        for name, value in plan.describe():
+            console.print(Text.assemble((f"{name:>12}", "bold"), f"  {value}"), highlight=False,
+                          soft_wrap=True)
+
+
+def show_build(out: Console, err: Console, plan: BuildPlan, result: BuildResult) -> None:
+    if result.relocked:
+        err.print(Text.assemble(("re-locked", "bold yellow"), f" {result.base.ref} -> "
+                                f"{result.base.digest} in {plan.lock_path}"),
+                  highlight=False, soft_wrap=True)
+    done = "verified again" if result.reverified else "built and verified"
+    state = "up to date" if result.skipped else f"{done} ({len(result.checks)} checks)"
+    err.print(Text.assemble((f"{state}:", "green"), f" {result.tag}"), highlight=False,
+              soft_wrap=True)
+    out.print(result.tag, highlight=False, soft_wrap=True, markup=False)
+
+
+def show_base_images(console: Console, results: list[BaseImageResult]) -> None:
+    for result in results:
+        state = "present" if result.skipped else "built"
+        console.print(f"{result.ref} {state} ({result.image_id[:19]})", highlight=False, markup=False)
+
+
+def show_patch_report(console: Console, report: CheckReport) -> None:
+    for line in report.lines():
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
+
+
+def show_extraction(console: Console, result: Extraction) -> None:
+    console.print(f"wrote {result.path}: {result.actions} arguments of sglang {result.version} "
+                  f"({result.wheel.name})", highlight=False, soft_wrap=True, markup=False)

@@ -12,10 +12,16 @@ the rows attention reads are the same bits. The alternative (a compact buffer pl
 identity indices) would need a second capture-stable index buffer and changes to the graph
 wrapper set-up, and it only works with page_size 1.
 
+Bounded cost: the gather's work grows with the id count (the sum of sequence lengths), not with
+the distinct rows, and with shared prefixes the ids can outnumber the pool. When the count read on
+the device reaches the pool's row count, the same launch converts the whole pool linearly
+(consecutive rows, no index reads): never more work than the stock full cast, and the same bits.
+
 Graph safety: the active-row count is read on the device (`kv_indptr[bs] - kv_indptr[0]`), the
-grid is fixed when the workspace is made (a grid-stride loop covers any count), and a step does
-no host sync, no allocation and no `arange`. The price is one pool-sized BF16 buffer per GPU:
-`workspace_bytes(rows)`, logged at start-up and budgeted in the profile's memory fraction.
+choice between gather and linear is made there too, the grid is fixed when the workspace is made
+(a grid-stride loop covers any count), and a step does no host sync, no allocation and no
+`arange`. The price is one pool-sized BF16 buffer per GPU: `workspace_bytes(rows)`, logged at
+start-up (the `MARKER` line) and budgeted in the profile's memory fraction.
 """
 
 from __future__ import annotations
@@ -29,8 +35,22 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-# Must equal opsctl.profiles.PATCH_SWITCH_ENV (a unit test holds them together).
+# Must equal opsctl.deploy.profiles.PATCH_SWITCH_ENV (a unit test holds them together).
 SWITCH_ENV = "OPSCTL_KV_GATHER_CAST"
+# Prefix of the one start-up log line that says whether the patched path is on; `opsctl verify`
+# finds it in the container log (`parse_marker`). Lines: "<MARKER> active key=value ..." or
+# "<MARKER> inactive reason=<REASON_*> ...".
+MARKER = "opsctl-kv-gather-cast:"
+ACTIVE, INACTIVE = "active", "inactive"
+REASON_SWITCH_OFF = "switch_off"
+REASON_POOL_NOT_FP8 = "pool_not_fp8_e4m3"
+REASON_POOL_SHAPE = "pool_shape"
+# Per-forward reasons for the stock cast (`stock_reason`); not logged, they can change per step.
+REASON_NO_WORKSPACE = "no_workspace"
+REASON_ROWS_UNKNOWN = "rows_unknown"
+REASON_QUERY_DTYPE = "query_dtype"
+# The one pool dtype the kernel converts (its bit-exactness is what the tests prove).
+POOL_DTYPE_NAME = "float8_e4m3fn"
 # Rows per grid-stride iteration of one program; 16 rows x 576 B keeps ~9 KB of loads in flight.
 BLOCK_ROWS = 16
 NUM_WARPS = 4
@@ -47,6 +67,36 @@ def switch_enabled(environ: Mapping[str, str] | None = None) -> bool:
     """The runtime switch: "1" takes the gather-then-cast path, anything else the stock one."""
     env = os.environ if environ is None else environ
     return env.get(SWITCH_ENV, "") == "1"
+
+
+def format_marker(state: str, **fields: object) -> str:
+    """`MARKER state key=value ...`; whitespace is dropped from values so the line splits cleanly."""
+    parts = [MARKER, state]
+    parts += [f"{key}={''.join(str(value).split())}" for key, value in fields.items()]
+    return " ".join(parts)
+
+
+def parse_marker(line: str) -> dict[str, str | int] | None:
+    """The marker in one log line (any prefix before it), or None if the line carries none.
+
+    Returns {"state": "active" | "inactive", key: value, ...}; all-digit values become ints.
+    """
+    at = line.find(MARKER)
+    if at < 0:
+        return None
+    tokens = line[at + len(MARKER):].split()
+    if not tokens or tokens[0] not in (ACTIVE, INACTIVE):
+        return None
+    fields: dict[str, str | int] = {"state": tokens[0]}
+    for token in tokens[1:]:
+        key, sep, value = token.partition("=")
+        if sep and key and key != "state":
+            fields[key] = int(value) if value.isascii() and value.isdigit() else value
+    return fields
+
+
+def _announce(level: int, state: str, **fields: object) -> None:
+    logger.log(level, "%s", format_marker(state, **fields))
 
 
 def split_row(row_elems: int) -> tuple[int, int]:
@@ -84,6 +134,7 @@ def _kernel(interpret: bool) -> Any:
         indptr,
         bs,
         num_rows,
+        linear_min_ids,
         src_row_stride,
         dst_row_stride,
         HEAD: tl.constexpr,
@@ -95,16 +146,23 @@ def _kernel(interpret: bool) -> Any:
         # The active count lives on the device: the launch is identical at every replay.
         start = tl.load(indptr)
         count = tl.load(indptr + bs) - start
+        # Bounded work: from `linear_min_ids` ids on (the pool's rows), convert every pool row
+        # in order instead: coalesced, no index reads, never more than the stock full cast. The
+        # rows attention reads get the same bits either way.
+        linear = count >= linear_min_ids
+        todo = tl.where(linear, num_rows, count)
         head_cols = tl.arange(0, HEAD)
         # A while loop, not range(): the same code then runs in the CPU interpreter too.
         first = pid * BLOCK
-        while first < count:
+        while first < todo:
             rows = first + tl.arange(0, BLOCK)
-            live = rows < count
-            ids = tl.load(indices + start + rows, mask=live, other=0)
+            live = rows < todo
+            if linear:
+                ids = rows.to(tl.int64)
+            else:
+                ids = tl.load(indices + start + rows, mask=live, other=0).to(tl.int64)
             # A slot id outside the pool is never converted (stock would read garbage there too).
             live = live & (ids >= 0) & (ids < num_rows)
-            ids = ids.to(tl.int64)
             src_rows = src + ids[:, None] * src_row_stride
             dst_rows = dst + ids[:, None] * dst_row_stride
             mask = live[:, None]
@@ -128,6 +186,13 @@ def default_num_programs(device: torch.device, programs_per_sm: int = PROGRAMS_P
     return torch.cuda.get_device_properties(device).multi_processor_count * programs_per_sm
 
 
+def is_fp8_e4m3(tensor: torch.Tensor) -> bool:
+    """Whether `tensor` holds e4m3 values (a uint8 view of the same bytes would convert wrongly)."""
+    import torch
+
+    return bool(tensor.dtype == getattr(torch, POOL_DTYPE_NAME))
+
+
 class GatherCastWorkspace:
     """One BF16 buffer shaped like one layer's KV pool, shared by every layer of a backend."""
 
@@ -140,16 +205,21 @@ class GatherCastWorkspace:
         num_programs: int | None = None,
         block_rows: int = BLOCK_ROWS,
         num_warps: int = NUM_WARPS,
+        linear_min_ids: int | None = None,
     ) -> None:
         import torch
 
         self.head, self.tail = split_row(row_elems)
         self.device = torch.device(device)
-        # Allocated once, before any graph capture, so it never lives in a graph's pool.
-        self.buffer = torch.empty((pool_rows, 1, row_elems), dtype=dtype, device=self.device)
+        # Allocated once, before any graph capture, so it never lives in a graph's pool; zeroed,
+        # so a row no step has converted yet holds 0.0, never what the allocator left there.
+        self.buffer = torch.zeros((pool_rows, 1, row_elems), dtype=dtype, device=self.device)
         self.num_programs = num_programs or default_num_programs(self.device)
         self.block_rows = block_rows
         self.num_warps = num_warps
+        # Id count from which a step converts the whole pool linearly (default: the pool's rows,
+        # where the gather would move at least as many bytes as the full cast).
+        self.linear_min_ids = pool_rows if linear_min_ids is None else linear_min_ids
 
     @property
     def nbytes(self) -> int:
@@ -161,8 +231,9 @@ class GatherCastWorkspace:
         """Write bf16(pool[id]) at workspace[id] for id in kv_indices[kv_indptr[0]:kv_indptr[-1]].
 
         `kv_indptr` is the decode/prefill indptr sliced to bs + 1 entries; its last entry is read
-        on the device. Returns the whole workspace, shaped like `pool` (rows outside the active
-        set hold whatever an earlier layer or step left there; attention never reads them).
+        on the device. When that count reaches `linear_min_ids`, every row is written instead.
+        Returns the whole workspace, shaped like `pool` (rows outside the active set hold what an
+        earlier layer or step left there, or zeros; attention never reads them).
         """
         if pool.shape != self.buffer.shape:
             raise ValueError(f"pool shape {tuple(pool.shape)} != workspace {tuple(self.buffer.shape)}")
@@ -177,6 +248,7 @@ class GatherCastWorkspace:
             kv_indptr,
             bs,
             pool.shape[0],
+            self.linear_min_ids,
             pool.stride(0),
             self.buffer.stride(0),
             HEAD=self.head,
@@ -187,47 +259,72 @@ class GatherCastWorkspace:
         return self.buffer
 
 
-def maybe_create_workspace(
-    pool: torch.Tensor, dtype: torch.dtype, environ: Mapping[str, str] | None = None
+def create_workspace(
+    pool: torch.Tensor, dtype: torch.dtype, layers: int | None = None
 ) -> GatherCastWorkspace | None:
-    """The backend's start-up hook: a workspace when the switch is on and the pool is FP8.
+    """A workspace for `pool` (one layer's key buffer, (rows, 1, row_elems)), or None.
 
-    `pool` is one layer's key buffer as the backend reads it (rows, 1, row_elems).
+    Logs the one marker line: `active` with the workspace's size, or `inactive` with the reason
+    the stock path stays (a pool that is not FP8 e4m3, e.g. BF16 KV, needs no cast kernel).
     """
-    if not switch_enabled(environ):
+    if not is_fp8_e4m3(pool) or pool.dtype == dtype:
+        reason = REASON_QUERY_DTYPE if is_fp8_e4m3(pool) else REASON_POOL_NOT_FP8
+        _announce(logging.WARNING, INACTIVE, reason=reason, pool_dtype=pool.dtype, dtype=dtype)
         return None
-    if pool.dtype == dtype or pool.element_size() != 1 or pool.dim() != 3:
-        logger.warning(
-            "%s=1 but the KV pool is %s %s, not a 1-byte FP8 pool: stock path kept",
-            SWITCH_ENV, pool.dtype, tuple(pool.shape),
-        )
+    if pool.dim() != 3 or pool.shape[1] != 1:
+        _announce(logging.WARNING, INACTIVE, reason=REASON_POOL_SHAPE,
+                  pool_shape="x".join(str(n) for n in pool.shape))
         return None
-    rows, heads, row_elems = pool.shape
-    if heads != 1:
-        logger.warning("%s=1 but the pool has %d heads: stock path kept", SWITCH_ENV, heads)
-        return None
+    rows, _, row_elems = pool.shape
     workspace = GatherCastWorkspace(rows, row_elems, dtype, pool.device)
-    logger.info(
-        "opsctl gather-then-cast on: BF16 workspace of %d bytes (%d rows x %d x %d B) on %s, "
-        "grid %d programs",
-        workspace.nbytes, rows, row_elems, workspace.buffer.element_size(), pool.device,
-        workspace.num_programs,
-    )
+    _announce(logging.INFO, ACTIVE, workspace_bytes=workspace.nbytes, rows=rows,
+              row_elems=row_elems, layers="unknown" if layers is None else layers,
+              dtype=dtype, device=pool.device, programs=workspace.num_programs)
     return workspace
 
 
 def workspace_for_backend(
-    kv_pool: Any, dtype: torch.dtype, skip_prefill: bool
+    kv_pool: Any, dtype: torch.dtype, skip_prefill: bool,
+    environ: Mapping[str, str] | None = None,
 ) -> GatherCastWorkspace | None:
     """Start-up hook of the patched flashinfer MLA backend; touches the pool only if switched on.
 
     Draft-decode backends (`skip_prefill`) only ever see speculative batches, which keep the
-    stock path, so they get no workspace.
+    stock path, so they get no workspace and log nothing: the target backend's line is the one.
     """
-    if skip_prefill or not switch_enabled():
+    if skip_prefill:
+        return None
+    if not switch_enabled(environ):
+        _announce(logging.INFO, INACTIVE, reason=REASON_SWITCH_OFF, switch=SWITCH_ENV)
         return None
     first_layer = getattr(kv_pool, "start_layer", 0) or 0
-    return maybe_create_workspace(kv_pool.get_key_buffer(first_layer), dtype)
+    return create_workspace(kv_pool.get_key_buffer(first_layer), dtype,
+                            getattr(kv_pool, "layer_num", None))
+
+
+def stock_reason(
+    workspace: GatherCastWorkspace | None,
+    pool: torch.Tensor,
+    rows: tuple[torch.Tensor, torch.Tensor] | None,
+    dtype: torch.dtype,
+) -> str | None:
+    """Why this forward keeps the stock `pool.to(dtype)`, or None when the kernel runs.
+
+    Stock whenever the kernel's result could differ from it: no workspace, rows not planned by
+    the patched updaters (speculative, DCP, a prefill being captured), a pool that is not FP8
+    e4m3, a workspace dtype other than the query's, or a pool of another shape.
+    """
+    if workspace is None:
+        return REASON_NO_WORKSPACE
+    if rows is None:
+        return REASON_ROWS_UNKNOWN
+    if not is_fp8_e4m3(pool):
+        return REASON_POOL_NOT_FP8
+    if workspace.buffer.dtype != dtype:
+        return REASON_QUERY_DTYPE
+    if pool.shape != workspace.buffer.shape:
+        return REASON_POOL_SHAPE
+    return None
 
 
 def key_buffer_for_attention(
@@ -238,9 +335,9 @@ def key_buffer_for_attention(
 ) -> torch.Tensor:
     """What the patched backend calls in place of `pool.to(dtype)`.
 
-    `rows` is (kv_indptr[: bs + 1], kv_indices) as planned for this forward; None (speculative,
-    DCP, or a path this patch does not cover) keeps the stock full-pool cast.
+    `rows` is (kv_indptr[: bs + 1], kv_indices) as planned for this forward; `stock_reason`
+    decides between the kernel and the stock full-pool cast.
     """
-    if workspace is None or rows is None or pool.dtype == dtype:
-        return pool.to(dtype)
-    return workspace.convert(pool, rows[0], rows[1])
+    if workspace is not None and rows is not None and not stock_reason(workspace, pool, rows, dtype):
+        return workspace.convert(pool, rows[0], rows[1])
+    return pool.to(dtype)

@@ -21,7 +21,8 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 
-from opsctl.observe.promconfig import RATE_WINDOW, sglang
+from opsctl.observe import gpu
+from opsctl.observe.promnames import RATE_WINDOW, sglang
 
 DASHBOARD_UID = "opsctl-decode-latency"
 DASHBOARD_TITLE = "Decode latency"
@@ -129,14 +130,50 @@ PANELS: tuple[PanelSpec, ...] = (
     ),
 )
 
+# The GPU row, from dcgm-exporter (opsctl/observe/gpu.py): per GPU, no variant.
+_THROTTLE = "|".join(gpu.THROTTLE_EVENTS)
+_FB_USED = "DCGM_FI_DEV_FB_USED / (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE)"
+GPU_PANELS: tuple[PanelSpec, ...] = (
+    PanelSpec(
+        "GPU temperature", "DCGM_FI_DEV_GPU_TEMP per GPU and the lowest slowdown temperature "
+        "(DCGM_FI_DEV_SLOWDOWN_TEMP); the alert fires 5 C below it.", "celsius",
+        (Query("max by (gpu) (DCGM_FI_DEV_GPU_TEMP)", "GPU {{gpu}}"),
+         Query("min(DCGM_FI_DEV_SLOWDOWN_TEMP)", "slowdown")),
+    ),
+    PanelSpec(
+        "GPU memory used", "Framebuffer used / (used + free) per GPU. sglang reserves most of "
+        "it at start (--mem-fraction-static); the alert fires at 98%.", "percentunit",
+        (Query(f"max by (gpu) ({_FB_USED})", "GPU {{gpu}}"),),
+        max_value=1.0, threshold=gpu.MEMORY_FULL_RATIO,
+    ),
+    PanelSpec(
+        "GPU throttling", "Clock events for heat or a hardware limit within dcgm-exporter's "
+        "window (DCGM_EXP_CLOCK_EVENTS_COUNT), per GPU and reason.", "short",
+        (Query(f'sum by (gpu, clock_event) (DCGM_EXP_CLOCK_EVENTS_COUNT{{clock_event=~"{_THROTTLE}"}})',
+               "GPU {{gpu}} {{clock_event}}"),),
+    ),
+    PanelSpec(
+        "GPU errors", "Last Xid code per GPU (DCGM_FI_DEV_XID_ERRORS, 0: none since the exporter "
+        "started) and uncorrectable ECC errors over the last hour.", "short",
+        (Query("max by (gpu, err_msg) (DCGM_FI_DEV_XID_ERRORS)", "GPU {{gpu}} last Xid ({{err_msg}})"),
+         Query("sum by (gpu) (increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[1h]))",
+               "GPU {{gpu}} ECC DBE 1h")),
+        kind="stat",
+    ),
+)
+
 # Deploy annotations: a marker where a variant's series first appear (a variant change), from
-# sglang itself, and from opsctl's exporter with the image and patch it runs.
+# sglang itself, and from opsctl's exporter with the image and patch it runs; and each
+# `opsctl up --gate` (pushed when it ends), with the variant it gated and its outcome.
 ANNOTATIONS: tuple[tuple[str, str, str], ...] = (
     ("Variant started (sglang)", "blue",
      f"group by (variant) ({sglang('num_running_reqs')}) unless "
      f"group by (variant) ({sglang('num_running_reqs')} offset 2m)"),
     ("Deployment changed (opsctl)", "purple",
      "opsctl_deployment_info unless opsctl_deployment_info offset 2m"),
+    ("Gate (opsctl up --gate)", "orange",
+     "max by (profile, variant, outcome) (opsctl_gate_last_outcome == 1) "
+     "and on (profile, variant) (time() - opsctl_gate_timestamp_seconds < 120)"),
 )
 
 
@@ -209,6 +246,7 @@ def build_dashboard() -> dict[str, Any]:
         ("Latency and throughput", PANELS[2:5]),
         ("Load and KV cache", PANELS[5:7]),
         ("opsctl smoke and bench", PANELS[7:]),
+        ("GPUs (dcgm-exporter)", GPU_PANELS),
     )
     for title, specs in rows:
         board = board.with_row(gd.Row(title))

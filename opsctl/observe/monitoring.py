@@ -1,11 +1,19 @@
-"""`opsctl monitor render|up|down`: Prometheus, a Pushgateway and Grafana for one host.
+"""`opsctl monitor render|up|down`: Prometheus, a Pushgateway, Alertmanager, Grafana and (on a
+GPU profile) dcgm-exporter for one host.
 
-Rendering is pure: the profile's SLO and the scrape targets become the files under
-monitoring/ (committed for the shipped profile) or under a config folder for `up`. The three
-containers run with the host's network namespace because Prometheus must reach sglang and the
-exporter on 127.0.0.1; each listens on 127.0.0.1 only. Docker is reached through
-`opsctl.engine.dockerpy` alone; images are pinned by tag in monitoring/images.yaml and by digest in
-monitoring/images.lock.json, written at the first pull on the user's host.
+Rendering is pure: the profile's SLO, the scrape targets and the user's Alertmanager receivers
+become the files under monitoring/ (committed for the shipped profile) or under a config folder
+for `up`. The containers run with the host's network namespace because Prometheus must reach
+sglang and the exporter on 127.0.0.1; each listens on 127.0.0.1 only. This module only plans: the engine is
+handed to `opsctl.observe.app`, which starts and stops the containers. Images are pinned by tag
+in monitoring/images.yaml and by digest in monitoring/images.lock.json, written at the first pull
+on the user's host.
+
+Grafana's admin password is generated once per host and handed over as a file
+(`GF_SECURITY_ADMIN_PASSWORD__FILE`, Grafana's `__FILE` convention), never as an environment
+value: `docker inspect`, `--dry-run` and the plan hold only the file's path. The file is
+world-readable inside a 0700 directory, because Grafana runs as its own uid (472) in the
+container and reads it through a read-only bind mount, while no other host user can reach it.
 """
 
 from __future__ import annotations
@@ -13,30 +21,34 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from opsctl.core import labels as keys
 from opsctl.core.errors import LaunchError
+from opsctl.core.files import atomic_write_text
 from opsctl.core.paths import project_root
-from opsctl.observe import dashboard
-from opsctl.observe import promconfig as prom_config
+from opsctl.engine.api import Engine, Mount, RunSpec
+from opsctl.observe import alertmanager, dashboard, gpu, promconfig
+from opsctl.observe.promnames import SloRule, slo_rules
+from opsctl.observe.promrules import PRODUCTION_TIMING, RuleTiming
 
 if TYPE_CHECKING:
     from opsctl.deploy.profiles import Profile
-    from opsctl.engine.dockerpy import Engine, RunSpec
 
-ROLE_LABEL = "opsctl.role"
-MONITORING_ROLE = "monitoring"
 PROMETHEUS_PORT = 9090
 PUSHGATEWAY_PORT = 9091
 GRAFANA_PORT = 3000
 EXPORTER_PORT = 9464
 DASHBOARD_FILE = "dashboards/decode-latency.json"
-GRAFANA_PASSWORD_FILE = "grafana-admin-password"
-COMPONENTS = ("prometheus", "pushgateway", "grafana")
+GRAFANA_PASSWORD_FILE = "secrets/grafana-admin-password"
+_OLD_PASSWORD_FILE = "grafana-admin-password"  # where opsctl kept it before (mode 0600)
+GRAFANA_PASSWORD_MOUNT = "/run/secrets/grafana-admin-password"
+COMPONENTS = ("prometheus", "pushgateway", "alertmanager", "grafana", "dcgm_exporter")
+STOP_GRACE_SECONDS = 30
 # The committed files under monitoring/ are rendered for the production profile.
 SHIPPED_PROFILE = "glm5-nvfp4-rtx6000"
 
@@ -45,7 +57,9 @@ SHIPPED_PROFILE = "glm5-nvfp4-rtx6000"
 class Images:
     prometheus: str
     pushgateway: str
+    alertmanager: str
     grafana: str
+    dcgm_exporter: str
 
     def ref(self, component: str) -> str:
         return str(getattr(self, component))
@@ -72,12 +86,14 @@ def load_lock(path: Path | None = None) -> dict[str, str]:
 # --- rendering ---------------------------------------------------------------------------------
 
 
-def targets_for(profile: Profile, scrape_interval: str = "15s") -> prom_config.ScrapeTargets:
+def targets_for(profile: Profile, scrape_interval: str = "15s") -> promconfig.ScrapeTargets:
     container = profile.container
-    return prom_config.ScrapeTargets(
+    return promconfig.ScrapeTargets(
         sglang=(f"{container.publish_address}:{container.host_port}",),
         opsctl_exporter=(f"127.0.0.1:{EXPORTER_PORT}",),
         pushgateway=(f"127.0.0.1:{PUSHGATEWAY_PORT}",),
+        alertmanager=(f"127.0.0.1:{alertmanager.PORT}",),
+        dcgm_exporter=(f"127.0.0.1:{gpu.PORT}",) if container.gpus else (),
         scrape_interval=scrape_interval,
         evaluation_interval=scrape_interval,
     )
@@ -108,39 +124,42 @@ def grafana_files(prometheus_url: str) -> dict[str, str]:
             "options": {"path": "/etc/grafana/dashboards"},
         }],
     }
-    header = prom_config.GENERATED
+    header = promconfig.GENERATED
     return {
-        "provisioning/datasources/prometheus.yml": prom_config.dump_yaml(datasource, header),
-        "provisioning/dashboards/opsctl.yml": prom_config.dump_yaml(provider, header),
+        "provisioning/datasources/prometheus.yml": promconfig.dump_yaml(datasource, header),
+        "provisioning/dashboards/opsctl.yml": promconfig.dump_yaml(provider, header),
         DASHBOARD_FILE: dashboard.dashboard_json(),
     }
 
 
 def render_files(
-    slo: prom_config.TpotSlo,
-    targets: prom_config.ScrapeTargets,
-    timing: prom_config.RuleTiming = prom_config.PRODUCTION_TIMING,
+    slos: tuple[SloRule, ...],
+    targets: promconfig.ScrapeTargets,
+    timing: RuleTiming = PRODUCTION_TIMING,
+    receivers: dict[str, Any] | None = None,
+    alert_timing: alertmanager.Timing = alertmanager.PRODUCTION_TIMING,
 ) -> dict[str, str]:
     """Every generated file, keyed by its path under monitoring/."""
     files = {f"prometheus/{path}": text
-             for path, text in prom_config.render_prometheus_files(slo, targets, timing).items()}
+             for path, text in promconfig.render_prometheus_files(slos, targets, timing).items()}
+    am_config = alertmanager.config(receivers or alertmanager.load_receivers(), alert_timing)
+    files[alertmanager.CONFIG_FILE] = promconfig.dump_yaml(
+        am_config, f"{promconfig.GENERATED}\nReceivers from monitoring/alertmanager/receivers.yml "
+        "(edit that file); routing and inhibition from\nopsctl/observe/alertmanager.py.")
+    files[gpu.COUNTERS_FILE] = gpu.counters_csv(
+        f"{promconfig.GENERATED}\nThe DCGM fields dcgm-exporter exports (opsctl/observe/gpu.py).")
     files.update({f"grafana/{path}": text
                   for path, text in grafana_files(f"http://127.0.0.1:{PROMETHEUS_PORT}").items()})
     return files
 
 
 def write_files(files: dict[str, str], root: Path) -> list[Path]:
-    written = []
-    for relative, text in sorted(files.items()):
-        path = root / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        written.append(path)
-    return written
+    """Write each file atomically: a running Prometheus or Grafana never reads half of one."""
+    return [atomic_write_text(root / relative, text) for relative, text in sorted(files.items())]
 
 
-def render_for_profile(profile: Profile) -> dict[str, str]:
-    return render_files(prom_config.tpot_slo(profile), targets_for(profile))
+def render_for_profile(profile: Profile, receivers: dict[str, Any] | None = None) -> dict[str, str]:
+    return render_files(slo_rules(profile), targets_for(profile), receivers=receivers)
 
 
 # --- containers --------------------------------------------------------------------------------
@@ -152,29 +171,28 @@ def default_config_dir() -> Path:
 
 
 def _labels(component: str, profile: str) -> dict[str, str]:
-    from opsctl.engine.dockerpy import MANAGED_LABEL
-
-    return {MANAGED_LABEL: "true", ROLE_LABEL: MONITORING_ROLE,
-            "opsctl.component": component, "opsctl.profile": profile}
+    return {keys.MANAGED: keys.TRUE, keys.ROLE: keys.ROLE_MONITORING,
+            keys.COMPONENT: component, keys.PROFILE: profile}
 
 
-def run_specs(
-    images: dict[str, str], config_dir: Path, profile: str, grafana_password: str
-) -> list[RunSpec]:
-    """The three containers; `images` maps component -> the reference to run (tag or digest)."""
-    from opsctl.engine.dockerpy import Mount, RunSpec
+def run_specs(images: dict[str, str], config_dir: Path, profile: str,
+              gpus: list[int] | None = None) -> list[RunSpec]:
+    """The containers; `images` maps component -> the reference to run (tag or digest).
+
+    dcgm-exporter joins only for a profile with GPUs (it watches exactly those).
+    """
 
     def spec(component: str, command: list[str], mounts: list[Mount],
              env: dict[str, str] | None = None) -> RunSpec:
         return RunSpec(
             image=images[component], command=command, name=f"opsctl-{component}",
             labels=_labels(component, profile), env=env or {}, mounts=mounts,
-            network_mode="host", stop_grace_seconds=30,
+            network_mode="host", stop_grace_seconds=STOP_GRACE_SECONDS,
         )
 
     prom_dir = str(config_dir / "prometheus")
     grafana_dir = config_dir / "grafana"
-    return [
+    specs = [
         spec("prometheus", [
             "--config.file=/etc/prometheus/prometheus.yml",
             "--storage.tsdb.path=/prometheus",
@@ -191,10 +209,11 @@ def run_specs(
             Mount(str(grafana_dir / "provisioning"), "/etc/grafana/provisioning", read_only=True),
             Mount(str(grafana_dir / "dashboards"), "/etc/grafana/dashboards", read_only=True),
             Mount("opsctl-grafana-data", "/var/lib/grafana", kind="volume"),
+            Mount(str(config_dir / GRAFANA_PASSWORD_FILE), GRAFANA_PASSWORD_MOUNT, read_only=True),
         ], env={
             "GF_SERVER_HTTP_ADDR": "127.0.0.1",
             "GF_SERVER_HTTP_PORT": str(GRAFANA_PORT),
-            "GF_SECURITY_ADMIN_PASSWORD": grafana_password,
+            "GF_SECURITY_ADMIN_PASSWORD__FILE": GRAFANA_PASSWORD_MOUNT,
             "GF_AUTH_ANONYMOUS_ENABLED": "true",
             "GF_AUTH_ANONYMOUS_ORG_ROLE": "Viewer",
             "GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH": f"/etc/grafana/{DASHBOARD_FILE}",
@@ -202,21 +221,32 @@ def run_specs(
             "GF_ANALYTICS_CHECK_FOR_UPDATES": "false",
         }),
     ]
+    specs.insert(2, alertmanager.run_spec(images["alertmanager"], config_dir,
+                                          _labels("alertmanager", profile), STOP_GRACE_SECONDS))
+    if gpus:
+        specs.append(gpu.run_spec(images["dcgm_exporter"], config_dir, gpus,
+                                  _labels("dcgm-exporter", profile), STOP_GRACE_SECONDS))
+    return specs
 
 
-def grafana_password(config_dir: Path, create: bool) -> str:
-    """Generated once per host and kept in a 0600 file; never a default like admin/admin."""
+def ensure_grafana_password(config_dir: Path) -> Path:
+    """The admin password file, generated once per host (never a default like admin/admin).
+
+    Grafana sets the password only when it creates its database, so an existing file (also
+    one at the old place) is kept, never regenerated.
+    """
     path = config_dir / GRAFANA_PASSWORD_FILE
-    if path.is_file():
-        return path.read_text().strip()
-    if not create:
-        return f"<generated at first `monitor up`, kept in {path}>"
-    config_dir.mkdir(parents=True, exist_ok=True)
-    value = secrets.token_urlsafe(18)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(value + "\n")
-    return value
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.parent.chmod(0o700)
+    old = config_dir / _OLD_PASSWORD_FILE
+    if not path.is_file() and old.is_file():
+        os.replace(old, path)
+    if not path.is_file():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(18) + "\n")
+    path.chmod(0o644)
+    return path
 
 
 @dataclass(frozen=True)
@@ -225,34 +255,22 @@ class Plan:
     files: dict[str, str]
     specs: list[RunSpec]
     digests: dict[str, str]  # image tag -> locked digest ("" = unresolved until first pull)
+    silent_receivers: list[str]  # routed receivers with no integration: their alerts reach no one
 
 
-def plan(profile: Profile, config_dir: Path, create_secrets: bool) -> Plan:
+def plan(profile: Profile, config_dir: Path, create_secrets: bool,
+         receivers_file: Path | None = None) -> Plan:
     images = load_images()
     lock = load_lock()
     refs = {c: images.ref(c) for c in COMPONENTS}
-    files = render_for_profile(profile)
-    password = grafana_password(config_dir, create=create_secrets)
-    specs = run_specs(refs, config_dir, profile.name, password)
-    return Plan(config_dir, files, specs, {ref: lock.get(ref, "") for ref in refs.values()})
-
-
-def dry_run_text(result: Plan) -> str:
-    lines = [f"# config rendered to {result.config_dir}:"]
-    lines += [f"#   {path}" for path in sorted(result.files)]
-    for ref, digest in result.digests.items():
-        state = digest or "unresolved: recorded in monitoring/images.lock.json at first pull"
-        lines.append(f"# {ref} digest: {state}")
-    for spec in result.specs:
-        argv = spec.docker_run_argv()
-        lines.append(" ".join(_mask(arg) for arg in argv))
-    return "\n".join(lines)
-
-
-def _mask(arg: str) -> str:
-    if arg.startswith("GF_SECURITY_ADMIN_PASSWORD="):
-        return "GF_SECURITY_ADMIN_PASSWORD=****"
-    return arg
+    receivers = alertmanager.load_receivers(receivers_file)
+    files = render_for_profile(profile, receivers)
+    if create_secrets:
+        ensure_grafana_password(config_dir)
+        alertmanager.ensure_secrets_dir(config_dir)
+    specs = run_specs(refs, config_dir, profile.name, profile.container.gpus)
+    return Plan(config_dir, files, specs, {s.image: lock.get(s.image, "") for s in specs},
+                alertmanager.silent_receivers(receivers))
 
 
 def resolve_digest(engine: Engine, ref: str, lock: dict[str, str]) -> str:
@@ -274,25 +292,10 @@ def resolve_digest(engine: Engine, ref: str, lock: dict[str, str]) -> str:
     return locked or matching[0]
 
 
-def up(engine: Engine, profile: Profile, config_dir: Path) -> list[str]:
-    result = plan(profile, config_dir, create_secrets=True)
-    write_files(result.files, config_dir)
-    lock = load_lock()
-    refs = {spec.image: resolve_digest(engine, spec.image, lock) for spec in result.specs}
-    if {k: v for k, v in lock.items() if k in refs} != refs:
-        lock.update(refs)
-        lock_path().write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
-    down(engine)
-    started = []
-    for spec in result.specs:
-        info = engine.run(replace(spec, image=refs[spec.image]))
-        started.append(info.name)
-    return started
+def save_lock(lock: dict[str, str], path: Path | None = None) -> None:
+    atomic_write_text(path or lock_path(), json.dumps(lock, indent=2, sort_keys=True) + "\n")
 
 
-def down(engine: Engine) -> list[str]:
-    removed = []
-    for info in engine.find({ROLE_LABEL: MONITORING_ROLE}):
-        engine.stop_and_remove(info.id, grace_seconds=30)
-        removed.append(info.name)
-    return removed
+def monitoring_labels() -> dict[str, str]:
+    """What finds every monitoring container opsctl started (for `monitor down`)."""
+    return {keys.ROLE: keys.ROLE_MONITORING}

@@ -1,4 +1,4 @@
-"""opsctl-sim: a process that speaks the pinned sglang 0.5.23 HTTP API, without a GPU.
+"""opsctl-sim: a process that speaks the pinned sglang HTTP API (0.5.23 by default), without a GPU.
 
 It is the embedded default target of the README demo and of CI, and a fixture for the smoke,
 bench and monitoring tests. Every path, JSON shape, metric name, type, bucket and label below
@@ -24,6 +24,16 @@ It takes sglang's launch flags. It uses ``--model-path``/``--model``, ``--served
 ``--weight-version``; every flag it is given is echoed by ``/server_info`` (snake_case keys);
 unknown ``--flag [value ...]`` pairs are accepted and otherwise ignored.
 
+``/server_info`` and ``/model_info`` take the shape of the release named by
+``OPSCTL_SIM_SGLANG_VERSION`` (``0.5.23`` default, or ``0.5.9``; fixed at start-up), and the
+settings ``opsctl verify`` checks (attention and DSA backends, KV dtype, page size, TP size,
+quantization, decode CUDA-graph size, served name, model path) carry what that release resolves
+for the given flags on the simulated device, defaults filled in (``opsctl.sim.releases``).
+When the resolved attention backend is flashinfer it prints the gather-then-cast patch's
+start-up line to stdout, ``active`` with ``OPSCTL_KV_GATHER_CAST=1`` and an FP8 KV cache,
+``inactive`` with the reason otherwise (``opsctl.sim.patchmarker``). Only ``/server_info``,
+``/model_info`` and that line follow the release; the metrics are 0.5.23's.
+
 Behaviour (environment variables; the admin endpoint takes the same keys, lower case, no prefix):
 
 =================================  =======  =========================================================
@@ -35,7 +45,8 @@ Behaviour (environment variables; the admin endpoint takes the same keys, lower 
 ``OPSCTL_SIM_ITL_MS``              20       inter-token latency with one running request
 ``OPSCTL_SIM_ITL_SLOPE_MS``        0        ITL grows by this per additional running request
 ``OPSCTL_SIM_FAULT``               none     none | die_while_loading | hang | stream_cut |
-                                            slow_first_token | error_rate | corrupt
+                                            slow_first_token | error_rate | corrupt |
+                                            misresolve
 ``OPSCTL_SIM_STREAM_CUT_AFTER``    3        stream_cut: tokens sent before the connection drops
 ``OPSCTL_SIM_ERROR_RATE``          0        error_rate: fraction of generation requests answering 500
                                             (deterministic: exactly round-down(n * rate) of n fail)
@@ -44,7 +55,15 @@ Behaviour (environment variables; the admin endpoint takes the same keys, lower 
                                             the tokens of running requests
 ``OPSCTL_SIM_HEALTH_DELAY_MS``     0        extra latency of ``/health`` and ``/health_generate``
                                             (real sglang takes about 1000 ms: it generates a token)
+``OPSCTL_SIM_TRACE_CAST``          auto     the traces /start_profile writes: ``auto`` carries the
+                                            full-pool KV cast where the flags say stock flashinfer
+                                            + FP8 KV (switch off), ``on``, ``off``
 =================================  =======  =========================================================
+
+Profiler: ``/start_profile`` and ``/stop_profile`` as sglang's (``opsctl.sim.profiler``) write
+a synthetic torch-profiler Chrome trace per TP rank. Knobs for ``opsctl tune``
+(``opsctl.sim.config``): a decode batch above the decode CUDA-graph cap runs 1.5x slower per
+token; ``--mem-fraction-static`` above 0.93 fails start-up with a CUDA OOM (exit 1).
 
 Faults: ``die_while_loading`` logs sglang's scheduler-exception lines with a CUDA OOM and exits 1
 halfway through the load period; ``hang``: generation requests never answer, ``/health`` and
@@ -53,7 +72,9 @@ sglang variable and default) and from then on ``/ready`` answers 503 until a pro
 ``stream_cut``: streaming responses stop after N tokens without the finish chunk, the usage
 chunk, ``[DONE]`` or the chunked-encoding terminator (non-streaming requests are not affected);
 ``slow_first_token``: TTFT x 20; ``corrupt``: greedy outputs differ from the uncorrupted ones
-(still deterministic), as a broken attention patch would.
+(still deterministic), as a broken attention patch would; ``misresolve``: ``/server_info``
+reports another attention backend than the flags resolve to (triton, or flashinfer when they
+resolve to triton), as a launcher that dropped or rewrote a flag would.
 
 Admin (not sglang's API; never behind the API key): ``GET /_sim/config`` returns the current
 behaviour as JSON; ``POST /_sim/config`` with a JSON object of some of the keys above (e.g.

@@ -22,6 +22,7 @@ FAULTS = (
     "slow_first_token",
     "error_rate",
     "corrupt",
+    "misresolve",
 )
 ENV_PREFIX = "OPSCTL_SIM_"
 
@@ -41,6 +42,14 @@ _FLOAT_LIST_FLAGS = (
 )
 # The simulator's own choice, not GLM-5's: used when --context-length is not given.
 SIM_DEFAULT_CONTEXT_LENGTH = 131072
+# Knob-to-latency mapping, so `opsctl tune` has something real to find on the simulator (the
+# simulator's own choices, not measurements): a decode batch larger than the decode CUDA-graph
+# cap (--cuda-graph-max-bs-decode, or --cuda-graph-max-bs) runs without CUDA graphs,
+# EAGER_ITL_FACTOR times slower per token; a --mem-fraction-static above SIM_MAX_MEM_FRACTION
+# leaves no room for activations, so start-up fails with a CUDA OOM (exit 1).
+EAGER_ITL_FACTOR = 1.5
+SIM_MAX_MEM_FRACTION = 0.93
+TRACE_CAST_CHOICES = ("auto", "on", "off")
 
 
 class ArgvError(ValueError):
@@ -117,6 +126,16 @@ def _as_int(raw: dict[str, Any], key: str, default: int | None) -> int | None:
         raise ArgvError(f"--{key.replace('_', '-')} needs an integer, got {value!r}") from None
 
 
+def _as_float(raw: dict[str, Any], key: str) -> float | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ArgvError(f"--{key.replace('_', '-')} needs a number, got {value!r}") from None
+
+
 def _as_floats(raw: dict[str, Any], key: str) -> list[float] | None:
     value = raw.get(key)
     if value is None:
@@ -149,6 +168,12 @@ class SimArgs:
     bucket_e2e_request_latency: list[float] | None
     raw: dict[str, Any]
     argv: tuple[str, ...]
+    cuda_graph_max_bs: int | None = None
+    mem_fraction_static: float | None = None
+
+    def oom_at_start(self) -> bool:
+        """Whether this memory fraction fails start-up (see SIM_MAX_MEM_FRACTION)."""
+        return self.mem_fraction_static is not None and self.mem_fraction_static > SIM_MAX_MEM_FRACTION
 
     @classmethod
     def parse(cls, argv: Sequence[str]) -> SimArgs:
@@ -186,17 +211,24 @@ class SimArgs:
             bucket_e2e_request_latency=_as_floats(raw, "bucket_e2e_request_latency"),
             raw=raw,
             argv=tuple(argv),
+            # 0.5.23 caps decode graphs with --cuda-graph-max-bs-decode, 0.5.9 --cuda-graph-max-bs.
+            cuda_graph_max_bs=_as_int(raw, "cuda_graph_max_bs_decode", None)
+            or _as_int(raw, "cuda_graph_max_bs", None),
+            mem_fraction_static=_as_float(raw, "mem_fraction_static"),
         )
+
+    def typed_flags(self) -> dict[str, Any]:
+        """The given flags with JSON types where the text is plainly a number or a boolean."""
+        return {
+            key: [_scalar(v) for v in value] if isinstance(value, list) else (
+                _scalar(value) if isinstance(value, str) else value)
+            for key, value in self.raw.items()
+        }
 
     def echoed_fields(self) -> dict[str, Any]:
         """The flags as /server_info shows them: given values with JSON types, resolved names."""
-        echoed: dict[str, Any] = {}
-        for key, value in self.raw.items():
-            if key in _FLOAT_LIST_FLAGS or key == "extra_metric_labels":
-                continue
-            echoed[key] = [_scalar(v) for v in value] if isinstance(value, list) else (
-                _scalar(value) if isinstance(value, str) else value
-            )
+        echoed = {key: value for key, value in self.typed_flags().items()
+                  if key not in _FLOAT_LIST_FLAGS and key != "extra_metric_labels"}
         echoed.update(
             model_path=self.model_path,
             served_model_name=self.served_model_name,
@@ -254,6 +286,7 @@ class Behaviour:
     extra_models: tuple[str, ...] = field(default_factory=tuple)
     kv_usage: float | None = None
     health_delay_ms: float = 0.0
+    trace_cast: str = "auto"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Behaviour:
@@ -284,6 +317,11 @@ class Behaviour:
                 changes[key] = None if value is None else _parse_float(key, value, low=0, high=1)
             elif key == "extra_models":
                 changes[key] = _parse_models(value)
+            elif key == "trace_cast":
+                if value not in TRACE_CAST_CHOICES:
+                    raise ValueError(f"trace_cast must be one of {list(TRACE_CAST_CHOICES)}, "
+                                     f"got {value!r}")
+                changes[key] = value
             else:
                 changes[key] = _parse_float(key, value, low=0.0)
         return dataclasses.replace(self, **changes)
@@ -293,8 +331,9 @@ class Behaviour:
         data["extra_models"] = list(self.extra_models)
         return data
 
-    def itl_seconds(self, running: int) -> float:
-        return (self.itl_ms + self.itl_slope_ms * max(running - 1, 0)) / 1000.0
+    def itl_seconds(self, running: int, graph_max_bs: int | None = None) -> float:
+        eager = EAGER_ITL_FACTOR if graph_max_bs is not None and running > graph_max_bs else 1.0
+        return eager * (self.itl_ms + self.itl_slope_ms * max(running - 1, 0)) / 1000.0
 
     def ttft_seconds(self) -> float:
         factor = 20.0 if self.fault == "slow_first_token" else 1.0

@@ -79,8 +79,10 @@ class Engine:
         behaviour: Callable[[], Behaviour],
         metrics: SglangMetrics | None,
         max_running_requests: int | None,
+        graph_max_bs: int | None = None,
     ) -> None:
         self._behaviour = behaviour
+        self.graph_max_bs = graph_max_bs  # --cuda-graph-max-bs: larger batches run eager
         self._metrics = metrics
         self._slots = (
             asyncio.Semaphore(max_running_requests) if max_running_requests else None
@@ -167,7 +169,7 @@ class Engine:
                     finished = True
                     self._observe_finished(plan, prompt_tokens, stream, times, first_at, now)
                 yield TokenEvent(position, token_id, text, produced, finish, first_latency)
-                deadline += self._behaviour().itl_seconds(self._running)
+                deadline += self._behaviour().itl_seconds(self._running, self.graph_max_bs)
         finally:
             self._running -= 1
             self._used_tokens -= prompt_tokens + produced

@@ -129,6 +129,13 @@ class SglangMetrics:
         self.num_requests_total = Counter(
             "sglang:num_requests_total", "Number of requests processed.",
             tok_stream, registry=reg)
+        # Per decode token here; real sglang adds the tokens of each log interval
+        # (0.5.23 observability/metrics_collector.py:1032-1039, 1558-1571; 0.5.9 metrics/collector.py:778).
+        self.realtime_tokens_total = Counter(
+            "sglang:realtime_tokens_total",
+            "Total number of tokens processed (updated on each log interval). "
+            "mode: prefill_compute, prefill_cache, decode.",
+            [*sched, "mode"], registry=reg)
         self.num_aborted_requests_total = Counter(
             "sglang:num_aborted_requests_total", "Number of requests aborted.",
             tok, registry=reg)
@@ -222,6 +229,7 @@ class SglangMetrics:
 
     def observe_inter_token_latency(self, seconds: float) -> None:
         self.inter_token_latency.labels(**self.tok_labels).observe(seconds)
+        self.realtime_tokens_total.labels(**self.sched_labels, mode="decode").inc()
 
     def observe_finished(
         self,

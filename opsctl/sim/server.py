@@ -14,12 +14,16 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from opsctl.sim.api import BehaviourBox, Lifecycle, SimApi
-from opsctl.sim.config import ArgvError, Behaviour, SimArgs
-from opsctl.sim.engine import Engine
+from opsctl.sim.api import SimApi
+from opsctl.sim.config import SIM_MAX_MEM_FRACTION, ArgvError, Behaviour, SimArgs
+from opsctl.sim.engine import SIM_MAX_TOTAL_NUM_TOKENS, Engine
+from opsctl.sim.info import ServerView, read_model_config
 from opsctl.sim.metrics import SglangMetrics
+from opsctl.sim.patchmarker import marker_line
+from opsctl.sim.releases import DEFAULT_RELEASE, RELEASE_ENV, RELEASES
+from opsctl.sim.state import BehaviourBox, Lifecycle
 from opsctl.sim.wire import HttpServer
 
 DRAIN_SECONDS = 2.0
@@ -66,12 +70,12 @@ async def _sleep_or_stop(seconds: float, stop: asyncio.Event) -> bool:
     return True
 
 
-def _die_while_loading() -> int:
+def _die_while_loading(cause: str) -> int:
     log.error(
         "Scheduler hit an exception: Traceback (most recent call last):\n"
         '  File "sglang/srt/managers/scheduler.py", in run_scheduler_process\n'
         "torch.OutOfMemoryError: CUDA out of memory. "
-        "(simulated by opsctl-sim: OPSCTL_SIM_FAULT=die_while_loading)"
+        f"(simulated by opsctl-sim: {cause})"
     )
     log.error("Received sigquit from a child process. It usually means the child failed.")
     return EXIT_FAILED
@@ -87,7 +91,23 @@ async def _announce_ready(lifecycle: Lifecycle, metrics: SglangMetrics | None) -
     log.info("The server is fired up and ready to roll!")
 
 
-async def serve(args: SimArgs, behaviour: Behaviour) -> int:
+def release_from_env(environ: Mapping[str, str]) -> str:
+    """The pinned sglang release whose /server_info and /model_info the simulator speaks."""
+    release = environ.get(RELEASE_ENV, "") or DEFAULT_RELEASE
+    if release not in RELEASES:
+        raise ValueError(f"{RELEASE_ENV}={release!r}: the simulator speaks sglang "
+                         f"{', '.join(RELEASES)}")
+    return release
+
+
+def _announce_patch(view: ServerView) -> None:
+    """Print the patch's start-up line to stdout, where the patched backend's log goes."""
+    line = marker_line(view.resolved("none"), os.environ, SIM_MAX_TOTAL_NUM_TOKENS)
+    if line is not None:
+        print(line, flush=True)
+
+
+async def serve(args: SimArgs, behaviour: Behaviour, release: str = DEFAULT_RELEASE) -> int:
     """Run until SIGTERM/SIGINT (exit 0) or a simulated start-up failure (exit 1)."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -97,19 +117,23 @@ async def serve(args: SimArgs, behaviour: Behaviour) -> int:
     box = BehaviourBox(behaviour)
     lifecycle = Lifecycle(box)
     lifecycle.load_seconds = behaviour.load_seconds
-    log.info("server_args=%s (opsctl-sim, sglang %s API)", _redacted_argv(args), "0.5.23")
+    log.info("server_args=%s (opsctl-sim, sglang %s API)", _redacted_argv(args), release)
     log.info("Load weight begin. (simulated, %.1f s)", behaviour.load_seconds)
-    if behaviour.fault == "die_while_loading":
+    if behaviour.fault == "die_while_loading" or args.oom_at_start():
         if await _sleep_or_stop(behaviour.load_seconds / 2, stop):
             return 0
-        return _die_while_loading()
+        return _die_while_loading(
+            "OPSCTL_SIM_FAULT=die_while_loading" if behaviour.fault == "die_while_loading"
+            else f"--mem-fraction-static above {SIM_MAX_MEM_FRACTION}")
     if await _sleep_or_stop(behaviour.load_seconds, stop):
         return 0
     log.info("Load weight end. (simulated)")
+    view = ServerView(args, release, read_model_config(args.model_path))
+    _announce_patch(view)
 
     metrics = SglangMetrics(args) if args.enable_metrics else None
-    engine = Engine(box.get, metrics, args.max_running_requests)
-    api = SimApi(args, box, lifecycle, engine, metrics)
+    engine = Engine(box.get, metrics, args.max_running_requests, args.cuda_graph_max_bs)
+    api = SimApi(view, box, lifecycle, engine, metrics)
     server = HttpServer(api.handle)
     try:
         await server.start(args.host, args.port)
@@ -137,7 +161,8 @@ def run(argv: Sequence[str]) -> int:
     try:
         args = SimArgs.parse(argv)
         behaviour = Behaviour.from_env(os.environ)
+        release = release_from_env(os.environ)
     except (ArgvError, ValueError) as exc:
         log.error("error: %s", exc)
         return EXIT_USAGE
-    return asyncio.run(serve(args, behaviour))
+    return asyncio.run(serve(args, behaviour, release))

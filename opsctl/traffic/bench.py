@@ -1,152 +1,80 @@
-"""`opsctl bench`: a concurrency sweep per variant -> BenchReport (JSON, markdown, PNG plots).
+"""`opsctl bench`'s load: a concurrency sweep per variant -> BenchReport.
 
-Load model: a closed loop. At concurrency c, c workers each send one streaming request at a
-time from a queue of N locally generated prompts (no dataset download, no tokenizer); c warm-up
-requests run first and are excluded from the statistics (their failures still count). Output
-length is fixed with `ignore_eos` (an sglang/vLLM extension) and `max_tokens`.
+Load model (opsctl.traffic.arrival): a closed loop by default; at concurrency c, c workers each
+send one streaming request at a time; or Poisson arrivals at `request_rate` with c as the cap;
+either for N requests or for `duration_s` seconds per level. c warm-up requests (closed loop)
+run first and are excluded from the statistics (their failures still count). Prompts and output
+lengths come from the workload (opsctl.traffic.workloads: word prompts by default, token-exact
+random, ShareGPT or shared-prefix groups). Output length is fixed with `ignore_eos` (an
+sglang/vLLM extension; `ignore_eos=False` for servers that refuse it) and `max_tokens`.
 
-Per level: TTFT, ITL and TPOT p50/p90/p99 (linear interpolation, see opsctl.traffic.stats), output
-tokens/s and requests/s over the measured phase's wall time, and failures by kind. ITL gaps are
+Per level: TTFT, ITL, TPOT and E2E mean/p50/p90/p95/p99/std/max (see opsctl.traffic.stats),
+goodput under the profile's SLO, output tokens/s and requests/s over the measured phase's wall
+time, and failures by kind. ITL gaps are
 pooled over all requests of the level; TPOT is per request, (e2e - ttft) / (output_tokens - 1),
 with output tokens from the server's usage chunk when it sends one, else counted chunks.
+
+Bounded in time: each target's sweep has a wall-clock deadline (`--deadline`; by default the
+most its levels could take with every request at its timeout, capped at `DEADLINE_CAP_S`), and
+a level whose warm-up fails entirely is aborted, with the levels after it: a server that answers
+none of c warm-up requests will not answer more. Ctrl-C or a crash keeps what was measured; the
+report says `partial` and why.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
+import math
 import os
 import platform
-import random
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Protocol
 
 import httpx
-from pydantic import BaseModel
 
-from opsctl.core.errors import EXIT_USAGE, LaunchError, OpsctlError, SmokeError, UsageError
+from opsctl.core.errors import LaunchError, OpsctlError, UsageError, stop_reason
+from opsctl.core.httpcap import checked_base_url
+from opsctl.core.redact import mask_secret, redact, redact_model, redact_userinfo
+from opsctl.deploy.sloconfig import Slo
+from opsctl.traffic.arrival import Arrival, Batch, drive
+from opsctl.traffic.bench_report import (
+    BenchConfig,
+    BenchReport,
+    ClientInfo,
+    LevelResult,
+    VariantResult,
+)
 from opsctl.traffic.client import (
+    API_KEY_ENV,
     Api,
-    ModelResolution,
+    ClientFactory,
     RequestResult,
-    ServerUnreachable,
-    choose_served_name,
-    list_models,
     make_client,
-    mask_secret,
-    read_model_info,
-    redact,
     request_body,
     stream_generate,
+)
+from opsctl.traffic.served import (
+    ModelResolution,
+    choose_served_name,
+    list_models,
+    read_model_info,
     tokenizer_from_model_info,
 )
-from opsctl.traffic.stats import percentile
+from opsctl.traffic.stats import summarize, with_client_cpu
+from opsctl.traffic.workloads import Workload, WorkloadSpec, build
 
-if TYPE_CHECKING:
-    from rich.progress import TaskID
-
-SCHEMA_VERSION = 1
 DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
-PERCENTILES = (50, 90, 99)
+# A level opens this many connections and sends this many warm-up requests at once: far above
+# what one 8-GPU server admits, so a larger one is a typo (an extra digit), refused up front.
+MAX_CONCURRENCY = 10_000
+CUT_SHORT = "cut short"
+# The default deadline of one target's sweep never exceeds this (pass --deadline for more).
+DEADLINE_CAP_S = 3600.0
 
-# A fixed vocabulary of common English words: most tokenizers map each (with its leading space)
-# to one token, so `input_words` approximates the prompt length in tokens. The server-counted
-# prompt tokens are reported alongside, so the approximation is visible, never hidden.
-_WORD_TEXT = (
-    "time year people way day man thing woman life child world school state family student "
-    "group country problem hand part place case week company system program question work "
-    "government number night point home water room mother area money story fact month lot "
-    "right study book eye job word business issue side kind head house service friend father "
-    "power hour game line end member law car city community name president team minute idea "
-    "kid body information back parent face others level office door health person art war "
-    "history party result change morning reason research girl guy moment air teacher force "
-    "education foot boy age policy process music market sense nation plan college interest "
-    "death experience effect use class control care field development role effort rate heart "
-    "drug show leader light voice wife police mind price report decision son view relationship "
-    "town road arm difference value building action model season society tax director position"
-)
-_WORDS = tuple(_WORD_TEXT.split())
-
-
-class Pcts(BaseModel):
-    """Milliseconds; None when nothing was measured."""
-
-    p50: float | None = None
-    p90: float | None = None
-    p99: float | None = None
-    mean: float | None = None
-
-
-class LevelResult(BaseModel):
-    concurrency: int
-    requests: int
-    completed: int
-    failed: int
-    warmup_requests: int
-    warmup_failed: int
-    errors: dict[str, int] = {}  # error kind -> count (measured and warm-up)
-    error_examples: list[str] = []
-    duration_s: float
-    output_tokens: int
-    prompt_tokens_mean: float | None = None
-    output_tokens_per_s: float
-    requests_per_s: float
-    ttft_ms: Pcts
-    itl_ms: Pcts
-    tpot_ms: Pcts
-    e2e_ms: Pcts
-    token_count_source: str  # "usage", "chunks", or both joined by "+"
-
-
-class VariantResult(BaseModel):
-    variant: str
-    base_url: str
-    launched_by_bench: bool = False
-    model: ModelResolution | None = None
-    levels: list[LevelResult] = []
-    failed_requests: int = 0
-    error: str | None = None  # the variant could not be benchmarked at all
-    error_exit_code: int | None = None  # that error's exit code (2 usage, 4 unreachable/launch)
-
-
-class BenchConfig(BaseModel):
-    concurrency: list[int]
-    requests_per_level: int | None  # None: max(16, 4 x concurrency)
-    input_words: int
-    output_tokens: int
-    api: Api
-    ignore_eos: bool
-    temperature: float
-    request_timeout_s: float
-    prompt_seed: int
-
-
-class ClientInfo(BaseModel):
-    hostname: str
-    platform: str
-    python: str
-    cpu_count: int | None
-
-
-class BenchReport(BaseModel):
-    """The JSON written by `opsctl bench` (schema_version bumps on any incompatible change)."""
-
-    schema_version: int = SCHEMA_VERSION
-    kind: Literal["bench"] = "bench"
-    started_at: str
-    duration_s: float
-    profile: str | None = None
-    api_key: str | None = None  # masked
-    config: BenchConfig
-    client: ClientInfo
-    variants: list[VariantResult]
-    failed_requests: int
-    passed: bool
 
 
 @dataclass(frozen=True)
@@ -167,22 +95,51 @@ class BenchOptions:
     ignore_eos: bool = True
     temperature: float = 0.0
     request_timeout_s: float = 600.0
+    deadline_s: float | None = None  # None: derived, see `deadline`
     prompt_seed: int = 0
     api_key: str | None = None
     model: str | None = None
     profile_alias: str | None = None
+    arrival: Arrival = Arrival()
+    slo: Slo | None = None  # the profile's; goodput is judged by it
+    workload: Workload | None = None  # None: word prompts of input_words, output_tokens
+
+    def work(self) -> Workload:
+        return self.workload or build(WorkloadSpec(input_len=self.input_words,
+                                                   output_len=self.output_tokens,
+                                                   seed=self.prompt_seed))
 
     def requests_at(self, concurrency: int) -> int:
         if self.requests_per_level is not None:
             return self.requests_per_level
         return max(16, 4 * concurrency)
 
+    def deadline(self) -> float:
+        """Seconds one target's sweep may take: `deadline_s`, or the most its levels could take
+        with every request at its timeout (a warm-up wave plus ceil(requests / c) measured
+        waves per level), capped at DEADLINE_CAP_S."""
+        if self.deadline_s is not None:
+            return self.deadline_s
+        if self.arrival.duration_s is not None:
+            per_level = [2 * self.request_timeout_s + self.arrival.duration_s
+                         for _ in self.concurrency]
+        else:
+            per_level = [(1 + math.ceil(self.requests_at(c) / c)) * self.request_timeout_s
+                         + (self.requests_at(c) / self.arrival.rate if self.arrival.rate else 0)
+                         for c in self.concurrency]
+        return min(sum(per_level), DEADLINE_CAP_S)
+
     def config(self) -> BenchConfig:
         return BenchConfig(
             concurrency=list(self.concurrency), requests_per_level=self.requests_per_level,
             input_words=self.input_words, output_tokens=self.output_tokens, api=self.api,
             ignore_eos=self.ignore_eos, temperature=self.temperature,
-            request_timeout_s=self.request_timeout_s, prompt_seed=self.prompt_seed,
+            request_timeout_s=self.request_timeout_s, deadline_s=self.deadline(),
+            prompt_seed=self.prompt_seed, arrival=self.arrival.describe(),
+            request_rate=self.arrival.rate, duration_s=self.arrival.duration_s,
+            dataset_name=self.work().name, workload_note=self.work().note,
+            slo_ttft_ms=self.slo.ttft.threshold_ms if self.slo and self.slo.ttft else None,
+            slo_tpot_ms=self.slo.tpot.threshold_ms if self.slo and self.slo.tpot else None,
         )
 
 
@@ -190,11 +147,16 @@ class BenchOptions:
 Progress = Callable[[str, int, int, int], None]
 
 
-def make_prompt(index: int, words: int, seed: int = 0) -> str:
-    """A deterministic prompt, unique per index so no request shares a cached prefix."""
-    rng = random.Random(seed * 1_000_003 + index)
-    body = " ".join(rng.choice(_WORDS) for _ in range(max(0, words - 2)))
-    return f"Request {index}: {body}"
+class Launcher(Protocol):
+    """Brings a profile variant up for a sweep and takes it down afterwards."""
+
+    def up(self, variant: str) -> str:
+        """Start the variant (or find it running) and return its base URL once it serves."""
+        ...
+
+    def down(self, variant: str) -> None:
+        """Stop the variant if `up` started it; called even when `up` failed."""
+        ...
 
 
 def parse_concurrency(text: str) -> tuple[int, ...]:
@@ -206,7 +168,22 @@ def parse_concurrency(text: str) -> tuple[int, ...]:
     if not levels or any(level < 1 for level in levels):
         raise UsageError(f"--concurrency {text!r}: levels must be positive integers",
                          hint="e.g. --concurrency 1,2,4,8")
+    if max(levels) > MAX_CONCURRENCY:
+        raise UsageError(f"--concurrency {text!r}: a level above {MAX_CONCURRENCY} (each level "
+                         "opens that many connections and warm-up requests)",
+                         hint="e.g. --concurrency 1,2,4,8")
     return levels
+
+
+def parse_variants(text: str | None) -> tuple[str, ...]:
+    """`--variants a,b`: the names in order, blanks dropped. Absent: () (every variant); given
+    but naming none (`--variants ,`) is a UsageError, not a silent "run every variant"."""
+    names = tuple(name.strip() for name in (text or "").split(",") if name.strip())
+    if text is not None and not names:
+        raise UsageError(f"--variants {text!r}: names no variant",
+                         hint="e.g. --variants baseline,gathercast, or leave it out for every "
+                              "variant of the profile")
+    return names
 
 
 def parse_targets(base_urls: Sequence[str], variants: Sequence[str]) -> list[Target]:
@@ -219,7 +196,7 @@ def parse_targets(base_urls: Sequence[str], variants: Sequence[str]) -> list[Tar
         else:
             url = value
             label = variants[index] if len(variants) == len(base_urls) else _host_port(value)
-        targets.append(Target(label=label, base_url=url))
+        targets.append(Target(label=label, base_url=checked_base_url(url, "--base-url")))
     labels = [t.label for t in targets]
     if len(set(labels)) != len(labels):
         raise UsageError(f"two targets share a name: {labels}",
@@ -228,7 +205,7 @@ def parse_targets(base_urls: Sequence[str], variants: Sequence[str]) -> list[Tar
 
 
 def _host_port(url: str) -> str:
-    return url.split("://", 1)[-1].rstrip("/")
+    return redact_userinfo(url).split("://", 1)[-1].rstrip("/")
 
 
 # --- one sweep --------------------------------------------------------------------------------
@@ -242,7 +219,7 @@ async def _resolve_model(
     except ValueError as exc:
         # Ready means /v1/models lists the model (DESIGN.md); a server that does not is not.
         raise LaunchError(f"{client.base_url}: {exc}",
-                          hint="check the server, and $OPSCTL_API_KEY if it wants a key") from None
+                          hint=f"check the server, and ${API_KEY_ENV} if it wants a key") from None
     try:
         name, source, notes = choose_served_name(listed, options.model, options.profile_alias)
     except ValueError as exc:
@@ -258,118 +235,97 @@ async def _resolve_model(
 
 
 async def sweep(
-    label: str, base_url: str, options: BenchOptions, progress: Progress | None = None
+    label: str, base_url: str, options: BenchOptions, progress: Progress | None = None,
+    client_factory: ClientFactory = make_client, result: VariantResult | None = None,
 ) -> VariantResult:
-    """Every concurrency level against one server, in one event loop and one client."""
-    result = VariantResult(variant=label, base_url=base_url)
-    async with make_client(base_url, options.api_key, max_connections=max(options.concurrency),
-                           timeout_s=options.request_timeout_s) as client:
-        result.model = await _resolve_model(client, options, min(60.0, options.request_timeout_s))
-        next_index = 0
-        for concurrency in options.concurrency:
-            level, next_index = await _run_level(
-                client, label, concurrency, result.model.served_name, options, next_index, progress
-            )
-            result.levels.append(level)
+    """Every concurrency level against one server, in one event loop and one client.
+
+    Levels are appended to `result` as they finish, so a caller that is interrupted still holds
+    what was measured.
+    """
+    result = result or VariantResult(variant=label, base_url=redact_userinfo(base_url))
+    deadline = options.deadline()
+    async with client_factory(base_url, options.api_key, max_connections=max(options.concurrency),
+                              timeout_s=options.request_timeout_s) as client:
+        try:
+            async with asyncio.timeout(deadline):
+                result.model = await _resolve_model(client, options,
+                                                     min(60.0, options.request_timeout_s))
+                next_index = 0
+                for concurrency in options.concurrency:
+                    next_index = await _run_level(client, label, concurrency,
+                                                  result.model.served_name, options, next_index,
+                                                  progress, result.levels)
+                    if result.levels[-1].aborted:
+                        result.stopped = (f"stopped at concurrency {concurrency}: "
+                                          f"{result.levels[-1].aborted}")
+                        break
+        except TimeoutError:
+            if result.model is None:
+                raise LaunchError(f"{redact_userinfo(base_url)}: the model could not be resolved "
+                                  f"within the {deadline:g}s deadline") from None
+            if result.levels:
+                result.levels[-1].aborted = f"the {deadline:g}s deadline was reached"
+            result.stopped = (f"the sweep's deadline of {deadline:g}s was reached after "
+                              f"{len(result.levels)} level(s)")
     result.failed_requests = sum(level.failed + level.warmup_failed for level in result.levels)
     return result
 
 
 async def _run_level(
     client: httpx.AsyncClient, label: str, concurrency: int, model: str, options: BenchOptions,
-    first_index: int, progress: Progress | None,
-) -> tuple[LevelResult, int]:
+    first_index: int, progress: Progress | None, levels: list[LevelResult],
+) -> int:
+    """Warm-up then the measured phase; appends the level to `levels` (also when cancelled by
+    the deadline or Ctrl-C, with what finished) and returns the next prompt index."""
+    timed = options.arrival.duration_s is not None
     total = options.requests_at(concurrency)
-    warmup = await _closed_loop(client, concurrency, model, options,
-                                range(first_index, first_index + concurrency), None)
+    warmup, measured = Batch(), Batch()
     start_index = first_index + concurrency
+    started, cpu_started = time.perf_counter(), time.process_time()
     done = 0
+    work = options.work()
+
+    async def send(index: int) -> RequestResult:
+        item = work.item(index)
+        body = request_body(options.api, model, item.prompt, max_tokens=item.output_tokens,
+                            stream=True, temperature=options.temperature,
+                            ignore_eos=options.ignore_eos)
+        return await stream_generate(client, options.api, body,
+                                     timeout_s=options.request_timeout_s)
 
     def one_done() -> None:
         nonlocal done
         done += 1
         if progress:
-            progress(label, concurrency, done, total)
+            progress(label, concurrency, done, 0 if timed else total)
 
-    if progress:
-        progress(label, concurrency, 0, total)
-    started = time.perf_counter()
-    measured = await _closed_loop(client, concurrency, model, options,
-                                  range(start_index, start_index + total), one_done)
-    duration = time.perf_counter() - started
-    return summarize(concurrency, measured, warmup, duration, options.api_key), start_index + total
+    def level(aborted: str | None = None) -> LevelResult:
+        wall = time.perf_counter() - started
+        result = summarize(concurrency, measured.results, warmup.results, wall,
+                           options.api_key, aborted=aborted,
+                           in_flight_cut=warmup.in_flight + measured.in_flight, slo=options.slo)
+        return with_client_cpu(result, time.process_time() - cpu_started, wall)
 
-
-async def _closed_loop(
-    client: httpx.AsyncClient, concurrency: int, model: str, options: BenchOptions,
-    indexes: range, on_done: Callable[[], None] | None,
-) -> list[RequestResult]:
-    """`concurrency` workers, each with one request in flight, until the prompts run out."""
-    bodies = [
-        request_body(options.api, model, make_prompt(i, options.input_words, options.prompt_seed),
-                     max_tokens=options.output_tokens, stream=True,
-                     temperature=options.temperature, ignore_eos=options.ignore_eos)
-        for i in indexes
-    ]
-    pending = iter(bodies)
-    results: list[RequestResult] = []
-
-    async def worker() -> None:
-        for body in pending:  # a shared iterator: each body is taken by exactly one worker
-            results.append(await stream_generate(client, options.api, body,
-                                                 timeout_s=options.request_timeout_s))
-            if on_done:
-                on_done()
-
-    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(bodies)))))
-    return results
-
-
-def _pcts(values_s: Sequence[float]) -> Pcts:
-    if not values_s:
-        return Pcts()
-    ms = [v * 1000.0 for v in values_s]
-    return Pcts(
-        p50=round(percentile(ms, 50), 4), p90=round(percentile(ms, 90), 4),
-        p99=round(percentile(ms, 99), 4), mean=round(sum(ms) / len(ms), 4),
-    )
-
-
-def summarize(
-    concurrency: int, measured: list[RequestResult], warmup: list[RequestResult],
-    duration_s: float, api_key: str | None = None,
-) -> LevelResult:
-    ok = [r for r in measured if r.ok]
-    failures = [r for r in measured + warmup if not r.ok]
-    kinds = Counter(str(r.error_kind or "unknown") for r in failures)
-    examples: list[str] = []
-    for r in failures:
-        message = redact(f"{r.error_kind}: {r.error}", api_key)
-        if message not in examples and len(examples) < 3:
-            examples.append(message)
-    output_tokens = sum(r.output_tokens for r in ok)
-    prompt_counts = [r.prompt_tokens for r in ok if r.prompt_tokens]
-    return LevelResult(
-        concurrency=concurrency,
-        requests=len(measured),
-        completed=len(ok),
-        failed=len(measured) - len(ok),
-        warmup_requests=len(warmup),
-        warmup_failed=sum(1 for r in warmup if not r.ok),
-        errors=dict(kinds),
-        error_examples=examples,
-        duration_s=round(duration_s, 4),
-        output_tokens=output_tokens,
-        prompt_tokens_mean=round(sum(prompt_counts) / len(prompt_counts), 2)
-        if prompt_counts else None,
-        output_tokens_per_s=round(output_tokens / duration_s, 3) if duration_s > 0 else 0.0,
-        requests_per_s=round(len(ok) / duration_s, 4) if duration_s > 0 else 0.0,
-        ttft_ms=_pcts([r.ttft_s for r in ok if r.ttft_s is not None]),
-        itl_ms=_pcts([gap for r in ok for gap in r.itl_s]),
-        tpot_ms=_pcts([t for r in ok if (t := r.tpot_s) is not None]),
-        e2e_ms=_pcts([r.e2e_s for r in ok if r.e2e_s is not None]),
-        token_count_source="+".join(sorted({r.token_source for r in ok})) or "none",
-    )
+    try:
+        await drive(send, range(first_index, start_index), concurrency, Arrival(), warmup)
+        if warmup.results and not any(r.ok for r in warmup.results):
+            first = warmup.results[0]
+            levels.append(level(f"warm-up failed: none of {len(warmup.results)} request(s) "
+                                f"succeeded ({first.error_kind}: {first.error})"))
+            return start_index
+        if progress:
+            progress(label, concurrency, 0, 0 if timed else total)
+        started, cpu_started = time.perf_counter(), time.process_time()
+        indexes = (itertools.count(start_index)
+                   if timed and options.requests_per_level is None
+                   else range(start_index, start_index + total))
+        await drive(send, indexes, concurrency, options.arrival, measured, one_done)
+    except asyncio.CancelledError:
+        levels.append(level(CUT_SHORT))  # the caller says by what
+        raise
+    levels.append(level())
+    return start_index + measured.sent
 
 
 # --- several variants ------------------------------------------------------------------------
@@ -380,22 +336,33 @@ def run_bench(
     options: BenchOptions,
     *,
     profile_name: str | None = None,
-    launch_variant: Callable[[str], str] | None = None,
-    stop_variant: Callable[[str], object] | None = None,
+    launcher: Launcher | None = None,
     progress: Progress | None = None,
+    client_factory: ClientFactory = make_client,
 ) -> BenchReport:
     """Sweep every target in order; a target without a URL is launched, swept, then stopped.
 
     A target that cannot be reached or launched is recorded with its error and the run goes on
-    to the next one, so one bad variant does not throw away the others' results.
+    to the next one, so one bad variant does not throw away the others' results. Ctrl-C or a
+    crash ends the run with the results so far, marked partial; `verdict_error` re-raises it.
+    The report comes back with the API key and URL userinfo redacted from every string.
     """
     started_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     start = time.perf_counter()
     results: list[VariantResult] = []
+    stopped_by: BaseException | None = None
     for target in targets:
-        results.append(_bench_target(target, options, launch_variant, stop_variant, progress))
+        result = VariantResult(variant=target.label, base_url=target.base_url or "")
+        results.append(result)
+        try:
+            _bench_target(target, result, options, launcher, progress, client_factory)
+        except (KeyboardInterrupt, Exception) as exc:  # kept for the verdict, after the files
+            stopped_by = exc
+            if result.levels and result.levels[-1].aborted == CUT_SHORT:
+                result.levels[-1].aborted = stop_reason(exc)
+            break
     failed = sum(r.failed_requests for r in results)
-    return BenchReport(
+    report = BenchReport(
         started_at=started_at,
         duration_s=round(time.perf_counter() - start, 3),
         profile=profile_name,
@@ -405,313 +372,28 @@ def run_bench(
                           python=platform.python_version(), cpu_count=os.cpu_count()),
         variants=results,
         failed_requests=failed,
-        passed=failed == 0 and all(r.error is None for r in results),
+        passed=stopped_by is None and failed == 0
+        and all(r.error is None and r.stopped is None for r in results),
     )
+    return redact_model(report, [options.api_key]).record_stop(stopped_by, [options.api_key])
 
 
 def _bench_target(
-    target: Target, options: BenchOptions, launch_variant: Callable[[str], str] | None,
-    stop_variant: Callable[[str], object] | None, progress: Progress | None,
-) -> VariantResult:
+    target: Target, result: VariantResult, options: BenchOptions, launcher: Launcher | None,
+    progress: Progress | None, client_factory: ClientFactory,
+) -> None:
     launched = target.base_url is None
-    url = target.base_url or ""
+    result.launched_by_bench = launched
     try:
         if launched:
-            if launch_variant is None:
+            if launcher is None:
                 raise UsageError(f"target {target.label!r} has no URL and nothing can launch it")
-            url = launch_variant(target.label)
-        result = asyncio.run(sweep(target.label, url, options, progress))
-    except (ServerUnreachable, LaunchError, UsageError) as exc:
-        result = VariantResult(variant=target.label, base_url=url,
-                               error=redact(f"{type(exc).__name__}: {exc.message}",
-                                            options.api_key),
-                               error_exit_code=exc.exit_code)
+            result.base_url = launcher.up(target.label)
+        asyncio.run(sweep(target.label, result.base_url, options, progress, client_factory,
+                          result))
+    except OpsctlError as exc:
+        result.error = redact(f"{type(exc).__name__}: {exc.message}", options.api_key)
+        result.error_exit_code = exc.exit_code
     finally:
-        if launched and stop_variant is not None:
-            stop_variant(target.label)
-    result.launched_by_bench = launched
-    return result
-
-
-def verdict_error(report: BenchReport, out_dir: Path) -> OpsctlError | None:
-    """Exit 4 when a variant could not be reached or launched (2 when the model name is
-    ambiguous); 5 on any failed request."""
-    broken = [v for v in report.variants if v.error]
-    if broken:
-        first = broken[0]
-        error_class = UsageError if first.error_exit_code == EXIT_USAGE else LaunchError
-        return error_class(
-            f"bench: {len(broken)} target(s) could not be benchmarked; "
-            f"{first.variant}: {first.error}",
-            hint=f"partial report in {out_dir}",
-        )
-    if report.failed_requests:
-        return SmokeError(
-            f"bench: {report.failed_requests} request(s) failed",
-            hint=f"see `errors` per level in {out_dir / 'bench.json'}",
-        )
-    return None
-
-
-# --- report files ----------------------------------------------------------------------------
-
-
-def default_out_dir(now: dt.datetime | None = None) -> Path:
-    stamp = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%dT%H%M%SZ")
-    return Path("out") / f"bench-{stamp}"
-
-
-def write_outputs(report: BenchReport, out_dir: Path) -> list[Path]:
-    """bench.json, bench.md and two PNGs, each written afresh (never appended)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = [
-        _write(out_dir / "bench.json", report.model_dump_json(indent=2) + "\n"),
-        _write(out_dir / "bench.md", markdown_table(report)),
-    ]
-    written += write_plots(report, out_dir)
-    return written
-
-
-def _write(path: Path, text: str) -> Path:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-    return path
-
-
-# (label, how to read it from a level, format)
-_ROWS: tuple[tuple[str, Callable[[LevelResult], float | None], str], ...] = (
-    ("TTFT p50 (ms)", lambda lv: lv.ttft_ms.p50, "{:.1f}"),
-    ("ITL p50 (ms)", lambda lv: lv.itl_ms.p50, "{:.2f}"),
-    ("TPOT p50 (ms)", lambda lv: lv.tpot_ms.p50, "{:.2f}"),
-    ("TPOT p99 (ms)", lambda lv: lv.tpot_ms.p99, "{:.2f}"),
-    ("output tok/s", lambda lv: lv.output_tokens_per_s, "{:.1f}"),
-    ("requests/s", lambda lv: lv.requests_per_s, "{:.3f}"),
-    ("failed", lambda lv: float(lv.failed + lv.warmup_failed), "{:.0f}"),
-)
-
-
-def delta_percent(value: float | None, base: float | None) -> str:
-    if value is None or base is None or base == 0:
-        return ""
-    return f" ({(value - base) / base * 100:+.1f}%)"
-
-
-def markdown_table(report: BenchReport) -> str:
-    """One row per (concurrency, metric); each variant after the first shows its delta."""
-    runs = [v for v in report.variants if v.error is None]
-    if not runs:
-        return "No variant produced results.\n"
-    base = runs[0]
-    header = ["concurrency", "metric", base.variant] + [
-        f"{v.variant} (Δ vs {base.variant})" for v in runs[1:]
-    ]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    levels = {lv.concurrency: lv for lv in base.levels}
-    for concurrency in report.config.concurrency:
-        base_level = levels.get(concurrency)
-        for label, read, fmt in _ROWS:
-            base_value = read(base_level) if base_level else None
-            cells = [str(concurrency), label, _fmt(base_value, fmt)]
-            for other in runs[1:]:
-                level = next((lv for lv in other.levels if lv.concurrency == concurrency), None)
-                value = read(level) if level else None
-                delta = "" if label == "failed" else delta_percent(value, base_value)
-                cells.append(_fmt(value, fmt) + delta)
-            lines.append("| " + " | ".join(cells) + " |")
-    config = report.config
-    notes = [
-        "",
-        f"Closed loop, {config.input_words}-word prompts (about one token per word), "
-        f"{config.output_tokens} output tokens, temperature {config.temperature:g}, "
-        f"`{config.api}` API; warm-up excluded; percentiles by linear interpolation. "
-        "Negative Δ is better for latencies, positive for throughput.",
-    ]
-    for run in report.variants:
-        if run.error:
-            notes.append(f"- {run.variant}: not benchmarked: {run.error}")
-        elif run.model:
-            notes.append(f"- {run.variant}: {run.base_url}, model {run.model.served_name!r} "
-                         f"({run.model.served_name_source})")
-    return "\n".join(lines + notes) + "\n"
-
-
-def _fmt(value: float | None, fmt: str) -> str:
-    return "n/a" if value is None else fmt.format(value)
-
-
-def write_plots(report: BenchReport, out_dir: Path) -> list[Path]:
-    """TPOT p50 and output throughput against concurrency, one line per variant."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only; never needs a display
-    import matplotlib.pyplot as plt
-
-    plots = (
-        ("tpot.png", "TPOT p50 (ms)", lambda lv: lv.tpot_ms.p50),
-        ("throughput.png", "output tokens/s", lambda lv: lv.output_tokens_per_s),
-    )
-    written: list[Path] = []
-    for filename, ylabel, read in plots:
-        fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
-        for run in report.variants:
-            points = [(lv.concurrency, read(lv)) for lv in run.levels if read(lv) is not None]
-            if points:
-                xs, ys = zip(*points, strict=True)
-                ax.plot(xs, ys, marker="o", label=run.variant)
-        ax.set_xscale("log", base=2)
-        levels = report.config.concurrency
-        ax.set_xticks(levels, [str(level) for level in levels])
-        ax.minorticks_off()
-        ax.set_xlabel("concurrency")
-        ax.set_ylabel(ylabel)
-        ax.set_title(f"{ylabel} vs concurrency")
-        ax.grid(True, alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend()
-        fig.tight_layout()
-        path = out_dir / filename
-        fig.savefig(path)
-        plt.close(fig)
-        written.append(path)
-    return written
-
-
-def render_summary(report: BenchReport, console: object) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    assert isinstance(console, Console)
-    table = Table(title="opsctl bench")
-    for column in ("variant", "conc", "ok/req", "failed", "TTFT p50", "ITL p50", "TPOT p50",
-                   "TPOT p99", "out tok/s", "req/s"):
-        table.add_column(column, justify="right" if column != "variant" else "left")
-    for run in report.variants:
-        if run.error:
-            table.add_row(run.variant, "-", "-", "-", "", "", "", "", "", run.error)
-            continue
-        for lv in run.levels:
-            table.add_row(
-                run.variant, str(lv.concurrency), f"{lv.completed}/{lv.requests}",
-                str(lv.failed + lv.warmup_failed), _fmt(lv.ttft_ms.p50, "{:.1f}"),
-                _fmt(lv.itl_ms.p50, "{:.2f}"), _fmt(lv.tpot_ms.p50, "{:.2f}"),
-                _fmt(lv.tpot_ms.p99, "{:.2f}"), f"{lv.output_tokens_per_s:.1f}",
-                f"{lv.requests_per_s:.3f}",
-            )
-    console.print(table)
-
-
-@contextmanager
-def live_progress(console: object) -> Iterator[Progress]:
-    """A rich progress bar per (variant, concurrency) level, updated on every finished request."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-    from rich.progress import Progress as RichProgress
-
-    assert isinstance(console, Console)
-    tasks: dict[tuple[str, int], TaskID] = {}
-    with RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console, transient=False) as bar:
-
-        def update(label: str, concurrency: int, done: int, total: int) -> None:
-            key = (label, concurrency)
-            if key not in tasks:
-                tasks[key] = bar.add_task(f"{label} c={concurrency}", total=total)
-            bar.update(tasks[key], completed=done)
-
-        yield update
-
-
-# --- the command -----------------------------------------------------------------------------
-
-
-class _ProfileLauncher:
-    """`up` a variant for bench and `down` it afterwards, unless it was already up before."""
-
-    def __init__(self, profile_name: str) -> None:
-        from opsctl.deploy.profiles import load_profile
-
-        self.profile = load_profile(profile_name)
-        self.started: set[str] = set()
-
-    def up(self, variant: str) -> str:
-        from opsctl.deploy import launch
-        from opsctl.engine.dockerpy import Engine
-        from opsctl.image.build import expected_image
-
-        deployment = self.profile.resolve(variant)
-        running = launch.up(deployment, expected_image(self.profile), Engine.connect())
-        if not running.already_up:
-            self.started.add(variant)
-        return running.base_url
-
-    def down(self, variant: str) -> None:
-        from opsctl.deploy import launch
-        from opsctl.engine.dockerpy import Engine
-
-        if variant in self.started:
-            launch.down(Engine.connect(), self.profile.name)
-            self.started.discard(variant)
-
-
-def bench_command(
-    *,
-    profile: str | None,
-    variants: str | None,
-    base_urls: Sequence[str],
-    concurrency: str | None,
-    requests_per_level: int | None,
-    input_words: int,
-    output_tokens: int,
-    model: str | None,
-    api: str,
-    request_timeout_s: float,
-    out_dir: Path | None,
-    pushgateway: str | None,
-    console: object,
-) -> None:
-    """Resolve targets, sweep each with live progress, write the report; raise on failure."""
-    from opsctl.deploy.profiles import load_profile
-    from opsctl.traffic.client import api_key_from_env, parse_api
-
-    variant_names = [v.strip() for v in (variants or "").split(",") if v.strip()]
-    loaded = load_profile(profile) if (profile or not base_urls) else None
-    if loaded is not None:
-        for name in variant_names:
-            loaded.resolve(name)  # UsageError listing the valid variants
-    launcher: _ProfileLauncher | None = None
-    if base_urls:
-        targets = parse_targets(base_urls, variant_names)
-    else:
-        assert loaded is not None
-        launcher = _ProfileLauncher(loaded.name)
-        targets = [Target(label=name) for name in (variant_names or [loaded.default_variant])]
-    options = BenchOptions(
-        concurrency=parse_concurrency(concurrency) if concurrency else DEFAULT_CONCURRENCY,
-        requests_per_level=requests_per_level, input_words=input_words,
-        output_tokens=output_tokens, api=parse_api(api), request_timeout_s=request_timeout_s,
-        api_key=api_key_from_env(), model=model,
-        profile_alias=loaded.model.served_name if loaded else None,
-    )
-    out = out_dir or default_out_dir()
-    from rich.console import Console
-
-    assert isinstance(console, Console)
-    with live_progress(console) as progress:
-        report = run_bench(
-            targets, options, profile_name=loaded.name if loaded else None,
-            launch_variant=launcher.up if launcher else None,
-            stop_variant=launcher.down if launcher else None, progress=progress,
-        )
-    written = write_outputs(report, out)
-    render_summary(report, console)
-    console.print("wrote: " + ", ".join(str(p) for p in written), highlight=False,
-                  soft_wrap=True)
-    gateway = pushgateway or os.environ.get("OPSCTL_PUSHGATEWAY")
-    if gateway:
-        from opsctl.traffic.smoke import push
-
-        push(console, "bench", report.model_dump(mode="json"), gateway)
-    error = verdict_error(report, out)
-    if error is not None:
-        raise error
+        if launched and launcher is not None:
+            launcher.down(target.label)

@@ -1,35 +1,61 @@
 """The one HTTP client smoke and bench share: OpenAI-compatible requests, timed, never guessing.
 
 A request never raises for a server-side problem: it returns a `RequestResult` whose `error`
-says what went wrong (connect, timeout, http status, stream cut, error event), so a sweep can
-count failures instead of aborting. Timing uses `time.perf_counter()` at the moment each SSE line
-is read; ITL gaps are measured between successive chunks that carry generated text.
+says what went wrong (connect, timeout, http status, stream cut, error event, malformed or
+oversized answer), so a sweep can count failures instead of aborting. Every answer is read
+under the byte caps of opsctl.core.httpcap and checked by opsctl.traffic.payload.
+
+Streams as the ecosystem defines them: a stream is complete at `data: [DONE]`, or when the
+connection closes cleanly after a chunk carrying a finish_reason (servers that never send
+`[DONE]` exist, and the OpenAI SDK accepts them); closing before any finish_reason is a cut.
+
+Timing uses `time.perf_counter()` at the moment each SSE line is read. ITL gaps are measured
+between successive chunks that carry generated text. A chunk that carries k > 1 tokens is split
+into k equal gaps only when the server says how many it carried (a cumulative usage count in
+every chunk, as sglang's and vLLM's `continuous_usage_stats` send); otherwise gaps stay per
+chunk and the result records chunks against tokens. With fewer than two text chunks there is no
+gap to measure: ITL and TPOT are then "not measurable", not zero.
+
+Usage counts are believed only when the stream agrees (the tolerant rule): completion_tokens
+must not exceed the request's max_tokens, must be at least the number of chunks that carried
+text (each carries at least one new token), and at most 4 tokens per byte of streamed text and
+per chunk (`4 x (text bytes + chunks)`; real tokenizers average 3-4 bytes per token, so this
+only catches counts no stream could have produced). A count that breaks the rule is flagged
+in `usage_note` and the counted chunks are used instead, so an inflated count never inflates
+throughput.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import httpx
-from pydantic import BaseModel
 
 from opsctl.core.errors import LaunchError, UsageError
+from opsctl.core.httpcap import IDENTITY, BodyTooLarge, CappedAsyncTransport, sse_lines
+from opsctl.core.redact import API_KEY_ENV as API_KEY_ENV  # re-exported: the traffic room's name
+from opsctl.core.redact import api_key_from_env as api_key_from_env
+from opsctl.core.redact import auth_headers
+from opsctl.core.redact import mask_secret as mask_secret
+from opsctl.core.redact import redact as redact
+from opsctl.traffic.payload import Api, Malformed, Piece, body_message, decode_json, parse_piece
 
-API_KEY_ENV = "OPSCTL_API_KEY"
-
-Api = Literal["completions", "chat"]
 ErrorKind = Literal[
-    "connect", "timeout", "http_status", "stream_cut", "stream_error", "bad_response", "empty"
+    "connect", "timeout", "http_status", "stream_cut", "stream_error", "bad_response", "empty",
+    "too_large", "deadline",
 ]
 TokenSource = Literal["usage", "chunks"]
 
 # Finish reasons a healthy completion may end with; "abort" or a missing one is a failure.
 SANE_FINISH_REASONS = frozenset({"stop", "length"})
+# The tolerant rule's bound: tokens per (byte of streamed text + chunk).
+MAX_TOKENS_PER_EVIDENCE = 4
+# Streamed text kept per request (its bytes are still counted): nothing compares streamed text,
+# so a long stream costs its line buffer, not its whole answer.
+MAX_KEPT_TEXT_CHARS = 1 << 20
 
 
 class ServerUnreachable(LaunchError):
@@ -42,25 +68,6 @@ def parse_api(value: str) -> Api:
     if value == "chat":
         return "chat"
     raise UsageError(f"--api {value!r}: choose 'completions' or 'chat'")
-
-
-def api_key_from_env() -> str | None:
-    value = os.environ.get(API_KEY_ENV, "").strip()
-    return value or None
-
-
-def mask_secret(secret: str | None) -> str | None:
-    """`****` + the last 4 characters; a short secret shows nothing of itself."""
-    if not secret:
-        return None
-    return "****" + (secret[-4:] if len(secret) >= 12 else "")
-
-
-def redact(text: str, secret: str | None) -> str:
-    """Replace every occurrence of the secret in a message that may echo it back."""
-    if not secret:
-        return text
-    return text.replace(secret, mask_secret(secret) or "****")
 
 
 @dataclass(slots=True)
@@ -80,19 +87,30 @@ class RequestResult:
     e2e_s: float | None = None
     itl_s: list[float] = field(default_factory=list)
     content_chunks: int = 0
+    itl_split: bool = False  # gaps split by the server's per-chunk token counts
+    usage_note: str | None = None  # the server's usage disagreed with the stream (see above)
 
     @property
     def tpot_s(self) -> float | None:
-        """(e2e - ttft) / (output_tokens - 1); undefined for fewer than two tokens."""
-        if self.ttft_s is None or self.e2e_s is None or self.output_tokens < 2:
+        """(e2e - ttft) / (output_tokens - 1); not measurable with fewer than two text chunks
+        (the whole answer arrived at once) or fewer than two tokens."""
+        if self.ttft_s is None or self.e2e_s is None or self.output_tokens < 2 or not self.itl_s:
             return None
         return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
 
     def fail(self, kind: ErrorKind, message: str) -> RequestResult:
         self.ok = False
         self.error_kind = kind
-        self.error = message
+        self.error = " ".join(message.split())  # one line, whatever the server sent
         return self
+
+
+class ClientFactory(Protocol):
+    """How smoke and bench get their HTTP client: `make_client`, or a stand-in in a test."""
+
+    def __call__(
+        self, base_url: str, api_key: str | None, *, max_connections: int = ..., timeout_s: float = ...
+    ) -> httpx.AsyncClient: ...
 
 
 def make_client(
@@ -100,18 +118,19 @@ def make_client(
 ) -> httpx.AsyncClient:
     """An AsyncClient with enough pooled connections for the requested concurrency.
 
-    Proxies from the environment are ignored: opsctl talks to a server it deployed or was given
-    by URL, and a corporate proxy in between would distort every latency it measures.
+    Every answer is read under opsctl's byte caps (CappedAsyncTransport). Proxies from the
+    environment are ignored: opsctl talks to a server it deployed or was given by URL, and a
+    corporate proxy in between would distort every latency it measures.
     """
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     limits = httpx.Limits(
         max_connections=max_connections, max_keepalive_connections=max_connections
     )
+    transport = CappedAsyncTransport(httpx.AsyncHTTPTransport(limits=limits, trust_env=False))
     return httpx.AsyncClient(
         base_url=base_url.rstrip("/"),
-        headers=headers,
-        limits=limits,
+        headers={**IDENTITY, **auth_headers(api_key)},
         timeout=httpx.Timeout(timeout_s),
+        transport=transport,
         trust_env=False,
     )
 
@@ -145,24 +164,9 @@ def request_body(
     return body
 
 
-def _path(api: Api) -> str:
+def endpoint(api: Api) -> str:
+    """The OpenAI path that generates for this API."""
     return "/v1/chat/completions" if api == "chat" else "/v1/completions"
-
-
-def _choice_text(api: Api, choice: dict[str, Any]) -> str:
-    if api == "chat":
-        delta = choice.get("delta") or choice.get("message") or {}
-        # A reasoning model streams its thinking first; those are generated tokens too.
-        return (delta.get("reasoning_content") or "") + (delta.get("content") or "")
-    return choice.get("text") or ""
-
-
-def _error_message(payload: Any) -> str:
-    if isinstance(payload, dict):
-        inner = payload.get("error", payload)
-        if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])[:300]
-    return str(payload)[:300]
 
 
 async def stream_generate(
@@ -174,72 +178,135 @@ async def stream_generate(
 ) -> RequestResult:
     """Send one streaming request; time every text chunk; classify any failure."""
     result = RequestResult(ok=False)
-    start = time.perf_counter()
-    last_token_at: float | None = None
-    done = False
+    stream = _Stream(result, time.perf_counter())
     try:
         async with asyncio.timeout(timeout_s):
-            async with client.stream("POST", _path(api), json=body) as response:
+            async with client.stream("POST", endpoint(api), json=body) as response:
                 result.status = response.status_code
                 if response.status_code != 200:
                     raw = await response.aread()
-                    return result.fail(
-                        "http_status", f"HTTP {response.status_code}: {_body_message(raw)}"
-                    )
-                async for line in response.aiter_lines():
+                    return result.fail("http_status",
+                                       f"HTTP {response.status_code}: {body_message(raw)}")
+                async for line in sse_lines(response):
                     now = time.perf_counter()
-                    if not line.startswith("data:"):
-                        continue
+                    if not line.startswith(b"data:"):
+                        continue  # comments, event names, blank separators
                     data = line[5:].strip()
-                    if data == "[DONE]":
-                        done = True
+                    if data == b"[DONE]":
+                        stream.done = True
                         break
                     try:
-                        chunk = json.loads(data)
-                    except ValueError:
-                        return result.fail("bad_response", f"unparseable SSE data: {data[:80]!r}")
-                    if not isinstance(chunk, dict):
-                        return result.fail("bad_response", f"unexpected SSE data: {data[:80]!r}")
-                    if "error" in chunk:
-                        return result.fail("stream_error", _error_message(chunk))
-                    usage = chunk.get("usage")
-                    if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
-                        result.output_tokens = int(usage["completion_tokens"])
-                        result.prompt_tokens = usage.get("prompt_tokens")
-                        result.token_source = "usage"
-                    for choice in chunk.get("choices") or []:
-                        text = _choice_text(api, choice)
-                        if text:
-                            if last_token_at is None:
-                                result.ttft_s = now - start
-                            else:
-                                result.itl_s.append(now - last_token_at)
-                            last_token_at = now
-                            result.content_chunks += 1
-                            result.text += text
-                        if choice.get("finish_reason"):
-                            result.finish_reason = choice["finish_reason"]
+                        piece = parse_piece(api, decode_json(data), stream=True)
+                    except Malformed as exc:
+                        return result.fail("bad_response", f"SSE chunk: {exc}")
+                    if piece.error is not None:
+                        return result.fail("stream_error", piece.error)
+                    stream.add(piece, now)
     except TimeoutError:
         return result.fail("timeout", f"no complete response within {timeout_s:g}s")
-    except httpx.ConnectError as exc:
-        return result.fail("connect", f"cannot connect: {exc}")
-    except httpx.TimeoutException as exc:
-        return result.fail("timeout", f"{type(exc).__name__} after {timeout_s:g}s")
-    except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-        return result.fail("stream_cut", f"stream ended early: {type(exc).__name__}: {exc}")
     except httpx.HTTPError as exc:
-        return result.fail("stream_cut", f"{type(exc).__name__}: {exc}")
-    if not done:
-        return result.fail("stream_cut", "stream closed before data: [DONE]")
-    result.e2e_s = time.perf_counter() - start
-    if result.token_source == "chunks":
+        return _transport_failure(result, exc, timeout_s, streaming=True)
+    return stream.finish(time.perf_counter(), body.get("max_tokens"))
+
+
+class _Stream:
+    """What a stream has delivered so far, and its verdict once it ends."""
+
+    def __init__(self, result: RequestResult, start: float) -> None:
+        self.result = result
+        self.start = start
+        self.done = False
+        self.parts: list[str] = []
+        self.kept = 0  # characters in `parts`
+        self.text_bytes = 0
+        self.chunks = 0  # chunks that carried a choice, with or without text
+        self.last_text_at: float | None = None
+        self.count_at_last_text: int | None = None  # the server's running token count then
+        self.usage_tokens: int | None = None
+
+    def add(self, piece: Piece, now: float) -> None:
+        result = self.result
+        count = piece.usage.completion_tokens if piece.usage else None
+        if piece.usage is not None and count is not None:
+            self.usage_tokens = count
+            result.prompt_tokens = piece.usage.prompt_tokens
+        if piece.has_choice:
+            self.chunks += 1
+        if piece.text:
+            if self.last_text_at is None:
+                result.ttft_s = now - self.start
+            else:
+                gap = now - self.last_text_at
+                carried = (count - self.count_at_last_text
+                           if count is not None and self.count_at_last_text is not None else 1)
+                if carried > 1:
+                    result.itl_split = True
+                    result.itl_s.extend([gap / carried] * carried)
+                else:
+                    result.itl_s.append(gap)
+            self.last_text_at = now
+            self.count_at_last_text = count
+            result.content_chunks += 1
+            self.text_bytes += len(piece.text.encode())
+            if self.kept < MAX_KEPT_TEXT_CHARS:
+                self.parts.append(piece.text[:MAX_KEPT_TEXT_CHARS - self.kept])
+                self.kept += len(self.parts[-1])
+        if piece.finish_reason:
+            result.finish_reason = piece.finish_reason
+
+    def finish(self, now: float, max_tokens: Any) -> RequestResult:
+        result = self.result
+        result.text = "".join(self.parts)
+        if not self.done and result.finish_reason is None:
+            return result.fail("stream_cut",
+                               "stream closed before any finish_reason (and without data: [DONE])")
+        result.e2e_s = now - self.start
         result.output_tokens = result.content_chunks
-    if result.ttft_s is None:
-        return result.fail("empty", "stream finished without any generated text")
-    if result.finish_reason not in SANE_FINISH_REASONS:
-        return result.fail("bad_response", f"finish_reason {result.finish_reason!r}")
-    result.ok = True
-    return result
+        if self.usage_tokens is not None:
+            note = implausible_usage(self.usage_tokens, max_tokens, self.text_bytes,
+                                     self.chunks, result.content_chunks)
+            if note is None:
+                result.output_tokens, result.token_source = self.usage_tokens, "usage"
+            else:
+                result.usage_note = note + "; counted text chunks instead"
+        if result.ttft_s is None:
+            return result.fail("empty", "stream finished without any generated text")
+        if result.finish_reason not in SANE_FINISH_REASONS:
+            return result.fail("bad_response", f"finish_reason {result.finish_reason!r}")
+        result.ok = True
+        return result
+
+
+def implausible_usage(tokens: int, max_tokens: Any, text_bytes: int, chunks: int,
+                      text_chunks: int) -> str | None:
+    """Why the server's completion_tokens cannot describe this answer (the tolerant rule), or
+    None when it can. `chunks`/`text_chunks` are 0 for a whole (non-streamed) answer."""
+    said = f"usage.completion_tokens={tokens}"
+    if isinstance(max_tokens, int) and tokens > max_tokens:
+        return f"{said} exceeds max_tokens={max_tokens}"
+    if tokens < text_chunks:
+        return f"{said} is fewer than the {text_chunks} chunks that carried text"
+    if tokens > MAX_TOKENS_PER_EVIDENCE * (text_bytes + max(chunks, 1)):
+        return (f"{said} is more than {MAX_TOKENS_PER_EVIDENCE} per byte and chunk of what "
+                f"arrived ({text_bytes} bytes of text in {chunks} chunks)")
+    return None
+
+
+def _transport_failure(result: RequestResult, exc: httpx.HTTPError, timeout_s: float,
+                       *, streaming: bool) -> RequestResult:
+    """The one-line failure for an exception raised while talking to the server."""
+    if isinstance(exc, BodyTooLarge):
+        return result.fail("too_large", str(exc))
+    if isinstance(exc, httpx.ConnectError):
+        return result.fail("connect", f"cannot connect: {exc}")
+    if isinstance(exc, httpx.TimeoutException):
+        return result.fail("timeout", f"{type(exc).__name__} after {timeout_s:g}s")
+    if isinstance(exc, httpx.DecodingError):
+        return result.fail("bad_response", f"undecodable answer: {exc}")
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
+        what = "stream ended early" if streaming else "no whole answer"
+        return result.fail("stream_cut", f"{what}: {type(exc).__name__}: {exc}")
+    return result.fail("stream_cut", f"{type(exc).__name__}: {exc}")
 
 
 async def generate(
@@ -254,150 +321,33 @@ async def generate(
     start = time.perf_counter()
     try:
         async with asyncio.timeout(timeout_s):
-            response = await client.post(_path(api), json=body)
+            response = await client.post(endpoint(api), json=body)
     except TimeoutError:
         return result.fail("timeout", f"no response within {timeout_s:g}s")
-    except httpx.ConnectError as exc:
-        return result.fail("connect", f"cannot connect: {exc}")
-    except httpx.TimeoutException as exc:
-        return result.fail("timeout", f"{type(exc).__name__} after {timeout_s:g}s")
     except httpx.HTTPError as exc:
-        return result.fail("stream_cut", f"{type(exc).__name__}: {exc}")
+        return _transport_failure(result, exc, timeout_s, streaming=False)
     result.e2e_s = time.perf_counter() - start
     result.status = response.status_code
     if response.status_code != 200:
-        return result.fail(
-            "http_status", f"HTTP {response.status_code}: {_body_message(response.content)}"
-        )
+        return result.fail("http_status",
+                           f"HTTP {response.status_code}: {body_message(response.content)}")
     try:
-        payload = response.json()
-        choice = payload["choices"][0]
-    except (ValueError, KeyError, IndexError, TypeError):
-        return result.fail("bad_response", f"not a completion: {response.text[:120]!r}")
-    result.text = _choice_text(api, choice)
-    result.finish_reason = choice.get("finish_reason")
-    usage = payload.get("usage") or {}
-    if usage.get("completion_tokens") is not None:
-        result.output_tokens = int(usage["completion_tokens"])
-        result.prompt_tokens = usage.get("prompt_tokens")
+        piece = parse_piece(api, decode_json(response.content), stream=False)
+    except Malformed as exc:
+        return result.fail("bad_response", f"not a completion: {exc}")
+    if piece.error is not None:
+        return result.fail("stream_error", piece.error)
+    result.text = piece.text
+    result.finish_reason = piece.finish_reason
+    if piece.usage is not None and piece.usage.completion_tokens is not None:
+        result.output_tokens = piece.usage.completion_tokens
+        result.prompt_tokens = piece.usage.prompt_tokens
         result.token_source = "usage"
+        result.usage_note = implausible_usage(result.output_tokens, body.get("max_tokens"),
+                                              len(result.text.encode()), 0, 0)
     if not result.text.strip():
         return result.fail("empty", "empty generated text")
     if result.finish_reason not in SANE_FINISH_REASONS:
         return result.fail("bad_response", f"finish_reason {result.finish_reason!r}")
     result.ok = True
     return result
-
-
-def _body_message(raw: bytes) -> str:
-    try:
-        return _error_message(json.loads(raw))
-    except ValueError:
-        return raw[:200].decode(errors="replace")
-
-
-# --- the served model name: read from the server, never guessed ------------------------------
-
-
-class ModelResolution(BaseModel):
-    """Which model name and tokenizer path opsctl used, and where each came from."""
-
-    served_name: str
-    served_name_source: str
-    listed: list[str]
-    profile_alias: str | None = None
-    tokenizer_path: str | None = None
-    tokenizer_source: str = "not read"
-    notes: list[str] = []
-
-
-def choose_served_name(
-    listed: list[str], requested: str | None, profile_alias: str | None
-) -> tuple[str, str, list[str]]:
-    """Pick the name to send as `model` from what /v1/models lists.
-
-    Returns (name, source, notes); raises ValueError with a user-facing message when no
-    unambiguous choice exists. A single listed model is used whatever it is called (a path,
-    or a name that differs from the profile's alias): the server is the authority.
-    """
-    notes: list[str] = []
-    if not listed:
-        raise ValueError("/v1/models lists no model")
-    if requested:
-        if requested in listed:
-            return requested, "--model, listed by /v1/models", notes
-        raise ValueError(f"--model {requested!r} is not served; /v1/models lists: {_names(listed)}")
-    if len(listed) == 1:
-        name = listed[0]
-        if profile_alias and profile_alias != name:
-            notes.append(
-                f"the server serves {name!r}, not the profile's alias {profile_alias!r}; "
-                f"used the served name"
-            )
-        return name, "the only model listed by /v1/models", notes
-    if profile_alias and profile_alias in listed:
-        return profile_alias, "profile served_name, listed by /v1/models", notes
-    why = f"none is the profile's alias {profile_alias!r}" if profile_alias else "which one?"
-    raise ValueError(f"/v1/models lists {len(listed)} models ({_names(listed)}); {why}")
-
-
-def _names(listed: list[str]) -> str:
-    return ", ".join(repr(name) for name in listed)
-
-
-async def list_models(client: httpx.AsyncClient, timeout_s: float) -> list[str]:
-    """GET /v1/models -> ids. Raises ServerUnreachable, or ValueError for a bad answer."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            response = await client.get("/v1/models")
-    except httpx.ConnectError as exc:
-        raise ServerUnreachable(
-            f"no server answers at {client.base_url}: {exc}",
-            hint="is it running? `opsctl status`, or check --base-url",
-        ) from None
-    except (TimeoutError, httpx.TimeoutException):
-        raise ValueError(f"GET /v1/models did not answer within {timeout_s:g}s") from None
-    if response.status_code in (401, 403):
-        raise ValueError(
-            f"GET /v1/models: HTTP {response.status_code} (the server wants an API key; "
-            f"set ${API_KEY_ENV})"
-        )
-    if response.status_code != 200:
-        raise ValueError(f"GET /v1/models: HTTP {response.status_code}")
-    try:
-        return [str(card["id"]) for card in response.json()["data"]]
-    except (ValueError, KeyError, TypeError):
-        raise ValueError(f"GET /v1/models: not a model list: {response.text[:120]!r}") from None
-
-
-async def read_model_info(
-    client: httpx.AsyncClient, timeout_s: float
-) -> tuple[dict[str, Any] | None, str]:
-    """sglang's GET /model_info. Returns (payload, how it went); None when not sglang."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            response = await client.get("/model_info")
-    except (TimeoutError, httpx.HTTPError) as exc:
-        return None, f"GET /model_info failed: {type(exc).__name__}"
-    if response.status_code == 404:
-        return None, "the server has no /model_info (not sglang)"
-    if response.status_code in (401, 403):
-        return None, f"GET /model_info: HTTP {response.status_code} (API key missing or wrong)"
-    if response.status_code != 200:
-        return None, f"GET /model_info: HTTP {response.status_code}"
-    try:
-        payload = response.json()
-    except ValueError:
-        return None, "GET /model_info: not JSON"
-    if not isinstance(payload, dict) or "model_path" not in payload:
-        return None, "GET /model_info: no model_path (not sglang)"
-    return payload, "ok"
-
-
-def tokenizer_from_model_info(info: dict[str, Any]) -> tuple[str | None, str]:
-    """sglang's own order (benchmark/serving.py): tokenizer_path, then model_path."""
-    if info.get("tokenizer_path"):
-        return str(info["tokenizer_path"]), "/model_info tokenizer_path"
-    if info.get("model_path"):
-        return str(info["model_path"]), "/model_info model_path"
-    return None, "/model_info has neither tokenizer_path nor model_path"

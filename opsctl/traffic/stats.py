@@ -1,14 +1,27 @@
-"""Percentiles for latency reports: linear interpolation between closest ranks.
+"""Latency statistics: percentiles, and the summary of one concurrency level of a sweep.
 
-The same definition as numpy's default (`method="linear"`) and sglang's benchmark (which calls
-`np.percentile`): for sorted values x[0..n-1] and p in [0, 100], the rank is r = p/100 * (n-1);
-the result is x[floor(r)] + (r - floor(r)) * (x[floor(r)+1] - x[floor(r)]).
+Percentiles use linear interpolation between closest ranks, the same definition as numpy's
+default (`method="linear"`) and sglang's benchmark (which calls `np.percentile`): for sorted
+values x[0..n-1] and p in [0, 100], the rank is r = p/100 * (n-1); the result is
+x[floor(r)] + (r - floor(r)) * (x[floor(r)+1] - x[floor(r)]). The standard deviation is the
+population one (divide by n), numpy's default and what sglang.bench_serving reports.
+
+Goodput counts the measured requests that meet every limit of the profile's SLO
+(opsctl.deploy.sloconfig.request_is_good: a missing TTFT or TPOT does not meet its limit).
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
+
+from opsctl.core.redact import redact
+from opsctl.deploy.sloconfig import Slo, request_is_good
+from opsctl.traffic.bench_report import CLIENT_BOUND_SHARE, Goodput, LevelResult, Pcts
+from opsctl.traffic.client import RequestResult
+
+_ERROR_EXAMPLES = 3  # distinct failure messages kept per level
 
 
 def percentile(values: Sequence[float], p: float) -> float:
@@ -23,6 +36,114 @@ def percentile(values: Sequence[float], p: float) -> float:
     return ordered[low] + (rank - low) * (ordered[high] - ordered[low])
 
 
-def percentiles(values: Sequence[float], ps: Sequence[float]) -> dict[str, float | None]:
-    """{"p50": ..., "p90": ...}; None for every p when there are no values."""
-    return {f"p{p:g}": (percentile(values, p) if values else None) for p in ps}
+def pcts(values_s: Sequence[float]) -> Pcts:
+    """p50/p90/p95/p99, mean, std and max of durations in seconds, reported in milliseconds."""
+    if not values_s:
+        return Pcts()
+    ms = [v * 1000.0 for v in values_s]
+    mean = sum(ms) / len(ms)
+    return Pcts(
+        p50=round(percentile(ms, 50), 4), p90=round(percentile(ms, 90), 4),
+        p95=round(percentile(ms, 95), 4), p99=round(percentile(ms, 99), 4),
+        mean=round(mean, 4), std=round(math.sqrt(sum((v - mean) ** 2 for v in ms) / len(ms)), 4),
+        max=round(max(ms), 4),
+    )
+
+
+def goodput(slo: Slo, measured: Sequence[RequestResult], duration_s: float) -> Goodput:
+    """The measured requests meeting every stated limit: how many, their share of all measured
+    requests (failures included), and their rate over the measured wall time."""
+    good = sum(1 for r in measured if r.ok and request_is_good(slo, r.ttft_s, r.tpot_s))
+    return Goodput(
+        ttft_ms=slo.ttft.threshold_ms if slo.ttft else None,
+        tpot_ms=slo.tpot.threshold_ms if slo.tpot else None,
+        good=good, share=round(good / len(measured), 4) if measured else None,
+        rate_per_s=round(good / duration_s, 4) if duration_s > 0 else 0.0,
+    )
+
+
+def summarize(
+    concurrency: int, measured: list[RequestResult], warmup: list[RequestResult],
+    duration_s: float, api_key: str | None = None, *, aborted: str | None = None,
+    in_flight_cut: int = 0, slo: Slo | None = None,
+) -> LevelResult:
+    """One level: latencies of the measured successes, failures of both phases by kind.
+
+    Throughput is over `duration_s`, the measured phase's wall time; ITL gaps are pooled over
+    all requests, TPOT is per request. Token counts are never negative (the client rejects such
+    usage), so neither is throughput.
+    """
+    ok = [r for r in measured if r.ok]
+    failures = [r for r in measured + warmup if not r.ok]
+    kinds = Counter(str(r.error_kind or "unknown") for r in failures)
+    output_tokens = sum(r.output_tokens for r in ok)
+    prompt_counts = [r.prompt_tokens for r in ok if r.prompt_tokens]
+    stated = slo is not None and (slo.ttft is not None or slo.tpot is not None)
+    flagged = [r for r in measured + warmup if r.usage_note]
+    return LevelResult(
+        concurrency=concurrency,
+        requests=len(measured),
+        completed=len(ok),
+        failed=len(measured) - len(ok),
+        warmup_requests=len(warmup),
+        warmup_failed=sum(1 for r in warmup if not r.ok),
+        errors=dict(kinds),
+        error_examples=_examples([f"{r.error_kind}: {r.error}" for r in failures], api_key),
+        duration_s=round(duration_s, 4),
+        output_tokens=output_tokens,
+        prompt_tokens_mean=round(sum(prompt_counts) / len(prompt_counts), 2)
+        if prompt_counts else None,
+        input_tokens=sum(prompt_counts) if ok and len(prompt_counts) == len(ok) else None,
+        output_tokens_per_s=round(output_tokens / duration_s, 3) if duration_s > 0 else 0.0,
+        requests_per_s=round(len(ok) / duration_s, 4) if duration_s > 0 else 0.0,
+        ttft_ms=pcts([r.ttft_s for r in ok if r.ttft_s is not None]),
+        itl_ms=pcts([gap for r in ok for gap in r.itl_s]),
+        tpot_ms=pcts([t for r in ok if (t := r.tpot_s) is not None]),
+        e2e_ms=pcts([r.e2e_s for r in ok if r.e2e_s is not None]),
+        token_count_source="+".join(sorted({r.token_source for r in ok})) or "none",
+        text_chunks=sum(r.content_chunks for r in ok),
+        itl_note=itl_note(ok),
+        usage_flagged=len(flagged),
+        usage_notes=_examples([r.usage_note or "" for r in flagged], api_key),
+        aborted=aborted,
+        in_flight_cut=in_flight_cut,
+        goodput=goodput(slo, measured, duration_s) if slo is not None and stated else None,
+    )
+
+
+def with_client_cpu(level: LevelResult, cpu_s: float, wall_s: float) -> LevelResult:
+    """The level with opsctl's own CPU time, and whether it used most of a core (then its
+    latencies may be the client's queueing, not the server's)."""
+    share = cpu_s / wall_s if wall_s > 0 else None
+    return level.model_copy(update={
+        "client_cpu_s": round(cpu_s, 4),
+        "client_cpu_share": None if share is None else round(share, 4),
+        "client_bound": share is not None and share > CLIENT_BOUND_SHARE,
+    })
+
+
+def itl_note(ok: Sequence[RequestResult]) -> str | None:
+    """Why ITL is not a per-token figure here, or None when every gap is one token apart."""
+    streamed = [r for r in ok if r.content_chunks]
+    if not streamed:
+        return None
+    chunks = sum(r.content_chunks for r in streamed)
+    tokens = sum(r.output_tokens for r in streamed)
+    if not any(r.itl_s for r in streamed):
+        return (f"not measurable: {len(streamed)} answer(s) arrived in {chunks} text chunk(s) "
+                f"for {tokens} tokens (a stream needs two text chunks for a gap)")
+    if any(r.itl_split for r in streamed):
+        return "chunks of several tokens split into equal gaps by the server's per-chunk counts"
+    if tokens > chunks:
+        return f"per chunk, not per token: {tokens} tokens arrived in {chunks} text chunks"
+    return None
+
+
+def _examples(messages: Sequence[str], api_key: str | None) -> list[str]:
+    """The first few distinct messages, redacted."""
+    examples: list[str] = []
+    for message in messages:
+        message = redact(message, api_key)
+        if message not in examples and len(examples) < _ERROR_EXAMPLES:
+            examples.append(message)
+    return examples

@@ -9,6 +9,8 @@ decode. Run on the accelerator machine:
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is needed for the GPU kernel tests")
@@ -51,14 +53,33 @@ def make_workspace(rows: int, config: tuple[int, int, int]) -> kv_gather_cast.Ga
     )
 
 
+def indptr_of(lens: list[int]) -> torch.Tensor:
+    indptr = torch.zeros(len(lens) + 1, dtype=torch.int32, device="cuda")
+    if lens:
+        indptr[1:] = torch.tensor(lens, device="cuda").cumsum(0).to(torch.int32)
+    return indptr
+
+
 def batch(lens: list[int], rows: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """kv_indptr and distinct random slot ids (slot 0 is sglang's padding slot, never used)."""
     total = sum(lens)
     ids = torch.randperm(rows - 1, device="cuda", generator=gen)[:total].to(torch.int32) + 1
-    indptr = torch.zeros(len(lens) + 1, dtype=torch.int32, device="cuda")
-    if lens:
-        indptr[1:] = torch.tensor(lens, device="cuda").cumsum(0).to(torch.int32)
-    return indptr, ids
+    return indptr_of(lens), ids
+
+
+def shared_prefix_batch(
+    prefix: int, suffixes: list[int], rows: int, gen: torch.Generator
+) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+    """Requests that all start with the same `prefix` slots (a radix-cache hit), then own ones.
+
+    Returns the lengths, kv_indptr and the ids: prefix x requests + sum(suffixes) of them, over
+    only prefix + sum(suffixes) distinct slots.
+    """
+    slots = torch.randperm(rows - 1, device="cuda", generator=gen)[: prefix + sum(suffixes)] + 1
+    shared, own = slots[:prefix], slots[prefix:].split(suffixes)
+    ids = torch.cat([torch.cat([shared, mine]) for mine in own]).to(torch.int32)
+    lens = [prefix + n for n in suffixes]
+    return lens, indptr_of(lens), ids
 
 
 def mla_decode_reference(
@@ -125,6 +146,92 @@ def test_nan_maps_to_nan() -> None:
     assert torch.equal(torch.isnan(out), torch.isnan(ref))
 
 
+@pytest.mark.parametrize("config", CONFIGS)
+def test_ids_beyond_the_pool_convert_every_row_linearly(config: tuple[int, int, int]) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    rows = 100_003
+    pool = fp8_pool(rows, gen)
+    ws = make_workspace(rows, config)
+    stock = bits(pool.to(torch.bfloat16))
+    # 4x the pool in random slots with repetition, drawn from half of it: the other half is
+    # never named by an id and is converted all the same.
+    ws.buffer.view(torch.int16).fill_(0x7FC1)
+    ids = torch.randint(0, rows // 2, (4 * rows,), device="cuda", generator=gen,
+                        dtype=torch.int32)
+    out = ws.convert(pool, indptr_of([rows, 2 * rows, rows]), ids)
+    torch.cuda.synchronize()
+    assert torch.equal(bits(out), stock)
+    # Shared prefixes: 64 requests x (prefix + suffix) ids over far fewer distinct slots.
+    ws.buffer.view(torch.int16).fill_(0x7FC1)
+    lens, indptr, ids = shared_prefix_batch(4096, [64 + 3 * i for i in range(64)], rows, gen)
+    assert sum(lens) >= rows
+    assert torch.equal(bits(ws.convert(pool, indptr, ids)), stock)
+
+
+def test_linear_starts_exactly_at_the_pool_row_count() -> None:
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    rows = 100_003
+    pool = fp8_pool(rows, gen)
+    ws = make_workspace(rows, CONFIGS[0])
+    same_slot = torch.full((rows,), 11, dtype=torch.int32, device="cuda")
+    ws.buffer.view(torch.int16).fill_(0x7FC1)
+    ws.convert(pool, indptr_of([rows - 1]), same_slot)
+    torch.cuda.synchronize()
+    touched = (bits(ws.buffer) != 0x7FC1).any(dim=2).squeeze(1)
+    assert touched.nonzero().flatten().tolist() == [11]
+    out = ws.convert(pool, indptr_of([rows]), same_slot)
+    assert torch.equal(bits(out), bits(pool.to(torch.bfloat16)))
+
+
+def test_new_workspace_is_zeroed_even_on_reused_memory() -> None:
+    rows = 200_000
+    # Leave a NaN pattern in the caching allocator's block: an empty() would hand it back.
+    dirty = torch.empty((rows, 1, ROW), dtype=torch.bfloat16, device="cuda")
+    dirty.view(torch.int16).fill_(0x7FC1)
+    torch.cuda.synchronize()
+    del dirty
+    ws = make_workspace(rows, CONFIGS[0])
+    assert int(bits(ws.buffer).count_nonzero()) == 0
+
+
+class FakeKVPool:
+    """What the backend hook reads from sglang's MLA token pool."""
+
+    def __init__(self, key_buffer: torch.Tensor) -> None:
+        self.key_buffer, self.start_layer, self.layer_num = key_buffer, 0, 78
+
+    def get_key_buffer(self, layer_id: int) -> torch.Tensor:
+        return self.key_buffer
+
+
+def test_switch_and_dtype_decisions_on_the_device(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger=kv_gather_cast.__name__)
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    pool = fp8_pool(4096, gen)
+    on = {kv_gather_cast.SWITCH_ENV: "1"}
+    hook = kv_gather_cast.workspace_for_backend
+    ws = hook(FakeKVPool(pool), torch.bfloat16, False, on)
+    assert ws is not None and ws.buffer.is_cuda and ws.buffer.dtype == torch.bfloat16
+    assert hook(FakeKVPool(pool), torch.bfloat16, False, {}) is None
+    assert hook(FakeKVPool(pool.to(torch.bfloat16)), torch.bfloat16, False, on) is None
+    assert hook(FakeKVPool(pool), torch.bfloat16, True, on) is None
+    found = [kv_gather_cast.parse_marker(r.getMessage()) for r in caplog.records]
+    states = [(m["state"], m.get("reason")) for m in found if m is not None]
+    assert states == [("active", None), ("inactive", "switch_off"),
+                      ("inactive", "pool_not_fp8_e4m3")]
+    active = next(m for m in found if m is not None)
+    assert active["workspace_bytes"] == ws.nbytes == kv_gather_cast.workspace_bytes(4096)
+    assert active["programs"] == ws.num_programs == kv_gather_cast.default_num_programs(
+        torch.device("cuda"))
+    rows = (indptr_of([3]), torch.tensor([1, 2, 3], dtype=torch.int32, device="cuda"))
+    assert kv_gather_cast.key_buffer_for_attention(ws, pool, rows, torch.bfloat16) is ws.buffer
+    fp16 = kv_gather_cast.key_buffer_for_attention(ws, pool, rows, torch.float16)
+    assert fp16.dtype == torch.float16 and torch.equal(fp16, pool.to(torch.float16))
+    bf16_pool = pool.to(torch.bfloat16)
+    same = kv_gather_cast.key_buffer_for_attention(ws, bf16_pool, rows, torch.bfloat16)
+    assert same is not ws.buffer and torch.equal(bits(same), bits(bf16_pool))
+
+
 def test_attention_eager_bit_exact_stock_seed_ours() -> None:
     gen = torch.Generator(device="cuda").manual_seed(2)
     rows = 65_536
@@ -151,53 +258,70 @@ def _padded(lens: list[int], capture_bs: int) -> list[int]:
     return lens + [1] * (capture_bs - len(lens))
 
 
+class DecodeGraphs:
+    """Two decode steps captured once, as sglang captures decode: attention over our workspace
+    and over the stock cast, both reading capture-stable buffers (cuda_graph_kv_indptr /
+    cuda_graph_kv_indices) that a replay rewrites in place."""
+
+    def __init__(self, ws: kv_gather_cast.GatherCastWorkspace, pool: torch.Tensor,
+                 capture_bs: int, max_len: int, max_ids: int, gen: torch.Generator) -> None:
+        self.ws, self.pool, self.gen = ws, pool, gen
+        self.indptr = torch.zeros(capture_bs + 1, dtype=torch.int32, device="cuda")
+        self.indices = torch.zeros(max_ids, dtype=torch.int32, device="cuda")
+        self.q_nope = torch.zeros(capture_bs, HEADS, NOPE, dtype=torch.bfloat16, device="cuda")
+        self.q_rope = torch.zeros(capture_bs, HEADS, ROW - NOPE, dtype=torch.bfloat16,
+                                  device="cuda")
+        self.positions = torch.arange(max_len, device="cuda")
+        self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
+        self.outputs: dict[str, torch.Tensor] = {}
+
+    def load(self, indptr: torch.Tensor, ids: torch.Tensor) -> None:
+        self.indptr.copy_(indptr)
+        self.indices.zero_()
+        self.indices[: ids.numel()].copy_(ids)
+        q_nope, q_rope = queries(self.indptr.numel() - 1, self.gen)
+        self.q_nope.copy_(q_nope)
+        self.q_rope.copy_(q_rope)
+
+    def _attend(self, kbuf: torch.Tensor) -> torch.Tensor:
+        return mla_decode_reference(self.q_nope, self.q_rope, kbuf, self.indptr, self.indices,
+                                    self.positions)
+
+    def ours(self) -> torch.Tensor:
+        return self._attend(kv_gather_cast.key_buffer_for_attention(
+            self.ws, self.pool, (self.indptr, self.indices), torch.bfloat16))
+
+    def stock(self) -> torch.Tensor:
+        return self._attend(
+            kv_gather_cast.key_buffer_for_attention(None, self.pool, None, torch.bfloat16))
+
+    def capture(self) -> None:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for name, fn in (("ours", self.ours), ("stock", self.stock)):
+                fn()  # warm-up: Triton compiles, cuBLAS picks its kernels
+                self.graphs[name] = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(self.graphs[name]):
+                    self.outputs[name] = fn()
+        torch.cuda.current_stream().wait_stream(stream)
+
+    def replay(self) -> tuple[torch.Tensor, torch.Tensor]:
+        self.graphs["ours"].replay()
+        self.graphs["stock"].replay()
+        torch.cuda.synchronize()
+        return self.outputs["ours"].clone(), self.outputs["stock"].clone()
+
+
 @pytest.mark.parametrize("config", CONFIGS[:2])
 def test_graph_capture_then_replay_other_sizes(config: tuple[int, int, int]) -> None:
     gen = torch.Generator(device="cuda").manual_seed(3)
     rows, capture_bs, max_len = 65_536, 8, 16_384
     pool = fp8_pool(rows, gen)
     ws = make_workspace(rows, config)
-    ws.buffer.zero_()
-    # Capture-stable buffers, as sglang's cuda_graph_kv_indptr / cuda_graph_kv_indices.
-    indptr_buf = torch.zeros(capture_bs + 1, dtype=torch.int32, device="cuda")
-    indices_buf = torch.zeros(rows, dtype=torch.int32, device="cuda")
-    q_nope_buf = torch.zeros(capture_bs, HEADS, NOPE, dtype=torch.bfloat16, device="cuda")
-    q_rope_buf = torch.zeros(capture_bs, HEADS, ROW - NOPE, dtype=torch.bfloat16, device="cuda")
-    positions = torch.arange(max_len, device="cuda")
-
-    def load(lens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        indptr, ids = batch(lens, rows, gen)
-        indptr_buf.copy_(indptr)
-        indices_buf.zero_()
-        indices_buf[: ids.numel()].copy_(ids)
-        q_nope, q_rope = queries(capture_bs, gen)
-        q_nope_buf.copy_(q_nope)
-        q_rope_buf.copy_(q_rope)
-        return indptr, ids
-
-    def ours() -> torch.Tensor:
-        kbuf = kv_gather_cast.key_buffer_for_attention(
-            ws, pool, (indptr_buf, indices_buf), torch.bfloat16)
-        return mla_decode_reference(q_nope_buf, q_rope_buf, kbuf, indptr_buf, indices_buf,
-                                    positions)
-
-    def stock() -> torch.Tensor:
-        kbuf = kv_gather_cast.key_buffer_for_attention(None, pool, None, torch.bfloat16)
-        return mla_decode_reference(q_nope_buf, q_rope_buf, kbuf, indptr_buf, indices_buf,
-                                    positions)
-
-    load(_padded([3, 9], capture_bs))
-    graphs = {}
-    outputs = {}
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for name, fn in (("ours", ours), ("stock", stock)):
-            fn()  # warm-up: Triton compiles, cuBLAS picks its kernels
-            graphs[name] = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graphs[name]):
-                outputs[name] = fn()
-    torch.cuda.current_stream().wait_stream(stream)
+    graphs = DecodeGraphs(ws, pool, capture_bs, max_len, rows, gen)
+    graphs.load(*batch(_padded([3, 9], capture_bs), rows, gen))
+    graphs.capture()
 
     cases = {
         "fewer requests, longer": _padded([2000, 7, 12_000], capture_bs),
@@ -208,18 +332,51 @@ def test_graph_capture_then_replay_other_sizes(config: tuple[int, int, int]) -> 
     }
     for label, lens in cases.items():
         assert max(lens) <= max_len and sum(lens) <= rows - 1, label
-        load(lens)
+        graphs.load(*batch(lens, rows, gen))
         sentinel_rows = None
         if sum(lens) == 0:
             ws.buffer.view(torch.int16).fill_(0x7FC1)
             sentinel_rows = ws.buffer.clone()
-        graphs["ours"].replay()
-        graphs["stock"].replay()
-        torch.cuda.synchronize()
-        ours_out, stock_out = outputs["ours"].clone(), outputs["stock"].clone()
+        ours_out, stock_out = graphs.replay()
         assert torch.equal(ours_out, stock_out), label
-        assert torch.equal(ours_out, ours()), label  # replay == eager on the same inputs
+        assert torch.equal(ours_out, graphs.ours()), label  # replay == eager on the same inputs
         if sentinel_rows is not None:
             assert torch.equal(bits(ws.buffer), bits(sentinel_rows)), "empty batch wrote rows"
         else:
             assert torch.isfinite(ours_out).all(), label
+
+
+def test_graph_replay_crosses_from_gather_to_linear_and_back() -> None:
+    """One captured graph, replayed below the pool (gather), past it (shared prefixes: linear)
+    and below it again: attention equals stock every time, and each branch writes what it must."""
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    rows, capture_bs, max_len = 65_536, 8, 40_000
+    pool = fp8_pool(rows, gen)
+    ws = make_workspace(rows, CONFIGS[0])
+    graphs = DecodeGraphs(ws, pool, capture_bs, max_len, capture_bs * max_len, gen)
+    graphs.load(*batch(_padded([5, 17], capture_bs), rows, gen))
+    graphs.capture()
+    stock_rows = bits(pool.to(torch.bfloat16))
+
+    def written() -> torch.Tensor:
+        return (bits(ws.buffer) != 0x7FC1).any(dim=2).squeeze(1)
+
+    for step in ("gather", "linear", "gather again", "linear again", "gather at the end"):
+        ws.buffer.view(torch.int16).fill_(0x7FC1)
+        if step.startswith("linear"):
+            # 8 requests sharing a 32K-token prefix: 4.5x the pool in ids, 35K distinct slots.
+            lens, indptr, ids = shared_prefix_batch(32_768, [100 * (i + 1) for i in range(8)],
+                                                    rows, gen)
+            assert sum(lens) >= rows and max(lens) <= max_len
+        else:
+            indptr, ids = batch(_padded([3000, 40, 20_000], capture_bs), rows, gen)
+        graphs.load(indptr, ids)
+        ours_out, stock_out = graphs.replay()
+        assert torch.isfinite(ours_out).all(), step
+        assert torch.equal(ours_out, stock_out), step
+        if step.startswith("linear"):
+            assert torch.equal(bits(ws.buffer), stock_rows), step
+        else:
+            expected = torch.zeros(rows, dtype=torch.bool, device="cuda")
+            expected[ids.long()] = True
+            assert torch.equal(written(), expected), step

@@ -34,8 +34,11 @@ pytestmark = pytest.mark.docker
 PROFILE = "glm5-nvfp4-rtx6000"
 # The pin is the profile's (read without validating it: a profile that does not load fails the
 # tests below through the CLI, not the collection); "another version" is the other patch set's.
-VERSION = str(yaml.safe_load((project_root() / "deploy" / f"{PROFILE}.yaml").read_text())
-              ["image"]["sglang_version"])
+_PROFILE_YAML = yaml.safe_load((project_root() / "deploy" / f"{PROFILE}.yaml").read_text())
+VERSION = str(_PROFILE_YAML["image"]["sglang_version"])
+# The profile needs one image per release its variants pin and --base-image names one: the
+# default variant's, which runs the profile's own pin.
+ONE_IMAGE = ("--profile", PROFILE, "--variant", str(_PROFILE_YAML["default_variant"]))
 OTHER_VERSION = next(v for v in patchset.available_versions() if v != VERSION)
 STANDIN = f"opsctl/sglang-standin:{VERSION}"
 OTHER_STANDIN = f"opsctl/sglang-standin:{OTHER_VERSION}"
@@ -79,8 +82,9 @@ def standins() -> None:
 def remove_standin_builds() -> Iterator[None]:
     """Images built on a stand-in exist only for these tests (the sim image is kept: `up` runs it)."""
     yield
-    built = docker("images", "--quiet", "--filter", f"label=org.opencontainers.image.base.name={STANDIN}",
-                   "--filter", "label=opsctl.managed=true").split()
+    built = [image for base in (STANDIN, OTHER_STANDIN) for image in docker(
+        "images", "--quiet", "--filter", f"label=org.opencontainers.image.base.name={base}",
+        "--filter", "label=opsctl.managed=true").split()]
     for image in sorted(set(built)):
         docker("rmi", "--force", image)
 
@@ -134,7 +138,7 @@ def test_sim_image_builds_then_is_up_to_date(locks: dict[str, str], standins: No
 
 
 def test_production_dockerfile_on_the_standin(locks: dict[str, str], standins: None) -> None:
-    result = opsctl("build", "--profile", PROFILE, "--base-image", STANDIN, "--force",
+    result = opsctl("build", *ONE_IMAGE, "--base-image", STANDIN, "--force",
                     HF_TOKEN=PLANTED_TOKEN, HUGGING_FACE_HUB_TOKEN=PLANTED_TOKEN, **locks)
     assert result.returncode == 0, result.stdout + result.stderr
     tag = last_line(result.stdout)
@@ -171,8 +175,24 @@ def test_production_dockerfile_on_the_standin(locks: dict[str, str], standins: N
     assert PLANTED_TOKEN not in result.stdout + result.stderr
 
 
+def test_a_variant_pinning_another_release_gets_its_own_image(locks: dict[str, str],
+                                                             standins: None) -> None:
+    # The variant that pins the other patch set's release (native: 0.5.23), built on that
+    # release's stand-in: the same Dockerfile, that release's patch set, its own tag.
+    variant = next(name for name, spec in _PROFILE_YAML["variants"].items()
+                   if str((spec.get("image") or {}).get("sglang_version")) == OTHER_VERSION)
+    result = opsctl("build", "--profile", PROFILE, "--variant", variant, "--base-image", OTHER_STANDIN,
+                    **locks)
+    assert result.returncode == 0, result.stdout + result.stderr
+    tag = last_line(result.stdout)
+    assert tag.startswith(f"opsctl/sglang-glm5:{OTHER_VERSION}-")
+    labels = json.loads(docker("inspect", "--format", "{{json .Config.Labels}}", tag))
+    assert labels["opsctl.sglang-version"] == OTHER_VERSION
+    assert labels["opsctl.patch-sha256"] == patchset.patch_set_sha256(OTHER_VERSION)
+
+
 def test_dry_run_needs_no_engine(locks: dict[str, str]) -> None:
-    result = opsctl("build", "--profile", PROFILE, "--base-image", STANDIN, "--dry-run",
+    result = opsctl("build", *ONE_IMAGE, "--base-image", STANDIN, "--dry-run",
                     DOCKER_HOST="unix:///nonexistent/docker.sock", **locks)
     assert result.returncode == 0, result.stderr
     for field in ("base", "tag", "patch set", "build args"):
@@ -192,7 +212,7 @@ def test_daemon_down_exits_6(locks: dict[str, str]) -> None:
 
 def test_base_with_another_sglang_version(locks: dict[str, str], standins: None) -> None:
     before = all_image_ids()
-    result = opsctl("build", "--profile", PROFILE, "--base-image", OTHER_STANDIN, **locks)
+    result = opsctl("build", *ONE_IMAGE, "--base-image", OTHER_STANDIN, **locks)
     assert_failed_cleanly(result, before,
                           f"the base has sglang {OTHER_VERSION}, the profile pins {VERSION}")
 
@@ -204,7 +224,7 @@ def test_base_with_a_modified_target_file(locks: dict[str, str], standins: None)
     docker("build", "--quiet", "--tag", drifted, "-", stdin=dockerfile)
     try:
         before = all_image_ids()
-        result = opsctl("build", "--profile", PROFILE, "--base-image", drifted, **locks)
+        result = opsctl("build", *ONE_IMAGE, "--base-image", drifted, **locks)
         assert_failed_cleanly(result, before, f"{PATCHED}: modified upstream file")
     finally:
         docker("rmi", drifted)
@@ -221,7 +241,7 @@ def test_patch_that_no_longer_applies(locks: dict[str, str], standins: None, pro
     lines[context] = " # opsctl test: this context line is not in the upstream file\n"
     diff.write_text("".join(lines))
     before = all_image_ids()
-    result = opsctl("build", "--profile", PROFILE, "--base-image", STANDIN,
+    result = opsctl("build", *ONE_IMAGE, "--base-image", STANDIN,
                     OPSCTL_PROJECT_DIR=str(project_copy), **locks)
     assert_failed_cleanly(result, before, "hunk")
 
@@ -231,7 +251,7 @@ def test_failing_build_step(locks: dict[str, str], standins: None, project_copy:
     dockerfile.write_text(dockerfile.read_text() +
                           '\nRUN echo "opsctl: planted step failure" >&2 && exit 7\n')
     before = all_image_ids()
-    result = opsctl("build", "--profile", PROFILE, "--base-image", STANDIN,
+    result = opsctl("build", *ONE_IMAGE, "--base-image", STANDIN,
                     OPSCTL_PROJECT_DIR=str(project_copy), **locks)
     assert_failed_cleanly(result, before, "planted step failure (build step")
     assert "failing step:" in result.stderr
@@ -246,7 +266,7 @@ def test_post_build_mismatch_removes_the_image(locks: dict[str, str], standins: 
                           f"\nRUN echo '# late drift' >> /usr/local/lib/python3.11/dist-packages/{PATCHED}\n")
     before_repo = images_of("opsctl/sglang-glm5")
     before = all_image_ids()
-    result = opsctl("build", "--profile", PROFILE, "--base-image", STANDIN,
+    result = opsctl("build", *ONE_IMAGE, "--base-image", STANDIN,
                     OPSCTL_PROJECT_DIR=str(project_copy), **locks)
     assert_failed_cleanly(result, before, f"verification failed: sha256 {PATCHED}")
     assert images_of("opsctl/sglang-glm5") == before_repo
@@ -273,9 +293,9 @@ def foreign_base(standins: None, tmp_path: Path) -> Iterator[str]:
 def test_moved_base_fails_until_forced(locks: dict[str, str], foreign_base: str) -> None:
     lock_dir = Path(locks["OPSCTL_LOCK_DIR"])
     stale = _stale_lock(lock_dir, foreign_base)
-    refused = opsctl("build", "--profile", PROFILE, "--base-image", foreign_base, **locks)
+    refused = opsctl("build", *ONE_IMAGE, "--base-image", foreign_base, **locks)
     assert refused.returncode == EXIT_BUILD and f"locked {stale}" in refused.stderr
-    forced = opsctl("build", "--profile", PROFILE, "--base-image", foreign_base, "--force", **locks)
+    forced = opsctl("build", *ONE_IMAGE, "--base-image", foreign_base, "--force", **locks)
     assert forced.returncode == 0, forced.stderr
     assert "re-locking" in forced.stderr and "re-locked" in forced.stderr
     lock = json.loads((lock_dir / f"{PROFILE}.json").read_text())
@@ -285,7 +305,7 @@ def test_moved_base_fails_until_forced(locks: dict[str, str], foreign_base: str)
 def test_rebuilt_own_local_base_is_relocked_with_a_warning(locks: dict[str, str], standins: None) -> None:
     lock_dir = Path(locks["OPSCTL_LOCK_DIR"])
     stale = _stale_lock(lock_dir, STANDIN)
-    result = opsctl("build", "--profile", PROFILE, "--base-image", STANDIN, **locks)
+    result = opsctl("build", *ONE_IMAGE, "--base-image", STANDIN, **locks)
     assert result.returncode == 0, result.stderr
     assert "re-locking" in result.stderr and "opsctl rebuilt its own local base" in result.stderr
     lock = json.loads((lock_dir / f"{PROFILE}.json").read_text())

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +30,12 @@ import pytest
 import yaml
 
 from opsctl.deploy.profiles import load_profile
-from opsctl.observe import dashboard, monitoring
-from opsctl.observe import promconfig as prom_config
+from opsctl.observe import app, dashboard, monitoring
 from opsctl.observe.metrics import push_report
-from opsctl.observe.report import render, with_variant
+from opsctl.observe.promconfig import ScrapeTargets
+from opsctl.observe.promnames import slo_rules
+from opsctl.observe.promrules import TEST_TIMING
+from opsctl.observe.report import QUERY_TIMEOUT_SECONDS, with_variant
 from opsctl.traffic.bench import BenchOptions, Target, run_bench
 from opsctl.traffic.smoke import SmokeOptions, run_smoke
 
@@ -44,7 +47,7 @@ if PROMETHEUS is None or PUSHGATEWAY is None:
     pytest.skip("needs Debian's `prometheus` and `prometheus-pushgateway` binaries "
                 "(apt-get install prometheus prometheus-pushgateway)", allow_module_level=True)
 
-SLO = prom_config.tpot_slo(load_profile("sim"))  # 60 ms, a bucket edge
+SLOS = slo_rules(load_profile("sim"))  # TPOT p50 <= 60 ms, TTFT p50 <= 600 ms: bucket edges
 DEADLINE_SECONDS = 90.0
 FAST = {"OPSCTL_SIM_TTFT_MS": "20", "OPSCTL_SIM_ITL_MS": "10"}
 SLOW = {"OPSCTL_SIM_TTFT_MS": "20", "OPSCTL_SIM_ITL_MS": "150",
@@ -74,6 +77,30 @@ def _wait_http(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
 def _start(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as handle:
         return subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT)
+
+
+class _FakeDcgm(BaseHTTPRequestHandler):
+    """dcgm-exporter's /metrics for one GPU (names and labels as gpu.py documents them): hot
+    (86 C, slowdown at 88 C), throttled for heat, one double-bit ECC error, last Xid 0."""
+
+    def do_GET(self) -> None:
+        gpu = ('gpu="0",UUID="GPU-0",pci_bus_id="00000000:01:00.0",device="nvidia0",'
+               'modelName="NVIDIA RTX PRO 6000",Hostname="host",DCGM_FI_DRIVER_VERSION="x"')
+        lines = [f"DCGM_FI_DEV_GPU_TEMP{{{gpu}}} 86", f"DCGM_FI_DEV_SLOWDOWN_TEMP{{{gpu}}} 88",
+                 f"DCGM_FI_DEV_FB_USED{{{gpu}}} 90000", f"DCGM_FI_DEV_FB_FREE{{{gpu}}} 6000",
+                 f'DCGM_FI_DEV_XID_ERRORS{{{gpu},err_code="0",err_msg="No Error"}} 0',
+                 f"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{gpu}}} 1",
+                 f'DCGM_EXP_CLOCK_EVENTS_COUNT{{{gpu},clock_event="sw_thermal",'
+                 f'window_size_in_ms="300000"}} 2']
+        body = ("\n".join(lines) + "\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """No request lines in the test output."""
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -153,13 +180,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             _stop(process)
         raise
     prom_port, push_port = _free_port(), _free_port()
-    targets = prom_config.ScrapeTargets(
+    dcgm = ThreadingHTTPServer(("127.0.0.1", 0), _FakeDcgm)
+    threading.Thread(target=dcgm.serve_forever, daemon=True).start()
+    targets = ScrapeTargets(
         sglang=tuple(url.removeprefix("http://") for url in sims.values()),
         opsctl_exporter=(f"127.0.0.1:{_free_port()}",),  # nothing listens: up == 0, harmless
         pushgateway=(f"127.0.0.1:{push_port}",),
+        alertmanager=(f"127.0.0.1:{_free_port()}",),  # test_monitoring_alertmanager.py has one
+        dcgm_exporter=(f"127.0.0.1:{dcgm.server_address[1]}",),
         scrape_interval="1s", evaluation_interval="1s",
     )
-    files = monitoring.render_files(SLO, targets, prom_config.TEST_TIMING)
+    files = monitoring.render_files(SLOS, targets, TEST_TIMING)
     monitoring.write_files(files, root)
     processes += [
         # Debian's build persists to /var/lib/prometheus/pushgateway.data by default: a
@@ -197,6 +228,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     finally:
         for process in processes:
             _stop(process)
+        dcgm.shutdown()
 
 
 def _keep_load(stack: Stack, stop: threading.Event) -> threading.Thread:
@@ -305,5 +337,14 @@ def test_bench_metrics_are_queryable_per_variant_and_concurrency(stack: Stack) -
 def test_report_renders_a_png_from_prometheus(stack: Stack, steady_load: None,
                                               tmp_path: Path) -> None:
     stack.eventually("variant:sglang_tpot_seconds:p50_rate5m", lambda r: len(r) == 2)
-    out = render(stack.prometheus, tmp_path / "decode.png", since_seconds=120, step=1)
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with httpx.Client(base_url=stack.prometheus, timeout=QUERY_TIMEOUT_SECONDS) as client:
+        result = app.report(client, tmp_path / "decode.png", since_seconds=120, step=1)
+    assert result.path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_hot_throttled_gpu_fires_the_gpu_alerts(stack: Stack) -> None:
+    firing = 'ALERTS{alertstate="firing", alertname=~"Gpu.*"}'
+    result = stack.eventually(firing, lambda r: len(r) >= 2)
+    assert {item["metric"]["alertname"] for item in result} == {
+        "GpuTemperatureHigh", "GpuClockThrottled"}
+    assert {item["metric"]["gpu"] for item in result} == {"0"}

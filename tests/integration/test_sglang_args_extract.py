@@ -10,7 +10,6 @@ Wheels are cached in $OPSCTL_WHEEL_CACHE (default /var/cache/opsctl-wheels) and 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -19,11 +18,12 @@ from typing import Any
 
 import pytest
 
-from opsctl.argspec.extract import DEFAULT_WHEEL_DIR, extract, parse_with_real_parser
+from opsctl.argspec.extract import extract, parse_with_real_parser
 from opsctl.argspec.spec import ArgSpec, load_spec, spec_path
+from opsctl.core import wheels
 
 PINNED = ("0.5.23", "0.5.9")
-WHEEL_DIR = Path(os.environ.get("OPSCTL_WHEEL_CACHE", str(DEFAULT_WHEEL_DIR)))
+WHEEL_DIR = wheels.cache_dir()
 MODEL = ["--model-path", "/m"]
 
 

@@ -5,19 +5,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from opsctl.core.errors import EXIT_LAUNCH, EXIT_SMOKE
-from opsctl.traffic.bench import (
-    BenchOptions,
+from opsctl.traffic.bench import BenchOptions
+from opsctl.traffic.bench_report import (
     BenchReport,
     ClientInfo,
     VariantResult,
-    delta_percent,
-    markdown_table,
-    summarize,
     verdict_error,
-    write_outputs,
+    write_report_files,
 )
-from opsctl.traffic.client import ModelResolution, RequestResult
+from opsctl.traffic.client import RequestResult
+from opsctl.traffic.markdown import delta_percent, markdown_table
+from opsctl.traffic.served import ModelResolution
+from opsctl.traffic.stats import summarize
+from opsctl.traffic.view import write_plots
 
 
 def _variant(name: str, itl: float, failed: int = 0) -> VariantResult:
@@ -62,9 +65,14 @@ def test_markdown_table_shows_each_variant_with_its_delta() -> None:
 def test_outputs_are_written_fresh(tmp_path: Path) -> None:
     report = _report(_variant("baseline", 0.02), _variant("gathercast", 0.015))
     (tmp_path / "bench.json").write_text("stale content that must disappear")
-    written = write_outputs(report, tmp_path)
-    assert {p.name for p in written} == {"bench.json", "bench.md", "tpot.png", "throughput.png"}
+    written = write_report_files(report, tmp_path) + write_plots(report, tmp_path)
+    assert {p.name for p in written} == {"bench.json", "bench.md", "bench_serving.jsonl",
+                                         "tpot.png", "throughput.png"}
     assert json.loads((tmp_path / "bench.json").read_text())["kind"] == "bench"
+    rows = [json.loads(line) for line in (tmp_path / "bench_serving.jsonl").read_text().splitlines()]
+    assert [(r["tag"], r["max_concurrency"]) for r in rows] == [
+        ("baseline", 1), ("baseline", 2), ("gathercast", 1), ("gathercast", 2)]
+    assert rows[0]["median_itl_ms"] == 20.0 and "slo_attainment" not in rows[0]  # no SLO
     for png in ("tpot.png", "throughput.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in written)
@@ -78,3 +86,15 @@ def test_verdict_exit_codes(tmp_path: Path) -> None:
                            error_exit_code=EXIT_LAUNCH)
     unreachable = verdict_error(_report(_variant("a", 0.01), broken), tmp_path)
     assert unreachable is not None and unreachable.exit_code == EXIT_LAUNCH
+
+
+def test_plots_are_optional_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain install (no matplotlib) still finishes: no PNG, no error, and a hint to get them."""
+    import sys
+
+    from opsctl.traffic import view
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    assert view.write_plots(_report(_variant("baseline", 0.02)), tmp_path) == []
+    assert list(tmp_path.iterdir()) == []
+    assert "pip install" in view.PLOTS_HINT

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from opsctl.core.errors import UsageError
-from opsctl.traffic.bench import make_prompt, parse_concurrency, parse_targets, summarize
+from opsctl.traffic.bench import parse_concurrency, parse_targets, parse_variants
 from opsctl.traffic.client import RequestResult
-from opsctl.traffic.stats import percentile, percentiles
+from opsctl.traffic.prompts import make_prompt
+from opsctl.traffic.stats import pcts, percentile, summarize
 
 
 def test_percentile_interpolates_between_closest_ranks() -> None:
@@ -31,9 +32,14 @@ def test_percentile_rejects_empty_and_out_of_range() -> None:
         percentile([1.0], 101)
 
 
-def test_percentiles_of_nothing_are_none() -> None:
-    assert percentiles([], (50, 99)) == {"p50": None, "p99": None}
-    assert percentiles([1.0, 2.0], (50,)) == {"p50": pytest.approx(1.5)}
+def test_pcts_are_milliseconds_and_none_when_nothing_was_measured() -> None:
+    assert set(pcts([]).model_dump().values()) == {None}
+    measured = pcts([0.010, 0.020, 0.030])
+    assert (measured.p50, measured.mean) == (pytest.approx(20.0), pytest.approx(20.0))
+    assert (measured.p95, measured.max) == (pytest.approx(29.0), pytest.approx(30.0))
+    # Population standard deviation (numpy's default, sglang.bench_serving's): sqrt(200/3).
+    assert measured.std == pytest.approx(8.165, abs=1e-3)
+    assert measured.p99 == pytest.approx(29.8)
 
 
 def _ok(ttft: float, e2e: float, tokens: int, gaps: list[float]) -> RequestResult:
@@ -42,9 +48,19 @@ def _ok(ttft: float, e2e: float, tokens: int, gaps: list[float]) -> RequestResul
 
 
 def test_tpot_is_decode_time_over_tokens_after_the_first() -> None:
-    result = _ok(ttft=0.5, e2e=2.5, tokens=11, gaps=[])
+    result = _ok(ttft=0.5, e2e=2.5, tokens=11, gaps=[0.2] * 10)
     assert result.tpot_s == pytest.approx(0.2)
     assert _ok(ttft=0.5, e2e=0.5, tokens=1, gaps=[]).tpot_s is None
+
+
+def test_tpot_and_itl_are_not_measurable_when_the_answer_came_in_one_chunk() -> None:
+    one_chunk = _ok(ttft=0.5, e2e=0.5, tokens=64, gaps=[])
+    one_chunk.content_chunks = 1
+    assert one_chunk.tpot_s is None  # not ~0: nothing was timed between tokens
+    level = summarize(1, [one_chunk], [], duration_s=1.0)
+    assert level.tpot_ms.p50 is None and level.itl_ms.p50 is None
+    assert (level.itl_note or "").startswith("not measurable: 1 answer(s) arrived in 1 text chunk")
+    assert level.output_tokens_per_s == 64.0 and level.text_chunks == 1
 
 
 def test_summarize_counts_failures_including_warmup_and_pools_gaps() -> None:
@@ -82,9 +98,18 @@ def test_prompts_are_deterministic_unique_and_sized() -> None:
 
 def test_parse_concurrency() -> None:
     assert parse_concurrency("1,2, 4") == (1, 2, 4)
-    for bad in ("", "0", "1,x", "-2"):
+    for bad in ("", "0", "1,x", "-2", "1,99999999"):
         with pytest.raises(UsageError):
             parse_concurrency(bad)
+    assert parse_concurrency("10000") == (10_000,)
+
+
+def test_parse_variants_keeps_order_and_drops_blanks() -> None:
+    assert parse_variants(" baseline, gathercast,") == ("baseline", "gathercast")
+    assert parse_variants(None) == ()
+    for blank in ("", ",", " , "):  # given but naming none: never "every variant"
+        with pytest.raises(UsageError, match="names no variant"):
+            parse_variants(blank)
 
 
 def test_parse_targets_names_urls() -> None:

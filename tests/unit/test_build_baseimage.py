@@ -1,4 +1,4 @@
-"""`opsctl base-image` without an engine: mirror discovery, root check, skip-if-present, wheel lookup."""
+"""`opsctl base-image` without an engine: mirror discovery, root check, skip-if-present, version check."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from opsctl.core.errors import EXIT_BUILD, EXIT_USAGE, BuildError, UsageError
-from opsctl.engine.dockerpy import BuildEvent
+from opsctl.engine.api import BuildEvent
 from opsctl.image import baseimage
 
 DEB822 = """\
@@ -71,21 +71,8 @@ def test_present_base_is_skipped_without_root(monkeypatch: pytest.MonkeyPatch) -
     assert "--force rebuilds it" in events[0].text
 
 
-def test_sglang_wheel_comes_from_the_cache(tmp_path: Path) -> None:
-    wheel = tmp_path / "sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl"
-    wheel.write_bytes(b"not really a wheel")
-    (tmp_path / "sglang-0.5.9-py3-none-any.whl").write_bytes(b"another version")
-    assert baseimage.find_sglang_wheel("0.5.23", cache=tmp_path, download=False) == wheel
-
-
-def test_missing_wheel_without_download_says_how_to_get_it(tmp_path: Path) -> None:
-    with pytest.raises(BuildError, match="no sglang 0.5.23 wheel") as info:
-        baseimage.find_sglang_wheel("0.5.23", cache=tmp_path, download=False)
-    assert "pip download --no-deps sglang==0.5.23" in info.value.hint
-
-
 @pytest.mark.parametrize("bad", ["latest", "0.5.23; rm -rf /", "../0.5"])
 def test_standin_version_must_be_a_version(bad: str) -> None:
     with pytest.raises(UsageError) as info:
-        baseimage.find_sglang_wheel(bad, download=False)
+        baseimage.build_standin(AbsentEngine(), bad, force=False, on_event=lambda e: None)  # type: ignore[arg-type]
     assert info.value.exit_code == EXIT_USAGE

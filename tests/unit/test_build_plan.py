@@ -15,8 +15,10 @@ from rich.console import Console
 
 from opsctl.core.errors import EXIT_BUILD, EXIT_USAGE, BuildError, ProfileError, UsageError
 from opsctl.deploy.profiles import PATCH_SWITCH_ENV, Profile, load_profile
-from opsctl.engine.dockerpy import BuildEvent
-from opsctl.image import build, patchset
+from opsctl.engine.api import BuildEvent
+from opsctl.image import app as image_app
+from opsctl.image import build, imagecheck, lock, patchset, trust
+from opsctl.image.plan import BuildPlan, expected_image, plan, plans
 from opsctl.image.view import BuildView
 
 STANDIN = "opsctl/sglang-standin:0.5.23"
@@ -26,7 +28,8 @@ BASE_ID = "sha256:" + "a" * 64
 @pytest.fixture(autouse=True)
 def lock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "locks"
-    monkeypatch.setenv(build.LOCK_DIR_ENV, str(path))
+    monkeypatch.setenv(lock.LOCK_DIR_ENV, str(path))
+    monkeypatch.setenv("OPSCTL_STATE_DIR", str(tmp_path / "state"))  # the verification records
     return path
 
 
@@ -97,7 +100,7 @@ def passing_report() -> str:
 
 
 def test_sglang_plan_stages_the_patch_set_and_expects_the_manifest_hashes() -> None:
-    the_plan = build.plan(sglang_profile(), base_image=STANDIN)
+    the_plan = plan(sglang_profile(), base_image=STANDIN)
     manifest = patchset.load_manifest("0.5.23")
     assert "opsctl-build/patchset.py" in the_plan.files
     assert "opsctl-build/imagecheck.py" in the_plan.files
@@ -114,7 +117,7 @@ def test_sglang_plan_stages_the_patch_set_and_expects_the_manifest_hashes() -> N
 
 
 def test_simulator_plan_stages_the_sim_package_and_a_pinned_wheel() -> None:
-    the_plan = build.plan(load_profile("sim"))
+    the_plan = plan(load_profile("sim"))
     assert the_plan.kind == "simulator" and the_plan.patch_set_sha256 is None
     assert "app/opsctl/__init__.py" in the_plan.files
     assert any(name.startswith("app/opsctl/sim/") for name in the_plan.files)
@@ -124,22 +127,22 @@ def test_simulator_plan_stages_the_sim_package_and_a_pinned_wheel() -> None:
 
 
 def test_content_hash_follows_every_input(tmp_path: Path) -> None:
-    the_plan = build.plan(sglang_profile())
+    the_plan = plan(sglang_profile())
     first = the_plan.content_hash(BASE_ID)
-    assert first == build.plan(sglang_profile()).content_hash(BASE_ID)
+    assert first == plan(sglang_profile()).content_hash(BASE_ID)
     assert first != the_plan.content_hash("sha256:" + "c" * 64)
-    with_arg = build.plan(sglang_profile(build_args={"TORCH_CUDA_ARCH_LIST": "12.0a;9.0a"}))
+    with_arg = plan(sglang_profile(build_args={"TORCH_CUDA_ARCH_LIST": "12.0a;9.0a"}))
     assert with_arg.content_hash(BASE_ID) != first
     changed = tmp_path / "kernel.py"
     changed.write_text("# another kernel\n")
     files = {**the_plan.files, "opsctl-build/patches/kv_gather_cast.py": changed}
-    assert build.BuildPlan(**{**the_plan.__dict__, "files": files}).content_hash(BASE_ID) != first
+    assert BuildPlan(**{**the_plan.__dict__, "files": files}).content_hash(BASE_ID) != first
     tag = the_plan.content_tag(BASE_ID)
     assert tag == f"opsctl/test-sglang:0.5.23-{first[:16]}"
 
 
 def test_dry_run_rows_say_the_tag_waits_for_the_first_lock() -> None:
-    rows = dict(build.plan(sglang_profile()).describe())
+    rows = dict(plan(sglang_profile()).describe())
     assert "not locked yet" in rows["base digest"]
     assert "decided once the base digest is known" in rows["tag"]
     assert rows["patch set"] == f"sha256 {patchset.patch_set_sha256('0.5.23')}"
@@ -148,28 +151,81 @@ def test_dry_run_rows_say_the_tag_waits_for_the_first_lock() -> None:
 @pytest.mark.parametrize("name", ["HF_TOKEN", "hub_api_key", "REGISTRY_PASSWORD", "MY_SECRET"])
 def test_secret_looking_build_args_are_refused(name: str) -> None:
     with pytest.raises(ProfileError, match="looks like a secret") as info:
-        build.plan(sglang_profile(build_args={name: "x"}))
+        plan(sglang_profile(build_args={name: "x"}))
     assert info.value.exit_code == EXIT_USAGE
 
 
 def test_build_args_that_opsctl_sets_are_refused() -> None:
     with pytest.raises(ProfileError, match="set by opsctl itself"):
-        build.plan(sglang_profile(build_args={"BASE_IMAGE": "evil:latest"}))
+        plan(sglang_profile(build_args={"BASE_IMAGE": "evil:latest"}))
 
 
 def test_bad_tag_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="is not repository:tag") as info:
-        build.plan(sglang_profile(), tag="no-tag-here")
+        plan(sglang_profile(), tag="no-tag-here")
     assert info.value.exit_code == EXIT_USAGE
 
 
 def test_expected_image_follows_the_lock(lock_dir: Path) -> None:
     profile = sglang_profile()
-    assert build.expected_image(profile).endswith("-not-built")
-    the_plan = build.plan(profile)
-    base = build.BaseResolution(profile.image.base, BASE_ID, BASE_ID, "image-id")
-    build.write_lock(the_plan.lock_path, profile.name, base)
-    assert build.expected_image(profile) == the_plan.content_tag(BASE_ID)
+    assert expected_image(profile.resolve()).endswith("-not-built")
+    the_plan = plan(profile)
+    base = lock.BaseResolution(profile.image.base, BASE_ID, BASE_ID, "image-id")
+    lock.write_lock(the_plan.lock_path, profile.name, base)
+    assert expected_image(profile.resolve()) == the_plan.content_tag(BASE_ID)
+
+
+# --- one image per release the variants pin ------------------------------------------------------
+
+
+def test_the_real_profile_needs_one_image_per_release() -> None:
+    profile = load_profile("glm5-nvfp4-rtx6000")
+    old, new = plans(profile)
+    assert (old.sglang_version, old.base_image, old.variants) == (
+        "0.5.9", "lmsysorg/sglang:v0.5.9-cu130", ("baseline", "gathercast", "bf16kv"))
+    assert (new.sglang_version, new.base_image, new.variants) == (
+        "0.5.23", "lmsysorg/sglang:v0.5.23-cu130", ("native",))
+    # Each image carries its release's patch set, whether its variants switch it on or not.
+    assert (old.patch_set_sha256, new.patch_set_sha256) == (
+        patchset.patch_set_sha256("0.5.9"), patchset.patch_set_sha256("0.5.23"))
+    assert new.expect["distributions"] == {"sglang": "0.5.23"}
+    assert old.content_tag(BASE_ID) != new.content_tag(BASE_ID)
+    assert old.lock_path == new.lock_path  # one lock file per profile, keyed by base
+    assert [p.sglang_version for p in plans(profile, variant="native")] == ["0.5.23"]
+    assert [p.sglang_version for p in plans(profile, variant="bf16kv")] == ["0.5.9"]
+    [sim] = plans(load_profile("sim"))
+    assert sim.variants == ("baseline", "gathercast", "bf16kv", "native", "corrupt")
+
+
+def test_expected_image_is_the_variants_image(lock_dir: Path) -> None:
+    profile = load_profile("glm5-nvfp4-rtx6000")
+    old, new = plans(profile)
+    for the_plan in (old, new):
+        lock.write_lock(the_plan.lock_path, profile.name,
+                        lock.BaseResolution(the_plan.base_image, BASE_ID, BASE_ID, "image-id"))
+    assert expected_image(profile.resolve("native")) == new.content_tag(BASE_ID)
+    assert expected_image(profile.resolve("gathercast")) == old.content_tag(BASE_ID)
+    assert new.content_tag(BASE_ID).startswith("opsctl/sglang-glm5:0.5.23-")
+
+
+@pytest.mark.parametrize("option", ["base_image", "tag"])
+def test_base_image_and_tag_name_one_image(option: str) -> None:
+    profile = load_profile("glm5-nvfp4-rtx6000")
+    with pytest.raises(UsageError, match=r"needs 2 images \(sglang 0.5.9, 0.5.23\)") as info:
+        plans(profile, **{option: "opsctl/x:1"})
+    assert "--variant" in info.value.hint
+    [only] = plans(profile, variant="native", **{option: "opsctl/x:1"})
+    assert only.sglang_version == "0.5.23"
+
+
+def test_cli_build_dry_run_lists_every_image_without_an_engine() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "opsctl", "build", "-p", "glm5-nvfp4-rtx6000", "--dry-run"],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("sglang  0.5.9") == 1 and result.stdout.count("sglang  0.5.23") == 1
+    assert "variants  native" in result.stdout and "variants  baseline, gathercast, bf16kv" in result.stdout
 
 
 # --- base resolution and the lock file -----------------------------------------------------------
@@ -200,15 +256,18 @@ def test_missing_base_says_opsctl_never_pulls() -> None:
 
 def test_lock_round_trip_and_corrupt_lock(lock_dir: Path) -> None:
     path = lock_dir / "p.json"
-    assert build.read_lock(path) == {}
-    build.write_lock(path, "p", build.BaseResolution("a:1", BASE_ID, BASE_ID, "image-id"))
-    build.write_lock(path, "p", build.BaseResolution("b:2", "b@sha256:" + "f" * 64, "sha256:" + "f" * 64,
+    assert lock.read_lock(path) == {}
+    lock.write_lock(path, "p", lock.BaseResolution("a:1", BASE_ID, BASE_ID, "image-id"))
+    lock.write_lock(path, "p", lock.BaseResolution("b:2", "b@sha256:" + "f" * 64, "sha256:" + "f" * 64,
                                                      "repo-digest"))
-    assert build.read_lock(path) == {"a:1": {"digest": BASE_ID, "kind": "image-id"},
+    assert lock.read_lock(path) == {"a:1": {"digest": BASE_ID, "kind": "image-id"},
                                      "b:2": {"digest": "sha256:" + "f" * 64, "kind": "repo-digest"}}
-    path.write_text("{not json")
-    with pytest.raises(BuildError, match="not valid"):
-        build.read_lock(path)
+    assert not list(lock_dir.glob("*.tmp")) and not list(lock_dir.glob(".*.tmp"))
+    for corrupt in ("{not json", '{"bases": []}', '{"bases": {"a:1": "sha256:x"}}', "[]"):
+        path.write_text(corrupt)
+        with pytest.raises(BuildError, match="not valid") as info:
+            lock.read_lock(path)
+        assert info.value.exit_code == EXIT_BUILD
 
 
 # --- build() against a fake engine ---------------------------------------------------------------
@@ -217,7 +276,7 @@ def test_lock_round_trip_and_corrupt_lock(lock_dir: Path) -> None:
 def test_first_build_stages_builds_verifies_and_locks() -> None:
     engine = FakeEngine()
     engine.verify_output = "some log\n" + passing_report()
-    the_plan = build.plan(sglang_profile(), base_image=STANDIN)
+    the_plan = plan(sglang_profile(), base_image=STANDIN)
     result = build.build(the_plan, engine, force=False, on_event=lambda e: None)  # type: ignore[arg-type]
     assert not result.skipped and result.tag == the_plan.content_tag(BASE_ID)
     built = engine.built[0]
@@ -230,26 +289,59 @@ def test_first_build_stages_builds_verifies_and_locks() -> None:
     assert labels["opsctl.base-digest"] == labels["org.opencontainers.image.base.digest"] == BASE_ID
     assert labels["opsctl.patch-sha256"] == patchset.patch_set_sha256("0.5.23")
     assert "org.opencontainers.image.created" not in labels
-    assert build.read_lock(the_plan.lock_path)[STANDIN]["digest"] == BASE_ID
+    assert lock.read_lock(the_plan.lock_path)[STANDIN]["digest"] == BASE_ID
 
 
-def test_existing_tag_with_the_same_content_is_skipped() -> None:
+def test_existing_verified_tag_with_the_same_content_is_skipped() -> None:
     engine = FakeEngine()
-    the_plan = build.plan(sglang_profile(), base_image=STANDIN)
+    the_plan = plan(sglang_profile(), base_image=STANDIN)
     tag = the_plan.content_tag(BASE_ID)
     engine.images[tag] = {"id": "sha256:" + "9" * 64, "digests": [],
                           "labels": {"opsctl.content-hash": the_plan.content_hash(BASE_ID)}}
+    trust.record_verified("sha256:" + "9" * 64, tag, the_plan.content_hash(BASE_ID))
     events: list[BuildEvent] = []
     result = build.build(the_plan, engine, force=False, on_event=events.append)  # type: ignore[arg-type]
     assert result.skipped and not engine.built
     assert any("up to date" in e.text for e in events)
 
 
+def test_existing_tag_never_verified_here_is_verified_again_not_trusted() -> None:
+    engine = FakeEngine()
+    the_plan = plan(sglang_profile(), base_image=STANDIN)
+    tag, image_id = the_plan.content_tag(BASE_ID), "sha256:" + "9" * 64
+    content = the_plan.content_hash(BASE_ID)
+    engine.images[tag] = {"id": image_id, "digests": [], "labels": {"opsctl.content-hash": content}}
+    engine.verify_code, engine.verify_output = 1, "python3: not found"
+    with pytest.raises(BuildError, match="did not run"):
+        build.build(the_plan, engine, force=False, on_event=lambda e: None)  # type: ignore[arg-type]
+    assert engine.removed == [image_id] and not trust.is_verified(image_id, content)
+    engine.verify_code, engine.verify_output = 0, passing_report()
+    result = build.build(the_plan, engine, force=False, on_event=lambda e: None)  # type: ignore[arg-type]
+    assert result.reverified and not result.skipped and not engine.built
+    assert trust.is_verified(image_id, content)
+
+
+def test_ctrl_c_during_verification_leaves_no_trusted_image() -> None:
+    engine = FakeEngine()
+
+    def interrupted(image: str, command: list[str]) -> tuple[int, str]:
+        raise KeyboardInterrupt
+
+    engine.run_to_completion = interrupted  # type: ignore[method-assign]
+    the_plan = plan(sglang_profile(), base_image=STANDIN)
+    with pytest.raises(KeyboardInterrupt):
+        build.build(the_plan, engine, force=False, on_event=lambda e: None)  # type: ignore[arg-type]
+    built = "sha256:" + "b" * 64
+    assert engine.removed == [built]
+    assert not trust.is_verified(built, the_plan.content_hash(BASE_ID))
+    assert not lock.read_lock(the_plan.lock_path)
+
+
 def test_custom_tag_holding_other_content_is_not_overwritten_without_force() -> None:
     engine = FakeEngine()
     engine.images["mine:1"] = {"id": "sha256:" + "9" * 64, "digests": [],
                                "labels": {"opsctl.content-hash": "something else"}}
-    the_plan = build.plan(sglang_profile(), base_image=STANDIN, tag="mine:1")
+    the_plan = plan(sglang_profile(), base_image=STANDIN, tag="mine:1")
     with pytest.raises(BuildError, match="built from other inputs"):
         build.build(the_plan, engine, force=False, on_event=lambda e: None)  # type: ignore[arg-type]
 
@@ -257,10 +349,10 @@ def test_custom_tag_holding_other_content_is_not_overwritten_without_force() -> 
 def test_moved_base_fails_unless_forced_and_force_relocks_loudly() -> None:
     engine = FakeEngine()
     engine.verify_output = passing_report()
-    the_plan = build.plan(sglang_profile(), base_image=STANDIN)
+    the_plan = plan(sglang_profile(), base_image=STANDIN)
     old = "sha256:" + "0" * 64
-    old_base = build.BaseResolution(STANDIN, old, old, "image-id")
-    build.write_lock(the_plan.lock_path, the_plan.profile, old_base)
+    old_base = lock.BaseResolution(STANDIN, old, old, "image-id")
+    lock.write_lock(the_plan.lock_path, the_plan.profile, old_base)
     with pytest.raises(BuildError, match="locked") as info:
         build.build(the_plan, engine, force=False, on_event=lambda e: None)  # type: ignore[arg-type]
     assert "--force" in info.value.hint and not engine.built
@@ -268,7 +360,7 @@ def test_moved_base_fails_unless_forced_and_force_relocks_loudly() -> None:
     result = build.build(the_plan, engine, force=True, on_event=events.append)  # type: ignore[arg-type]
     assert result.relocked
     assert any("WARNING: re-locking" in e.text for e in events)
-    assert build.read_lock(the_plan.lock_path)[STANDIN]["digest"] == BASE_ID
+    assert lock.read_lock(the_plan.lock_path)[STANDIN]["digest"] == BASE_ID
 
 
 def test_failed_step_names_the_reason_and_removes_only_new_layers() -> None:
@@ -286,13 +378,13 @@ def test_failed_step_names_the_reason_and_removes_only_new_layers() -> None:
         BuildEvent("error: flashinfer_mla_backend.py.diff: 1 of 3 hunks rejected", step=step),
         BuildEvent("hint: the upstream file differs", step=step),
     ]
-    the_plan = build.plan(sglang_profile(), base_image=STANDIN)
+    the_plan = plan(sglang_profile(), base_image=STANDIN)
     with pytest.raises(BuildError) as info:
         build.build(the_plan, engine, force=False, on_event=lambda e: None)  # type: ignore[arg-type]
     assert info.value.message == ("flashinfer_mla_backend.py.diff: 1 of 3 hunks rejected "
                                   "(build step 3/3 failed)")
     assert engine.removed_if_unused == ["222222222222"]  # the cache hit stays
-    assert not build.read_lock(the_plan.lock_path)  # a failed build locks nothing
+    assert not lock.read_lock(the_plan.lock_path)  # a failed build locks nothing
 
 
 def test_verification_failure_removes_the_image() -> None:
@@ -300,7 +392,7 @@ def test_verification_failure_removes_the_image() -> None:
     engine.verify_code = 1
     engine.verify_output = json.dumps({"ok": False, "results": [
         {"check": "sglang version", "ok": False, "detail": "installed 0.5.9, pinned 0.5.23"}]})
-    the_plan = build.plan(sglang_profile(), base_image=STANDIN)
+    the_plan = plan(sglang_profile(), base_image=STANDIN)
     with pytest.raises(BuildError, match="verification failed: sglang version: installed 0.5.9"):
         build.build(the_plan, engine, force=False, on_event=lambda e: None)  # type: ignore[arg-type]
     assert engine.removed == ["sha256:" + "b" * 64]
@@ -310,7 +402,7 @@ def test_verification_that_prints_no_report_fails() -> None:
     engine = FakeEngine()
     engine.verify_code = 127
     engine.verify_output = "python3: not found"
-    the_plan = build.plan(sglang_profile(), base_image=STANDIN)
+    the_plan = plan(sglang_profile(), base_image=STANDIN)
     with pytest.raises(BuildError, match="did not run"):
         build.build(the_plan, engine, force=False, on_event=lambda e: None)  # type: ignore[arg-type]
     assert engine.removed
@@ -348,7 +440,7 @@ def expectations(site: Path, version: str = "0.5.23") -> dict[str, Any]:
 
 
 def run_imagecheck(site: Path, expect: dict[str, Any], *flags: str) -> tuple[int, dict[str, Any]]:
-    source = Path(build.imagecheck.__file__).read_text()
+    source = Path(imagecheck.__file__).read_text()
     result = subprocess.run([sys.executable, "-S", "-c", source, json.dumps(expect), *flags],
                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(site)})
     return result.returncode, json.loads(result.stdout.splitlines()[-1])
@@ -415,6 +507,6 @@ def test_a_missing_opsctl_debian_base_is_built_not_pulled(monkeypatch: pytest.Mo
         eng.images[baseimage.DEBIAN_BASE] = {"id": BASE_ID, "labels": {}, "digests": []}
 
     monkeypatch.setattr(baseimage, "build_debian_base", fake_build_debian_base)
-    the_plan = build.plan(sglang_profile(base=baseimage.DEBIAN_BASE))
-    result = build.build(the_plan, engine, force=False, on_event=lambda e: None)  # type: ignore[arg-type]
+    the_plan = plan(sglang_profile(base=baseimage.DEBIAN_BASE))
+    result = image_app.build(the_plan, engine, force=False, on_event=lambda e: None)  # type: ignore[arg-type]
     assert made == [False] and result.base.digest == BASE_ID

@@ -9,13 +9,19 @@ import pytest
 from prometheus_client import generate_latest
 
 from opsctl.core.errors import OpsctlError
-from opsctl.observe.metrics import (
+from opsctl.deploy.profiles import load_profile
+from opsctl.observe.exporter import (
     DeploymentCollector,
     DeploymentInfo,
-    MetricsPushError,
     ReportFileCollector,
-    bench_families,
     exporter_registry,
+    running_source,
+    start,
+    static_source,
+)
+from opsctl.observe.metrics import (
+    MetricsPushError,
+    bench_families,
     push_report,
     registry_of,
     smoke_families,
@@ -100,11 +106,11 @@ def test_push_to_an_unreachable_gateway_is_a_user_error() -> None:
 
 
 def test_deployment_info_comes_from_container_labels() -> None:
-    info = DeploymentInfo.from_labels({
+    labels = {
         "opsctl.profile": "glm5-nvfp4-rtx6000", "opsctl.variant": "gathercast",
         "opsctl.image": "opsctl/sglang:abc", "opsctl.sglang-version": "0.5.23",
-        "opsctl.patch-sha256": "f00d"})
-    registry = exporter_registry(lambda: [info], reports=None)
+        "opsctl.patch-sha256": "f00d"}
+    registry = exporter_registry(running_source(lambda: [labels]), reports=None)
     assert registry.get_sample_value("opsctl_deployment_info", {
         "profile": "glm5-nvfp4-rtx6000", "variant": "gathercast", "image": "opsctl/sglang:abc",
         "sglang_version": "0.5.23", "patch_sha256": "f00d"}) == 1.0
@@ -145,21 +151,19 @@ def test_deployment_collector_yields_one_family_per_name() -> None:
 
 def test_exporter_describes_a_profile_variant_without_docker() -> None:
     from opsctl.image import patchset
-    from opsctl.observe.metrics import static_source
 
-    registry = exporter_registry(static_source("sim", "gathercast", "opsctl/sim:test"), None)
+    sim = load_profile("sim")
+    registry = exporter_registry(static_source(sim.resolve("gathercast"), "opsctl/sim:test"), None)
     labels = {"profile": "sim", "variant": "gathercast", "image": "opsctl/sim:test",
               "sglang_version": "0.5.23", "patch_sha256": patchset.patch_set_sha256("0.5.23")}
     assert registry.get_sample_value("opsctl_deployment_info", labels) == 1.0
-    unpatched = exporter_registry(static_source("sim", "baseline", None), None)
+    unpatched = exporter_registry(static_source(sim.resolve("baseline"), None), None)
     assert unpatched.get_sample_value("opsctl_deployment_info", {
         **labels, "variant": "baseline", "image": "opsctl/sim", "patch_sha256": "none"}) == 1.0
 
 
 def test_exporter_serves_metrics_over_http_on_loopback() -> None:
     import httpx
-
-    from opsctl.observe.metrics import start
 
     info = DeploymentInfo("sim", "gathercast", "opsctl/sim:x", "0.5.23", "none")
     server, thread = start(exporter_registry(lambda: [info], None), "127.0.0.1", 0)
@@ -175,10 +179,24 @@ def test_exporter_serves_metrics_over_http_on_loopback() -> None:
 
 def test_exporter_port_in_use_is_a_usage_error() -> None:
     from opsctl.core.errors import UsageError
-    from opsctl.observe.metrics import start
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         with pytest.raises(UsageError, match="cannot listen"):
             start(exporter_registry(lambda: [], None), "127.0.0.1", sock.getsockname()[1])
+
+
+def test_running_servers_are_asked_at_every_scrape() -> None:
+    asked: list[int] = []
+
+    def running() -> list[dict[str, str]]:
+        asked.append(1)
+        return [{"opsctl.variant": f"v{len(asked)}"}]
+
+    registry = exporter_registry(running_source(running), None)  # registering asks once too
+    before = len(asked)
+    first, second = generate_latest(registry), generate_latest(registry)
+    assert len(asked) == before + 2
+    assert f'variant="v{before + 1}"'.encode() in first
+    assert f'variant="v{before + 2}"'.encode() in second

@@ -13,8 +13,8 @@ import yaml
 
 from opsctl.core.errors import EXIT_USAGE, ProfileError, UsageError
 from opsctl.core.paths import project_root
-from opsctl.deploy.launch import run_spec
 from opsctl.deploy.profiles import PATCH_SWITCH_ENV, check_argv, load_profile
+from opsctl.deploy.runspec import run_spec
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("OPSCTL_UPDATE_GOLDEN") == "1"
@@ -30,10 +30,10 @@ def _golden(name: str, text: str) -> None:
     assert text == path.read_text()
 
 
-def test_every_shipped_profile_has_the_three_variants() -> None:
+def test_every_shipped_profile_has_the_four_variants() -> None:
     assert {"sim", "glm5-nvfp4-rtx6000"} <= set(SHIPPED)
     for name in SHIPPED:
-        assert {"baseline", "gathercast", "bf16kv"} <= set(load_profile(name).variants)
+        assert {"baseline", "gathercast", "bf16kv", "native"} <= set(load_profile(name).variants)
 
 
 @pytest.mark.parametrize(("profile", "variant"), CASES)
@@ -57,7 +57,7 @@ def test_variants_are_overlays_not_copies() -> None:
     assert bf16.server.kv_cache_dtype == "bf16" and base.server.kv_cache_dtype == "fp8_e4m3"
     # everything the overlay does not name comes from the profile
     assert bf16.server.tp_size == base.server.tp_size == 8
-    assert base.env["NCCL_P2P_LEVEL"] == "SYS"
+    assert "NCCL_P2P_LEVEL" not in base.env  # left to NCCL unless `opsctl host p2p` advises SYS
     assert len({base.config_hash(), patched.config_hash(), bf16.config_hash()}) == 3
 
 
@@ -201,3 +201,48 @@ def test_default_profile_comes_from_the_environment() -> None:
     result = _opsctl("profile", "show", OPSCTL_PROFILE="glm5-nvfp4-rtx6000")
     assert result.returncode == 0, result.stderr
     assert "--tp-size 8" in result.stdout and "sglang.launch_server" in result.stdout
+
+
+# --- the patch switch -----------------------------------------------------------------------------
+
+
+def test_patch_switch_is_rendered_from_requires_patch() -> None:
+    for name in SHIPPED:
+        profile = load_profile(name)
+        for variant, spec in profile.variants.items():
+            expected = "1" if spec.requires_patch else "0"
+            assert profile.resolve(variant).env[PATCH_SWITCH_ENV] == expected, (name, variant)
+
+
+@pytest.mark.parametrize("where", ["variant", "container"])
+def test_setting_the_patch_switch_by_hand_is_refused(tmp_path: Path, where: str) -> None:
+    data = yaml.safe_load(_sim_text())
+    target = data["variants"]["baseline"] if where == "variant" else data["container"]
+    target.setdefault("env", {})[PATCH_SWITCH_ENV] = "1"
+    path = _write(tmp_path, yaml.safe_dump(data))
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path))
+    assert f"{PATCH_SWITCH_ENV} is rendered from the variant's requires_patch" in err.value.message
+    assert "\n" not in err.value.message
+
+
+def test_one_switch_name_in_profiles_kernel_and_patch_sets() -> None:
+    from opsctl.image import patchset
+    from opsctl.kernels import kv_gather_cast
+
+    versions = patchset.available_versions()
+    assert versions
+    names = {kv_gather_cast.SWITCH_ENV, *(patchset.load_manifest(v)["switch_env"] for v in versions)}
+    assert names == {PATCH_SWITCH_ENV}
+
+
+def test_simulator_profiles_are_not_judged_by_the_patch_sets() -> None:
+    from opsctl.image.support import variant_support_problem
+
+    sim = load_profile("sim")  # loads, though the same flags on an sglang image would be refused
+    deployment = sim.resolve("gathercast")
+    problem = variant_support_problem(
+        sim.image.sglang_version, patched=deployment.patched, argv=check_argv(deployment),
+        architecture=sim.model.architecture, attention_backend=deployment.server.attention_backend,
+        kv_cache_dtype=deployment.server.kv_cache_dtype)
+    assert problem is not None and "656-byte scaled DSA row" in problem

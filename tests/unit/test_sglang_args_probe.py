@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from opsctl.argspec.extract import (
-    _WHEEL_RE,
     SERVER_ARGS,
     _Stage,
     _tag_options,
@@ -22,6 +21,7 @@ from opsctl.argspec.extract import (
     run_probe,
 )
 from opsctl.argspec.spec import ArgSpec
+from opsctl.core import wheels
 from opsctl.core.errors import BuildError
 
 FAKE_SERVER_ARGS = '''
@@ -232,6 +232,6 @@ def test_a_failing_import_is_a_build_error(fake_stage: _Stage) -> None:
     ],
 )
 def test_recorded_wheel_tags_become_pip_options(wheel: str, options: list[str]) -> None:
-    match = _WHEEL_RE.match(wheel)
+    match = wheels.WHEEL_NAME.match(wheel)
     assert match is not None
     assert _tag_options(match) == options

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from opsctl.traffic.client import choose_served_name, mask_secret, redact
+from opsctl.traffic.client import mask_secret, redact
+from opsctl.traffic.served import choose_served_name
 
 
 def test_single_listed_model_is_used_even_when_it_differs_from_the_alias() -> None:

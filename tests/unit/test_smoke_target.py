@@ -1,20 +1,23 @@
 """`opsctl smoke --profile P [--variant V]`: the running container is found by label.
 
 The Docker engine is replaced by a stand-in that answers `find` with the labels opsctl puts on
-its containers; the server behind the label is the real simulator.
+its containers; the server behind the label is the real simulator. The locator is the one the
+CLI hands to the traffic app.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from conftest import SimServer
 
+from opsctl.cli.traffic import locate_server
 from opsctl.core.errors import EXIT_LAUNCH, EXIT_USAGE, LaunchError, UsageError
-from opsctl.engine.dockerpy import ContainerInfo, Engine
-from opsctl.traffic.smoke import SmokeOptions, resolve_target, run_smoke
+from opsctl.engine import dockerpy
+from opsctl.engine.api import ContainerInfo
+from opsctl.traffic.app import resolve_smoke_target
+from opsctl.traffic.smoke import SmokeOptions, run_smoke
 
 StartSim = Callable[..., SimServer]
 
@@ -22,10 +25,8 @@ StartSim = Callable[..., SimServer]
 class _Engine:
     def __init__(self, servers: list[ContainerInfo]) -> None:
         self.servers = servers
-        self.queries: list[dict[str, str]] = []
 
     def find(self, labels: dict[str, str]) -> list[ContainerInfo]:
-        self.queries.append(labels)
         return [s for s in self.servers if all(s.labels.get(k) == v for k, v in labels.items())]
 
 
@@ -37,7 +38,7 @@ def _server(url: str, variant: str, status: str = "running") -> ContainerInfo:
 
 
 def _use(monkeypatch: pytest.MonkeyPatch, engine: _Engine) -> None:
-    monkeypatch.setattr(Engine, "connect", classmethod(lambda cls, timeout=0: engine))
+    monkeypatch.setattr(dockerpy, "connect", lambda timeout=0: engine)
 
 
 def test_running_container_is_found_by_label_and_smoked(
@@ -46,7 +47,7 @@ def test_running_container_is_found_by_label_and_smoked(
     sim = sim_server(env={"OPSCTL_SIM_ITL_MS": "2", "OPSCTL_SIM_TTFT_MS": "5"},
                      args=["--served-model-name", "glm-5", "--enable-metrics"])
     _use(monkeypatch, _Engine([_server(sim.url, "gathercast")]))
-    target = resolve_target("sim", None, None)
+    target = resolve_smoke_target("sim", None, None, locate_server)
     assert (target.base_url, target.profile, target.variant) == (sim.url, "sim", "gathercast")
     assert target.profile_alias == "glm-5"
     assert target.tpot_p50_ms is not None  # the sim profile's SLO travels with the target
@@ -61,7 +62,7 @@ def test_running_container_is_found_by_label_and_smoked(
 def test_another_variant_running_says_which_to_run(monkeypatch: pytest.MonkeyPatch) -> None:
     _use(monkeypatch, _Engine([_server("http://127.0.0.1:1", "baseline")]))
     with pytest.raises(UsageError) as caught:
-        resolve_target("sim", "gathercast", None)
+        resolve_smoke_target("sim", "gathercast", None, locate_server)
     assert caught.value.exit_code == EXIT_USAGE
     assert "runs variant 'baseline'" in caught.value.message
     assert "--variant gathercast" in caught.value.hint
@@ -70,18 +71,20 @@ def test_another_variant_running_says_which_to_run(monkeypatch: pytest.MonkeyPat
 def test_nothing_running_is_a_launch_error(monkeypatch: pytest.MonkeyPatch) -> None:
     _use(monkeypatch, _Engine([_server("http://127.0.0.1:1", "baseline", status="exited")]))
     with pytest.raises(LaunchError) as caught:
-        resolve_target("sim", None, None)
+        resolve_smoke_target("sim", None, None, locate_server)
     assert caught.value.exit_code == EXIT_LAUNCH
 
 
-def test_base_url_needs_no_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    def refuse(*_: object, **__: object) -> None:
-        raise AssertionError("no engine needed with --base-url")
+def test_base_url_needs_no_locator() -> None:
+    def refuse(profile_name: str) -> tuple[str, str | None]:
+        raise AssertionError("nothing to locate with --base-url")
 
-    monkeypatch.setattr(Engine, "connect", classmethod(refuse))
-    bare = resolve_target(None, None, "http://127.0.0.1:9")
+    bare = resolve_smoke_target(None, None, "http://127.0.0.1:9", refuse)
     assert (bare.profile, bare.profile_alias, bare.tpot_p50_ms) == (None, None, None)
-    assert resolve_target(None, "gathercast", "http://127.0.0.1:9").variant == "gathercast"
-    with_profile = resolve_target("sim", "baseline", "http://127.0.0.1:9")
+    assert resolve_smoke_target(None, "gathercast", "http://127.0.0.1:9", refuse).variant == \
+        "gathercast"
+    with_profile = resolve_smoke_target("sim", "baseline", "http://127.0.0.1:9", refuse)
     assert (with_profile.profile, with_profile.variant) == ("sim", "baseline")
     assert with_profile.profile_alias == "glm-5"
+    with pytest.raises(UsageError):
+        resolve_smoke_target("sim", "no-such-variant", "http://127.0.0.1:9", refuse)

@@ -1,0 +1,118 @@
+"""The decide command: every variant through the gates and a sweep, and which one to run.
+
+Typer declarations, and the collaborators decide gets from other rooms: the engine and image
+naming, `up`'s verify check and the gate's smoke (deploy, verify, traffic), the bench sweep
+(traffic).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from opsctl.cli.app import ProfileOpt, app, console, within
+
+if TYPE_CHECKING:
+    from opsctl.decide.app import BenchAsk
+    from opsctl.traffic.bench_report import BenchReport
+
+
+@app.command()
+def decide(
+    profile: ProfileOpt = None,
+    variants: Annotated[str | None, typer.Option("--variants", help="Comma-separated variants, "
+                        "run in this order (default: every variant of the profile).")] = None,
+    concurrency: Annotated[str | None, typer.Option("--concurrency", help="Comma-separated "
+                           "bench levels (default 1,8,32,64).")] = None,
+    requests: Annotated[int | None, typer.Option("--requests", min=1, max=1_000_000,
+                        help="Measured requests per level (default max(16, 4 x "
+                        "concurrency)).")] = None,
+    out: Annotated[str | None, typer.Option("--out", help="Run directory (default "
+                   "out/decide-<UTC time>/): decide.json, decide.md and one folder of evidence "
+                   "per variant.")] = None,
+    skip_eval: Annotated[bool, typer.Option("--skip-eval", help="Smoke without GSM8K and the "
+                         "long-context probes: the gates are then start, verify and smoke's "
+                         "own checks only.")] = False,
+    timeout: Annotated[float | None, typer.Option(
+        help="Readiness timeout per variant in seconds (default: the profile's).",
+        callback=within(0.01, 86400))] = None,
+    image: Annotated[str | None, typer.Option(help="Run every variant on this image instead of "
+                     "the ones `opsctl build` made (for variants that share one image).")] = None,
+) -> None:
+    """Which variant is correct and fastest on this box, with evidence.
+
+    Per variant, one at a time (one box holds one server): stop what runs, up (verified against
+    the profile), smoke with the profile's evals (GSM8K, long-context probes), a bench sweep,
+    down. A variant that does not start, verify or pass smoke is disqualified with its reason and
+    evidence; the run goes on. Greedy outputs of variants computing the same attention are
+    compared pairwise (a disagreement is reported, not a disqualification). The winner: among
+    qualified variants, the highest concurrency reached without a failed request, then the
+    lowest TPOT p50 there, then throughput. Nothing runs afterwards.
+
+    Exit 0 a recommendation, 2 bad usage, 4 (6 without Docker) no variant could start, 5 no
+    variant qualified, 130 interrupted (the server removed, a partial report written).
+    """
+    from pathlib import Path
+
+    from opsctl.cli.deploy import GateSmoke, _image_for, _verify_server
+    from opsctl.core.files import check_output_path
+    from opsctl.core.reports import REPORTS_DIR, default_decide_dir
+    from opsctl.decide import app as decide_app
+    from opsctl.decide import view
+    from opsctl.deploy import view as deploy_view
+    from opsctl.deploy.profiles import load_profile
+    from opsctl.deploy.state import StateDir
+    from opsctl.engine.dockerpy import connect
+    from opsctl.traffic.bench import parse_concurrency, parse_variants
+
+    check_output_path(Path(out) if out else REPORTS_DIR, "--out", directory=True)
+    request = decide_app.DecideRequest(
+        variants=parse_variants(variants),
+        concurrency=parse_concurrency(concurrency) if concurrency else decide_app.DEFAULT_LEVELS,
+        requests_per_level=requests, out_dir=Path(out) if out else default_decide_dir(),
+        skip_eval=skip_eval, timeout_seconds=timeout,
+    )
+    loaded = load_profile(profile)
+    decide_app.chosen(loaded, request.variants)  # bad usage exits 2 before the engine is asked
+    result = decide_app.decide(
+        loaded, request, engine=connect(), image_for=_image_for(image),
+        verify=_verify_server, smoke=GateSmoke(profile, None), bench=SweepBench(profile),
+        state=StateDir.default(), progress=lambda shown: deploy_view.up_progress(console, shown),
+        on_step=view.decide_step(console),
+    )
+    view.show_decide(console, result)
+    if result.error is not None:
+        raise result.error
+
+
+class SweepBench:
+    """The traffic room's bench as decide runs it: the ready server by URL, bench's defaults
+    for prompt and output length and timeouts, its files (bench.json, bench.md, plots) written
+    into the variant's folder, no push."""
+
+    def __init__(self, profile: str | None) -> None:
+        self.profile = profile  # as given (a name or a YAML path): bench loads it the same way
+
+    def __call__(self, ask: BenchAsk) -> BenchReport:
+        from opsctl.cli.traffic import ProfileLauncher
+        from opsctl.core.redact import api_key_from_env
+        from opsctl.observe.metrics import push_report
+        from opsctl.traffic import app as traffic
+        from opsctl.traffic import view
+        from opsctl.traffic.bench import BenchOptions
+        from opsctl.traffic.client import make_client
+
+        defaults = BenchOptions()
+        request = traffic.BenchRequest(
+            profile=self.profile or ask.deployment.profile.name,
+            variants=(ask.deployment.variant,), base_urls=(ask.base_url,),
+            concurrency=ask.concurrency, requests_per_level=ask.requests_per_level,
+            input_words=defaults.input_words, output_tokens=defaults.output_tokens, model=None,
+            api=defaults.api, api_key=api_key_from_env(),
+            request_timeout_s=defaults.request_timeout_s, out_dir=ask.out_dir, gateway=None,
+        )
+        result = traffic.bench(request, launcher=ProfileLauncher, push=push_report,
+                               plot=view.write_plots, client_factory=make_client,
+                               progress=lambda: view.live_progress(console))
+        return result.report

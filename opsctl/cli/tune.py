@@ -1,0 +1,86 @@
+"""The tune command: a measured search over a variant's server settings.
+
+Typer declarations, and the collaborators tune gets from other rooms: `up`/`down` (deploy, with
+the verify room's check), the bench (traffic), the engine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from opsctl.cli.app import ProfileOpt, VariantOpt, app, console
+
+
+@app.command()
+def tune(
+    profile: ProfileOpt = None,
+    variant: VariantOpt = None,
+    param: Annotated[list[str], typer.Option("--param", help="NAME=v1,v2: a server setting "
+                     "(a typed profile field, e.g. cuda_graph_max_bs) and its values; repeat "
+                     "for several knobs (the grid is every combination).")] = [],  # noqa: B006
+    budget: Annotated[float | None, typer.Option("--budget", min=0.1, help="Minutes for the "
+                      "whole search; when the grid does not fit, successive halving "
+                      "(docs/trace-and-tune.md).")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Concurrency of "
+                           "each point's bench (the load you serve).")] = 8,
+    requests: Annotated[int, typer.Option("--requests", min=4, help="Measured requests per "
+                        "point (halving rungs use fewer).")] = 32,
+    input_words: Annotated[int, typer.Option(min=1, help="Prompt length in words.")] = 256,
+    output_tokens: Annotated[int, typer.Option(min=2, help="Output tokens per request.")] = 128,
+    request_timeout: Annotated[float, typer.Option(help="Seconds per request.")] = 600.0,
+    out: Annotated[str | None, typer.Option("--out", help="Run directory (default "
+                   "out/tune-<UTC time>/): tune-state.json, tune.md, tpot.png, "
+                   "best-variant.yaml.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out (default: "
+                      "the newest out/tune-*/) after an interruption.")] = False,
+    image: Annotated[str | None, typer.Option(help="Run this image instead of the one "
+                     "`opsctl build` made.")] = None,
+) -> None:
+    """Grid (or successive halving) over server settings: per point up -> verify -> short bench
+    -> down; points that fail to start are recorded with the reason and skipped. Writes the
+    table, a chart and the best point as a variant overlay to paste into the profile.
+
+    Exit 0 a best point found, 2 bad usage, 4 the engine or image is missing, 5 no point ran
+    successfully, 130 interrupted (the state is kept: --resume).
+    """
+    from opsctl.cli.deploy import _image_for, _verify_server
+    from opsctl.core.clock import SYSTEM_CLOCK
+    from opsctl.core.errors import SmokeError, UsageError
+    from opsctl.core.files import check_output_path
+    from opsctl.core.redact import api_key_from_env
+    from opsctl.core.reports import REPORTS_DIR, stamp
+    from opsctl.deploy.profiles import load_profile
+    from opsctl.deploy.state import StateDir
+    from opsctl.engine.dockerpy import connect
+    from opsctl.tune import app as tune_app
+    from opsctl.tune import view
+    from opsctl.tune.runner import DeployRunner
+    from opsctl.tune.state import TUNE_DIR_PREFIX, latest_run
+
+    if not param:
+        raise UsageError("tune needs at least one --param NAME=v1,v2",
+                         hint="e.g. --param cuda_graph_max_bs=16,32 --param "
+                         "mem_fraction_static=0.85,0.9")
+    deployment = load_profile(profile).resolve(variant)
+    if out:
+        out_dir = check_output_path(Path(out), "--out", directory=True)
+    else:
+        out_dir = latest_run() if resume else REPORTS_DIR / f"{TUNE_DIR_PREFIX}{stamp()}"
+    request = tune_app.TuneRequest(params=tuple(param), concurrency=concurrency,
+                                   requests=requests, input_words=input_words,
+                                   output_tokens=output_tokens, budget_minutes=budget,
+                                   out_dir=out_dir, resume=resume)
+    runner = DeployRunner(engine=connect(), image_for=_image_for(image), verify=_verify_server,
+                          state=StateDir.default(), input_words=input_words,
+                          output_tokens=output_tokens, request_timeout_s=request_timeout,
+                          api_key=api_key_from_env())
+    result = tune_app.tune(request, deployment, runner=runner, clock=SYSTEM_CLOCK,
+                           plot=view.write_chart, on_start=view.on_start(console),
+                           on_done=view.on_done(console))
+    view.show_result(result, console)
+    if result.best is None:
+        raise SmokeError(f"no point of {result.points} ran successfully; see {out_dir}",
+                         hint="the reasons are in tune.md; widen or move the values")

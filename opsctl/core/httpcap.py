@@ -1,0 +1,195 @@
+"""Byte caps on every HTTP answer opsctl reads, so a server cannot make opsctl's memory grow.
+
+A server that streams an endless /v1/models, a gigabyte error page or an SSE line that never
+ends gets cut at a fixed size, and the error names the cap. Time is bounded elsewhere (each
+caller's timeout); these caps bound memory whatever the time.
+
+- `MAX_BODY_BYTES` (8 MiB): one whole answer (/v1/models, /model_info, /server_info, /metrics,
+  a non-streamed completion, an error page). A real /server_info is tens of KB.
+- `MAX_STREAM_BYTES` (64 MiB): one SSE stream in total. sglang's chunk is a few hundred bytes,
+  so even 32k streamed tokens stay near 10 MiB.
+- `MAX_SSE_LINE_BYTES` (1 MiB): one SSE line.
+
+The clients opsctl builds put `CappedAsyncTransport`/`CappedTransport` under httpx, so any read
+through them (`client.get(...)`, `response.aread()`) is capped; `sse_lines` caps a line and
+`read_capped` adds a total deadline for synchronous probes. Clients ask for an uncompressed
+answer (`IDENTITY`), so the cap counts what is held in memory.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+
+from opsctl.core.clock import SYSTEM_CLOCK, Clock
+from opsctl.core.errors import UsageError
+from opsctl.core.redact import redact_userinfo
+
+MAX_BODY_BYTES = 8 << 20
+MAX_STREAM_BYTES = 64 << 20
+MAX_SSE_LINE_BYTES = 1 << 20
+IDENTITY = {"Accept-Encoding": "identity"}
+
+_EOL = re.compile(rb"\r\n|\r|\n")  # SSE allows all three line endings
+
+
+def mib(size: int) -> str:
+    return f"{size / (1 << 20):g} MiB"
+
+
+class BodyTooLarge(httpx.TransportError):
+    """The server sent more than a cap allows; the message names the cap."""
+
+
+def cap_for(headers: httpx.Headers) -> int:
+    """An SSE stream may run longer than a whole answer; everything else gets the body cap."""
+    streaming = headers.get("content-type", "").startswith("text/event-stream")
+    return MAX_STREAM_BYTES if streaming else MAX_BODY_BYTES
+
+
+def _too_large(request: httpx.Request, cap: int) -> BodyTooLarge:
+    return BodyTooLarge(f"{request.method} {request.url.path}: the answer exceeds the {mib(cap)} "
+                        f"cap", request=request)
+
+
+def _declared_over(headers: httpx.Headers, cap: int) -> bool:
+    length = headers.get("content-length", "")
+    return length.isdigit() and int(length) > cap
+
+
+class _CappedAsyncStream(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream, request: httpx.Request, cap: int) -> None:
+        self._inner, self._request, self._cap = inner, request, cap
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in self._inner:
+            seen += len(chunk)
+            if seen > self._cap:
+                raise _too_large(self._request, self._cap)
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _CappedStream(httpx.SyncByteStream):
+    def __init__(self, inner: httpx.SyncByteStream, request: httpx.Request, cap: int) -> None:
+        self._inner, self._request, self._cap = inner, request, cap
+
+    def __iter__(self) -> Iterator[bytes]:
+        seen = 0
+        for chunk in self._inner:
+            seen += len(chunk)
+            if seen > self._cap:
+                raise _too_large(self._request, self._cap)
+            yield chunk
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class CappedAsyncTransport(httpx.AsyncBaseTransport):
+    """Wraps a transport so no response body read through it exceeds its cap."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._inner.handle_async_request(request)
+        cap = cap_for(response.headers)
+        if _declared_over(response.headers, cap):
+            await response.aclose()
+            raise _too_large(request, cap)
+        inner = response.stream
+        if isinstance(inner, httpx.AsyncByteStream):
+            response.stream = _CappedAsyncStream(inner, request, cap)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class CappedTransport(httpx.BaseTransport):
+    """The synchronous twin of `CappedAsyncTransport` (readiness probes, info endpoints)."""
+
+    def __init__(self, inner: httpx.BaseTransport) -> None:
+        self._inner = inner
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self._inner.handle_request(request)
+        cap = cap_for(response.headers)
+        if _declared_over(response.headers, cap):
+            response.close()
+            raise _too_large(request, cap)
+        inner = response.stream
+        if isinstance(inner, httpx.SyncByteStream):
+            response.stream = _CappedStream(inner, request, cap)
+        return response
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def checked_base_url(url: str, option: str) -> str:
+    """`url` when it is an http(s) URL with a host; UsageError (exit 2) before any work starts."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise UsageError(f"{option} {redact_userinfo(url)!r}: not a URL ({exc})",
+                         hint="e.g. http://127.0.0.1:30000") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise UsageError(f"{option} {redact_userinfo(url)!r}: not an http(s) URL with a host",
+                         hint="e.g. http://127.0.0.1:30000")
+    return url
+
+
+def capped_client(*, headers: dict[str, str] | None = None, timeout_s: float = 10.0,
+                  base_url: str = "") -> httpx.Client:
+    """A synchronous client whose every answer is capped; proxies from the environment ignored."""
+    return httpx.Client(base_url=base_url, headers={**IDENTITY, **(headers or {})},
+                        timeout=httpx.Timeout(timeout_s),
+                        transport=CappedTransport(httpx.HTTPTransport(trust_env=False)),
+                        trust_env=False)
+
+
+async def sse_lines(response: httpx.Response, cap: int = MAX_SSE_LINE_BYTES
+                    ) -> AsyncIterator[bytes]:
+    """The lines of an SSE body (without their ending), none longer than `cap` bytes."""
+    pending = bytearray()
+    scan = 0  # where the search for the next line ending resumes
+    async for chunk in response.aiter_bytes():
+        pending += chunk
+        start = 0
+        for match in _EOL.finditer(pending, scan):
+            if match.group() == b"\r" and match.end() == len(pending):
+                break  # maybe the first half of a \r\n split across reads
+            yield bytes(pending[start:match.start()])
+            start = match.end()
+        del pending[:start]
+        scan = max(0, len(pending) - 1) if pending.endswith(b"\r") else len(pending)
+        if len(pending) > cap:
+            raise BodyTooLarge(f"an SSE line exceeds the {mib(cap)} cap")
+    if pending:
+        yield bytes(pending.rstrip(b"\r"))
+
+
+def read_capped(response: httpx.Response, *, cap: int = MAX_BODY_BYTES, timeout_s: float,
+                clock: Clock = SYSTEM_CLOCK) -> bytes:
+    """A streamed response's whole body, within `cap` bytes and `timeout_s` seconds in total.
+
+    httpx's own timeouts bound each read, not the sum: a server that drips one byte every few
+    seconds would otherwise hold a probe for hours.
+    """
+    deadline = clock.monotonic() + timeout_s
+    body = bytearray()
+    for chunk in response.iter_bytes():
+        body += chunk
+        if len(body) > cap:
+            raise _too_large(response.request, cap)
+        if clock.monotonic() > deadline:
+            raise httpx.ReadTimeout(f"no whole answer within {timeout_s:g}s",
+                                    request=response.request)
+    return bytes(body)

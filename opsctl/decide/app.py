@@ -1,0 +1,347 @@
+"""`opsctl decide`: run every variant through the same gates and sweep, say which one to run.
+
+One box holds one GLM-5, so variants run one after another, stop-then-start as the gate does:
+up (verified against the profile), smoke with the profile's evals (GSM8K, long-context
+probes), a bench sweep at the levels, down. A variant that does not start, does not resolve
+what the profile says, or fails smoke is disqualified with its one-line reason and the files
+that show it, and the run goes on. Greedy outputs of variants that compute the same attention
+are compared pairwise afterwards: a disagreement disqualifies neither (one of them is wrong; the
+eval decides which), it is evidence. The winner is the qualified variant that reached the
+highest concurrency without a failed request, then the lower TPOT p50 there, then the higher
+throughput.
+
+Collaborators come in as arguments, in the shapes `up --gate` gets them (the engine, image
+naming, the verify room's check, the traffic room's smoke) plus the bench sweep.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+from opsctl.core.clock import SYSTEM_CLOCK, Clock
+from opsctl.core.errors import (
+    EXIT_DAEMON,
+    EXIT_USAGE,
+    DaemonUnreachable,
+    Interrupted,
+    LaunchError,
+    OpsctlError,
+    SmokeError,
+    UsageError,
+)
+from opsctl.core.files import atomic_write_text
+from opsctl.core.reports import BENCH_JSON, DECIDE_JSON, DECIDE_MARKDOWN
+from opsctl.decide.report import (
+    SMOKE_FILE,
+    UP_ERROR_FILE,
+    VERIFY_FILE,
+    Accuracy,
+    DecideReport,
+    Gate,
+    Level,
+    Probe,
+    VariantRecord,
+    write_report,
+)
+from opsctl.decide.verdict import compare_pairs, recommend
+from opsctl.deploy import readiness
+from opsctl.deploy.app import HttpFactory, ImageFor, Progress, Verifier, down, present_image, up
+from opsctl.deploy.gate import GateSmoke, SmokeAsk, UpProgress, attention_kind
+from opsctl.deploy.profiles import Deployment, Profile
+from opsctl.deploy.review import computes
+from opsctl.deploy.state import StateDir
+from opsctl.engine.api import Engine
+from opsctl.traffic.bench_report import BenchReport
+from opsctl.traffic.smoke_report import SmokeReport
+from opsctl.traffic.smoke_report import verdict_error as smoke_verdict
+from opsctl.verify.app import VerifyResult
+
+DEFAULT_LEVELS = (1, 8, 32, 64)
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class NoVariantQualified(SmokeError):
+    """No variant passed every gate with a level free of failed requests (exit 5)."""
+
+
+@dataclass(frozen=True)
+class DecideRequest:
+    variants: tuple[str, ...]  # empty: every variant of the profile, in its order
+    concurrency: tuple[int, ...]
+    requests_per_level: int | None  # None: bench's default
+    out_dir: Path
+    skip_eval: bool = False  # smoke without GSM8K and the long-context probes
+    timeout_seconds: float | None = None  # readiness of each variant; None: the profile's
+
+
+@dataclass(frozen=True)
+class BenchAsk:
+    """What decide asks of bench: sweep this server at the levels, write the files into out_dir."""
+
+    deployment: Deployment
+    base_url: str
+    concurrency: tuple[int, ...]
+    requests_per_level: int | None
+    out_dir: Path
+
+
+# The traffic room's sweep, as the CLI wires it; returns the report it wrote to ask.out_dir.
+BenchRun = Callable[[BenchAsk], BenchReport]
+
+
+@dataclass(frozen=True)
+class DecideResult:
+    report: DecideReport
+    out_dir: Path
+    written: list[Path]
+    error: OpsctlError | None  # what the CLI raises: 5 none qualified, 4/6 none could start, 130
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    engine: Engine
+    verify: Verifier
+    smoke: GateSmoke
+    bench: BenchRun
+    state: StateDir | None
+    http: HttpFactory
+    clock: Clock
+    progress: UpProgress
+    on_step: Callable[[str], None]
+    request: DecideRequest
+
+
+def _up_quietly(_: Deployment) -> AbstractContextManager[Callable[[Progress], None]]:
+    return nullcontext(lambda progress: None)
+
+
+def decide(
+    profile: Profile, request: DecideRequest, *, engine: Engine, image_for: ImageFor,
+    verify: Verifier, smoke: GateSmoke, bench: BenchRun, state: StateDir | None = None,
+    http: HttpFactory = readiness.http_client, clock: Clock = SYSTEM_CLOCK,
+    progress: UpProgress | None = None, on_step: Callable[[str], None] = lambda line: None,
+) -> DecideResult:
+    """Every variant through up -> verify -> smoke -> bench -> down; the verdict and its files.
+
+    Refused before anything is stopped: an unknown or repeated variant, a variant whose image
+    is not on the engine, an eval dataset that is not its pin.
+    """
+    deployments = chosen(profile, request.variants)
+    images = [image_for(deployment) for deployment in deployments]
+    for deployment, image in zip(deployments, images, strict=True):
+        present_image(engine, deployment, image)
+    out = request.out_dir
+    records = [_record(deployment, image, index)
+               for index, (deployment, image) in enumerate(zip(deployments, images, strict=True))]
+    smoke.check(_ask(deployments[0], "", out / records[0].directory, request.skip_eval))
+    report = DecideReport(started_at=clock.now().isoformat(timespec="seconds"),
+                          profile=profile.name, concurrency=list(request.concurrency),
+                          requests_per_level=request.requests_per_level,
+                          skip_eval=request.skip_eval, variants=records)
+    ctx = _Ctx(engine, verify, smoke, bench, state, http, clock, progress or _up_quietly,
+               on_step, request)
+    began = clock.monotonic()
+    smoked: dict[str, SmokeReport] = {}
+    running = records[0]
+    try:
+        for deployment, image, running in zip(deployments, images, records, strict=True):
+            found = _run_variant(ctx, deployment, image, running)
+            if found is not None:
+                smoked[running.variant] = found
+    except BaseException as exc:
+        on_step("stopped: removing what this run started")
+        _remove_quietly(ctx, profile.name)
+        report.record_stop(exc)
+        if running.status == "not run":
+            running.status, running.reason = "interrupted", report.partial_reason
+        _conclude(report, smoked, clock.monotonic() - began)
+        written = write_report(report, out)
+        if isinstance(exc, KeyboardInterrupt):
+            return DecideResult(report, out, written, report.stop_error("decide", out / DECIDE_JSON))
+        raise
+    _conclude(report, smoked, clock.monotonic() - began)
+    return DecideResult(report, out, write_report(report, out), _verdict_error(report, out))
+
+
+def chosen(profile: Profile, variants: tuple[str, ...]) -> list[Deployment]:
+    """The variants to run, resolved (every one of the profile when none is named); UsageError
+    for an unknown or repeated name. The CLI calls it before connecting to the engine."""
+    names = variants or tuple(profile.variants)
+    if len(set(names)) != len(names):
+        raise UsageError(f"--variants names a variant twice: {', '.join(names)}",
+                         hint="name each variant once")
+    return [profile.resolve(name) for name in names]
+
+
+def _record(deployment: Deployment, image: str, index: int) -> VariantRecord:
+    spec = deployment.profile.variants[deployment.variant]
+    return VariantRecord(
+        variant=deployment.variant, description=spec.description,
+        release=deployment.image.sglang_version, image=image, computes=computes(deployment),
+        attention=attention_kind(deployment), kv_cache_dtype=deployment.server.kv_cache_dtype,
+        directory=f"{index + 1:02d}-{_UNSAFE.sub('_', deployment.variant)}",
+    )
+
+
+def _ask(deployment: Deployment, base_url: str, folder: Path, skip_eval: bool) -> SmokeAsk:
+    """Smoke as the gate asks it, with the profile's evals (unless skipped) and no reference:
+    decide compares the variants with each other afterwards, never as a smoke verdict."""
+    evals = deployment.profile.eval
+    return SmokeAsk(deployment=deployment, base_url=base_url, report=folder / SMOKE_FILE,
+                    compare_with=None, gsm8k=not skip_eval and evals.gsm8k is not None,
+                    long_context=not skip_eval and "long_context" in evals.model_fields_set)
+
+
+def _run_variant(ctx: _Ctx, deployment: Deployment, image: str,
+                 record: VariantRecord) -> SmokeReport | None:
+    """Stop what runs, then up -> smoke -> bench -> down; fills `record`. Returns the smoke
+    report (None when smoke did not run). Ctrl-C and bugs propagate; a variant's own failure
+    is recorded as its disqualification."""
+    out, name = ctx.request.out_dir, deployment.variant
+    folder = out / record.directory
+    # What ran before this run (the previous variant is down already): its log goes to the run.
+    stopped = down(ctx.engine, deployment.profile.name, state=ctx.state, logs_dir=out,
+                   clock=ctx.clock, on_note=ctx.on_step).removed
+    ctx.on_step(f"{name}: " + (f"stopped {', '.join(stopped)}; " if stopped else "")
+                + f"starting {image}")
+    verified: list[Path] = []  # verify.json, once the verify room has answered
+    verifying: list[bool] = []  # set once the server was ready and verify began
+
+    def recording_verify(shown: Deployment, url: str, log_text: str) -> VerifyResult:
+        verifying.append(True)
+        result = ctx.verify(shown, url, log_text)
+        verified.append(_write(folder / VERIFY_FILE, json.dumps(result.to_json(), indent=2)))
+        return result
+
+    try:
+        with ctx.progress(deployment) as on_progress:
+            started = up(deployment, engine=ctx.engine, image_for=lambda _: image, http=ctx.http,
+                         clock=ctx.clock, timeout_seconds=ctx.request.timeout_seconds,
+                         on_progress=on_progress, verify=recording_verify, state=ctx.state,
+                         logs_dir=folder, on_note=ctx.on_step)
+    except OpsctlError as exc:
+        if isinstance(exc, Interrupted):  # a Ctrl-C whose clean-up left something behind
+            raise
+        # up saved the log of what it removed into the variant's folder.
+        files = [_write(folder / UP_ERROR_FILE, _error_text(exc)), *verified,
+                 *sorted(folder.glob("*.log"))]
+        _disqualify(ctx, record, "verify" if verifying else "start", exc.message, files,
+                    exc.exit_code)
+        return None
+    if started.verdict is not None:
+        record.verify = started.verdict.summary()
+        record.checkpoint = started.verdict.checkpoint.label()
+    record.evidence += [_rel(out, path) for path in verified]
+    try:
+        ctx.on_step(f"{name}: ready, {record.verify or 'not verified'}; smoke")
+        return _smoke_and_bench(ctx, deployment, started.base_url, folder, record)
+    finally:
+        # The server's whole log is saved into the variant's folder before it is removed.
+        logs = down(ctx.engine, deployment.profile.name, state=ctx.state, logs_dir=folder,
+                    clock=ctx.clock, on_note=ctx.on_step).logs
+        record.evidence += [_rel(out, path) for path in logs]
+
+
+def _smoke_and_bench(ctx: _Ctx, deployment: Deployment, base_url: str, folder: Path,
+                     record: VariantRecord) -> SmokeReport:
+    out = ctx.request.out_dir
+    ask = _ask(deployment, base_url, folder, ctx.request.skip_eval)
+    report = ctx.smoke.run(ask)
+    _raise_stop(report, "smoke", ask.report)
+    record.smoke_report = _rel(out, ask.report)
+    record.evidence.append(record.smoke_report)
+    if report.gsm8k is not None:
+        score = report.gsm8k.score
+        record.accuracy = Accuracy(accuracy=score.accuracy, ci95_low=score.ci95_low,
+                                   ci95_high=score.ci95_high, threshold=score.threshold,
+                                   passed=score.passed, verdict=score.verdict)
+    record.probes = [Probe(name=p.name, passed=p.passed, detail=p.detail)
+                     for p in report.long_context or []]
+    failed = smoke_verdict(report, ask.report)
+    if failed is not None:
+        _disqualify(ctx, record, "smoke", failed.message, [], None)
+        return report
+    record.status = "qualified"
+    ctx.on_step(f"{deployment.variant}: smoke passed; bench at concurrency "
+                f"{', '.join(map(str, ctx.request.concurrency))}")
+    swept = ctx.bench(BenchAsk(deployment, base_url, ctx.request.concurrency,
+                               ctx.request.requests_per_level, folder))
+    _raise_stop(swept, "bench", folder / BENCH_JSON)
+    record.bench_report = _rel(out, folder / BENCH_JSON)
+    run = swept.variants[0]  # the one target bench was given
+    record.levels = [Level(concurrency=lv.concurrency, tpot_p50_ms=lv.tpot_ms.p50,
+                           tpot_p90_ms=lv.tpot_ms.p90,
+                           output_tokens_per_s=lv.output_tokens_per_s if lv.completed else None,
+                           failures=lv.failed + lv.warmup_failed, aborted=lv.aborted)
+                     for lv in run.levels]
+    record.bench_note = run.error or run.stopped
+    return report
+
+
+def _raise_stop(report: SmokeReport | BenchReport, what: str, where: Path) -> None:
+    """A smoke or bench stopped by Ctrl-C is this run's Ctrl-C; one stopped by a bug is a bug."""
+    stopped = report.stop_error(what, where)
+    if isinstance(stopped, Interrupted):
+        raise KeyboardInterrupt
+    if stopped is not None:
+        raise stopped
+
+
+def _disqualify(ctx: _Ctx, record: VariantRecord, gate: Gate, reason: str, files: list[Path],
+                exit_code: int | None) -> None:
+    record.status, record.failed_gate = "disqualified", gate
+    record.reason = " ".join(reason.split())
+    record.exit_code = exit_code if gate == "start" else None
+    record.evidence += [_rel(ctx.request.out_dir, path) for path in files]
+    ctx.on_step(f"{record.variant}: DISQUALIFIED at {gate}: {record.reason}")
+
+
+def _error_text(exc: OpsctlError) -> str:
+    return "\n".join([f"error: {exc.message}", f"hint: {exc.hint}", *exc.details]) + "\n"
+
+
+def _write(path: Path, text: str) -> Path:
+    return atomic_write_text(path, text)
+
+
+def _rel(out: Path, path: Path) -> str:
+    return str(path.relative_to(out))
+
+
+def _remove_quietly(ctx: _Ctx, profile_name: str) -> None:
+    """After Ctrl-C or a bug: remove this run's server; a failure here must not hide why."""
+    try:
+        removed = down(ctx.engine, profile_name, state=ctx.state, logs_dir=ctx.request.out_dir,
+                       clock=ctx.clock).removed
+    except OpsctlError as exc:
+        ctx.on_step(f"could not remove the server: {exc.message}")
+        return
+    if removed:
+        ctx.on_step(f"removed {', '.join(removed)}")
+
+
+def _conclude(report: DecideReport, smoked: dict[str, SmokeReport], elapsed_s: float) -> None:
+    report.pairs = compare_pairs(report.variants, smoked)
+    report.winner, report.recommendation = recommend(report)
+    report.duration_s = round(elapsed_s, 3)
+
+
+def _verdict_error(report: DecideReport, out: Path) -> OpsctlError | None:
+    """None with a winner; the start failure's own code (4 launch, 6 daemon, 2 usage) when no
+    variant could start at all; else 5."""
+    if report.winner is not None:
+        return None
+    hint = f"the evidence is in {out / DECIDE_MARKDOWN}"
+    starts = [r for r in report.variants if r.failed_gate == "start"]
+    if starts and len(starts) == len(report.variants):
+        first = starts[0]
+        error_class = {EXIT_USAGE: UsageError, EXIT_DAEMON: DaemonUnreachable}.get(
+            first.exit_code or 0, LaunchError)
+        return error_class(f"decide: no variant could start; {first.variant}: {first.reason}",
+                           hint=hint)
+    return NoVariantQualified(f"decide: {report.recommendation}", hint=hint)

@@ -1,0 +1,323 @@
+"""The deploy room's commands: `up`, `down`, `status`, `logs` and `up --dry-run`.
+
+Each function takes what it works with as arguments (the engine, how to name the image, an HTTP
+client factory, a clock, a progress callback, the verify room's check, the state directory,
+where removed servers' logs go) and returns a result object; `view.py` renders it. Servers are
+found by opsctl's labels only, so nothing opsctl did not create is ever touched; a run holds the
+profile's lock while it changes its containers, cleans up only what it created itself, and no
+server leaves without its log saved (opsctl.deploy.ownership, custody, logsave).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from opsctl.core import labels
+from opsctl.core.clock import SYSTEM_CLOCK, Clock
+from opsctl.core.errors import LaunchError, OpsctlError
+from opsctl.core.files import check_output_path
+from opsctl.deploy import ownership, readiness
+from opsctl.deploy.custody import CLEANUP_GRACE_SECONDS as CLEANUP_GRACE_SECONDS
+from opsctl.deploy.custody import Custody, Note, RunRecord, after_cleanup
+from opsctl.deploy.logsave import LOGS_DIR
+from opsctl.deploy.profiles import Deployment
+from opsctl.deploy.review import VariantSummary, summary
+from opsctl.deploy.runspec import base_url, run_spec, server_labels
+from opsctl.deploy.serverstatus import ServerStatus as ServerStatus
+from opsctl.deploy.serverstatus import StatusResult as StatusResult
+from opsctl.deploy.serverstatus import status as status
+from opsctl.deploy.serverstatus import uptime as uptime
+from opsctl.deploy.state import CheckpointRecord, StateDir, Verdict, host_checkpoint
+from opsctl.engine.api import ContainerInfo, Engine, RunSpec
+from opsctl.verify.app import VerifyMismatch, VerifyResult, raise_on_mismatch
+
+ImageFor = Callable[[Deployment], str]
+HttpFactory = Callable[[], httpx.Client]
+# (deployment, its base URL, the container's log) -> what the server resolved vs the profile.
+Verifier = Callable[[Deployment, str, str], VerifyResult]
+_ALIVE = {"created", "running"}
+
+
+def _quiet(line: str) -> None:
+    """The default `on_note`: a library caller that prints nothing."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One readiness poll of `up`: the phase, the time since start, the server's last log line."""
+
+    probe: readiness.Probe
+    elapsed_seconds: float
+    last_log_line: str
+
+
+@dataclass(frozen=True)
+class UpResult:
+    container: ContainerInfo
+    base_url: str
+    already_up: bool
+    elapsed_seconds: float
+    verdict: Verdict | None = None  # None when already up (its verdict was recorded then)
+
+
+@dataclass(frozen=True)
+class DryRun:
+    deployment: Deployment
+    spec: RunSpec
+    base_url: str
+    summary: VariantSummary  # the release it runs, what it computes, its release's warnings
+
+
+@dataclass(frozen=True)
+class DownResult:
+    removed: list[str]
+    logs: list[Path] = field(default_factory=list)  # each removed server's saved log
+
+
+@dataclass(frozen=True)
+class LogsResult:
+    container: ContainerInfo
+    chunks: Iterator[str]
+
+
+# --- up ----------------------------------------------------------------------------------------
+
+
+def up(
+    deployment: Deployment,
+    *,
+    engine: Engine,
+    image_for: ImageFor,
+    http: HttpFactory = readiness.http_client,
+    clock: Clock = SYSTEM_CLOCK,
+    timeout_seconds: float | None = None,
+    replace: bool = False,
+    on_progress: Callable[[Progress], None] = lambda progress: None,
+    verify: Verifier | None = None,
+    state: StateDir | None = None,
+    logs_dir: Path = LOGS_DIR,
+    on_note: Note = _quiet,
+) -> UpResult:
+    """Start the deployment, wait until it truly serves, then verify it (unless `verify` is
+    None) and record the verdict and checkpoint in `state`.
+
+    Holds the profile's lock throughout (ProfileBusy when another run holds it). On failure,
+    timeout, mismatch or Ctrl-C it removes what this run created, found by its run id, saving
+    each log under `logs_dir` first; a second Ctrl-C leaves it, and the error names what is left.
+    """
+    image = image_for(deployment)
+    image_labels = present_image(engine, deployment, image)
+    check_output_path(logs_dir, "server log directory", directory=True)
+    checkpoint = host_checkpoint(deployment.profile.model.host_path)
+    spec = run_spec(deployment, image, image_labels, environ=os.environ)  # secrets from the host
+    run = RunRecord(ownership.new_run_id(), deployment.profile.name, spec.name)
+    spec = dataclasses.replace(spec, labels={**spec.labels, labels.CHECKPOINT: checkpoint.label(),
+                                             labels.RUN_ID: run.run_id})
+    url = base_url(deployment)
+    custody = Custody(engine, state, logs_dir, clock, on_note)
+    with ownership.profile_locks(state, [run.profile], "up", clock):
+        for info in engine.find(server_labels(run.profile)):
+            if info.status == "running" and not replace:
+                if info.labels.get(labels.CONFIG_HASH) == spec.labels[labels.CONFIG_HASH]:
+                    return UpResult(container=info, base_url=url, already_up=True,
+                                    elapsed_seconds=0.0)
+                raise LaunchError(
+                    f"profile {run.profile!r} is already up with another configuration "
+                    f"(variant {info.labels.get(labels.VARIANT)!r})",
+                    hint="pass --replace to swap it, or `opsctl down` first",
+                )
+            on_note(f"removing {info.name} ({info.status}; saving its log first)")
+            custody.retire(info, _grace(info), "replaced by `opsctl up`")
+        with ownership.InterruptGuard() as guard:
+            try:
+                return _start(deployment, spec, run, engine, url, checkpoint, clock=clock,
+                              http=http, timeout_seconds=timeout_seconds, on_progress=on_progress,
+                              verify=verify, state=state)
+            except BaseException as exc:
+                # Failure, timeout, a verify mismatch and Ctrl-C (even one that lands while the
+                # container is being created) all remove what this run created, and only that.
+                guard.cleaning()
+                retired, left = custody.clean_up_run(run, f"`opsctl up` failed: {_why(exc)}",
+                                                     isinstance(exc, KeyboardInterrupt))
+                raise after_cleanup(exc, retired, left) from None
+
+
+def _start(deployment: Deployment, spec: RunSpec, run: RunRecord, engine: Engine, url: str,
+           checkpoint: CheckpointRecord, *, clock: Clock, http: HttpFactory,
+           timeout_seconds: float | None, on_progress: Callable[[Progress], None],
+           verify: Verifier | None, state: StateDir | None) -> UpResult:
+    settings = deployment.profile.readiness
+    started = engine.run(spec)
+    run.known[started.id] = started.name
+    elapsed = _wait_ready(
+        engine, started.id, url, deployment.profile.model.served_name,
+        timeout_seconds=timeout_seconds or settings.timeout_seconds,
+        poll_seconds=settings.poll_interval_seconds, http=http, clock=clock,
+        on_progress=on_progress,
+    )
+    container = engine.inspect(started.id)
+    verdict = _judge(deployment, engine, container, url, checkpoint, verify, state, clock)
+    return UpResult(container=container, base_url=url, already_up=False,
+                    elapsed_seconds=elapsed, verdict=verdict)
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (Ctrl-C)"
+    return exc.message if isinstance(exc, OpsctlError) else f"{type(exc).__name__}: {exc}"
+
+
+def present_image(engine: Engine, deployment: Deployment, image: str) -> dict[str, str]:
+    """The labels of the image the deployment runs; LaunchError when the engine lacks it."""
+    image_labels = engine.image_labels(image)
+    if image_labels is None:
+        raise LaunchError(
+            f"image {image} is not present on this engine",
+            hint=f"build it: `opsctl build --profile {deployment.profile.name}` "
+            "(opsctl never pulls an image it builds)",
+        )
+    return image_labels
+
+
+def _judge(deployment: Deployment, engine: Engine, container: ContainerInfo, url: str,
+           checkpoint: CheckpointRecord, verify: Verifier | None, state: StateDir | None,
+           clock: Clock) -> Verdict:
+    """Verify the ready server against the profile, record the verdict, raise on a mismatch."""
+    result = verify(deployment, url, engine.logs(container.id)) if verify else None
+    checks = result.checks if result else []
+    verdict = Verdict(
+        container_id=container.id, container=container.name, profile=deployment.profile.name,
+        variant=deployment.variant, at=clock.now().isoformat(timespec="seconds"),
+        verified=result is not None, fields={check.field: check.status for check in checks},
+        mismatches=[f"{check.field}: expected {check.expected}, resolved {check.resolved}"
+                    for check in checks if check.status == "mismatch"],
+        checkpoint=checkpoint,
+    )
+    if state is not None:
+        state.write_verdict(verdict)
+    if result is not None:
+        try:
+            raise_on_mismatch(result)
+        except VerifyMismatch as exc:
+            exc.details.append("the container is removed: it does not run what the profile says")
+            raise
+    return verdict
+
+
+def _wait_ready(
+    engine: Engine,
+    container_id: str,
+    url: str,
+    served_name: str,
+    *,
+    timeout_seconds: float,
+    poll_seconds: float,
+    http: HttpFactory,
+    clock: Clock,
+    on_progress: Callable[[Progress], None],
+) -> float:
+    def exited() -> readiness.Exited | None:
+        # A server the restart policy brought back between two polls died too.
+        info = engine.inspect(container_id)
+        if info.status in _ALIVE and not info.restart_count:
+            return None
+        code = info.exit_code if info.exit_code is not None else info.last_exit_code
+        return readiness.Exited(exit_code=code, log=engine.logs(container_id, tail=200))
+
+    def progress(state: readiness.Probe, elapsed: float) -> None:
+        on_progress(Progress(state, elapsed, _last_log_line(engine, container_id)))
+
+    with http() as client:
+        return readiness.wait_ready(
+            lambda: readiness.probe(client, url, served_name), exited=exited,
+            timeout_seconds=timeout_seconds, poll_seconds=poll_seconds, clock=clock,
+            on_progress=progress, cleanup="",  # the cleanup appends what became of it
+        )
+
+
+def _last_log_line(engine: Engine, container_id: str) -> str:
+    lines = [line for line in engine.logs(container_id, tail=5).splitlines() if line.strip()]
+    return lines[-1][-160:] if lines else ""
+
+
+def dry_run(deployment: Deployment, image_for: ImageFor) -> DryRun:
+    """What `up` would run; needs no engine and no prior build."""
+    try:
+        image = image_for(deployment)
+    except OpsctlError as exc:
+        # Say what is missing instead of failing: the rest of the plan is still worth reading.
+        image = f"<{deployment.image.repository}: {exc.message}>"
+    return DryRun(deployment=deployment, spec=run_spec(deployment, image), base_url=base_url(deployment),
+                  summary=summary(deployment))
+
+
+# --- down, status, logs ------------------------------------------------------------------------
+
+
+def find_servers(engine: Engine, profile_name: str | None = None) -> list[ContainerInfo]:
+    """opsctl's server containers (of one profile, or all), running or not."""
+    return engine.find(server_labels(profile_name))
+
+
+def base_url_for(engine: Engine, profile_name: str) -> str:
+    """URL of the profile's running server, found by label (LaunchError when none runs)."""
+    running = [i for i in find_servers(engine, profile_name) if i.status == "running"]
+    if not running:
+        raise LaunchError(
+            f"no running opsctl server for profile {profile_name!r}",
+            hint=f"start it with `opsctl up --profile {profile_name}`, or pass --base-url",
+        )
+    return running[0].labels[labels.BASE_URL]
+
+
+def checkpoint_of(info: ContainerInfo) -> dict[str, str | None] | None:
+    """The checkpoint a server runs, as `up` labelled it, in the shape of a smoke report's
+    `checkpoint` field ({"id": sha256} or {"id": None, "unavailable": reason}); None for a
+    container started before opsctl recorded it. For the traffic room's `locate` collaborator."""
+    record = CheckpointRecord.from_label(info.labels.get(labels.CHECKPOINT))
+    return None if record is None else {"id": record.id, "unavailable": record.unavailable}
+
+
+def down(engine: Engine, profile_name: str | None = None, grace_seconds: int | None = None,
+         state: StateDir | None = None, *, logs_dir: Path = LOGS_DIR, clock: Clock = SYSTEM_CLOCK,
+         on_note: Note = _quiet) -> DownResult:
+    """Stop and remove opsctl's server containers (of one profile, or all), each log saved under
+    `logs_dir` first, and their verdicts; under the locks of their profiles."""
+    found = find_servers(engine, profile_name)
+    if not found:
+        return DownResult(removed=[])
+    check_output_path(logs_dir, "server log directory", directory=True)
+    profiles = {info.labels.get(labels.PROFILE, "") for info in found} - {""}
+    custody = Custody(engine, state, logs_dir, clock, on_note)
+    removed, saved = [], []
+    with ownership.profile_locks(state, profiles, "down", clock):
+        for info in find_servers(engine, profile_name):  # again: what runs now, under the locks
+            on_note(f"stopping {info.name} (saving its log first)")
+            grace = _grace(info) if grace_seconds is None else grace_seconds
+            retired = custody.retire(info, grace, "`opsctl down`")
+            removed.append(retired.name)
+            saved.append(retired.log)
+    return DownResult(removed=removed, logs=saved)
+
+
+def logs(engine: Engine, profile_name: str | None, *, follow: bool, tail: int) -> LogsResult:
+    """The log of the one server (of `profile_name`, or the only one running)."""
+    servers = find_servers(engine, profile_name)
+    if not servers:
+        raise LaunchError("no opsctl server container found", hint="`opsctl status` lists them")
+    if len(servers) > 1:
+        names = ", ".join(i.labels.get(labels.PROFILE, i.name) for i in servers)
+        raise LaunchError(f"several servers run ({names})", hint="choose one with --profile")
+    server = servers[0]
+    chunks = engine.follow_logs(server.id, tail=tail) if follow else iter([engine.logs(server.id, tail=tail)])
+    return LogsResult(container=server, chunks=chunks)
+
+
+def _grace(info: ContainerInfo) -> int:
+    return int(info.labels.get(labels.STOP_GRACE_SECONDS, "30"))

@@ -1,0 +1,80 @@
+"""The profile's optional `eval:` section: which accuracy checks `opsctl smoke` can run.
+
+`gsm8k` names a local, sha256-pinned GSM8K-shaped JSONL file and the accuracy gate; nothing is
+downloaded and no dataset or pin is ever filled in by opsctl: a profile without `gsm8k` simply
+cannot run `smoke --eval gsm8k` until the user adds one (or passes `--eval-dataset` and
+`--eval-sha256`). `long_context` sets the sizes of the pass-key probes and the shared-prefix pair
+that `smoke --long-context` sends; its defaults are the probes' own (traffic/evals/probes.py says
+why those sizes). Relative paths are resolved against the project root, like `dockerfile`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from opsctl.core.paths import project_root
+from opsctl.traffic.evals.gsm8k import DEFAULT_QUESTIONS, DEFAULT_SHOTS
+from opsctl.traffic.evals.probes import DEFAULT_PREFIX_PAIR_TOKENS, DEFAULT_SIZES
+
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+MIN_PROBE_TOKENS = 64  # the needle prompt's own floor (probes.needle_prompt)
+
+
+def _pin(value: str | None) -> str | None:
+    if value is not None and not _SHA256_RE.fullmatch(value):
+        raise ValueError("must be 64 lowercase hex digits (the output of `sha256sum FILE`)")
+    return value
+
+
+def resolve_path(value: str) -> Path:
+    """A profile path: absolute as given, relative to the project root otherwise."""
+    path = Path(value)
+    return path if path.is_absolute() else project_root() / path
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Gsm8kConfig(_Strict):
+    dataset: str = Field(description="GSM8K-shaped JSONL on this host (e.g. openai/grade-school-"
+                         "math's test.jsonl), fetched by the user; never downloaded by opsctl.")
+    sha256: str = Field(description="sha256 of `dataset`; a different file is refused (exit 2).")
+    shots_from: str | None = Field(None, description="JSONL of few-shot examples (a train "
+                                   "split); null: the first `shots` lines of `dataset`, as "
+                                   "sglang's few_shot_gsm8k does.")
+    shots_sha256: str | None = None
+    questions: int = Field(DEFAULT_QUESTIONS, ge=1, description="First N questions asked.")
+    shots: int = Field(DEFAULT_SHOTS, ge=0, description="Few-shot examples per prompt.")
+    threshold: float = Field(gt=0.0, le=1.0, description="Least accuracy that passes (a share).")
+
+    _pins = field_validator("sha256", "shots_sha256")(_pin)
+
+    @model_validator(mode="after")
+    def _shots_pinned(self) -> Gsm8kConfig:
+        if (self.shots_from is None) != (self.shots_sha256 is None):
+            raise ValueError("shots_from and shots_sha256 go together (both set or both null)")
+        return self
+
+
+class LongContextConfig(_Strict):
+    sizes: list[int] = Field(default_factory=lambda: list(DEFAULT_SIZES), min_length=1,
+                             description="Approximate prompt tokens of each pass-key probe.")
+    prefix_pair_tokens: int | None = Field(DEFAULT_PREFIX_PAIR_TOKENS, ge=MIN_PROBE_TOKENS,
+                                           description="Size of the prefix-cache pair; null: "
+                                           "no pair.")
+
+    @field_validator("sizes")
+    @classmethod
+    def _sizes_big_enough(cls, value: list[int]) -> list[int]:
+        if any(size < MIN_PROBE_TOKENS for size in value):
+            raise ValueError(f"every size must be at least {MIN_PROBE_TOKENS} tokens")
+        return value
+
+
+class EvalConfig(_Strict):
+    gsm8k: Gsm8kConfig | None = None
+    long_context: LongContextConfig = LongContextConfig()

@@ -1,0 +1,289 @@
+"""`opsctl up --variant X --gate`: keep a variant only when it proves itself, else bring back the
+last good one.
+
+One box holds one GLM-5, so the rollout is stop-then-start: what runs is stopped, X is started
+and waited for, verified against the profile (`up` with the verify room's check), smoked with
+the evals the profile configures, and its greedy outputs are compared with the last good
+variant's smoke report when both compute the same attention. Dense and sparse attention differ
+past `index_topk` tokens by design, and other weights differ anyway: then only the absolute
+gates apply, and the result says so. Any failed gate, error or Ctrl-C removes X and brings the
+last good variant back; a pass records X, its image and its report as the last good.
+
+Whatever can refuse the run (the rollback target, X's image, the eval datasets) is checked
+before anything is stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from opsctl.core.clock import SYSTEM_CLOCK, Clock
+from opsctl.core.errors import LaunchError, OpsctlError, SmokeError, UsageError
+from opsctl.deploy import readiness
+from opsctl.deploy.app import HttpFactory, ImageFor, Progress, Verifier, down, present_image, up
+from opsctl.deploy.profiles import Deployment, Profile
+from opsctl.deploy.review import computes
+from opsctl.deploy.runspec import base_url
+from opsctl.deploy.state import LastGood, StateDir, Verdict, host_checkpoint
+from opsctl.engine.api import Engine
+from opsctl.verify.app import VerifyMismatch
+
+if TYPE_CHECKING:
+    from opsctl.traffic.smoke_report import SmokeReport
+
+# observe.metrics.GATE_OUTCOMES lists the same values (a unit test compares them).
+Outcome = Literal["passed", "failed", "interrupted"]
+DETAIL_CHARS = 200  # of a failed check's detail, in the one-line error
+# Which gate a failed smoke check belongs to; any other check is the smoke gate.
+_GATE_OF_CHECK = {"compare": "compare", "gsm8k": "eval gsm8k", "long_context": "eval long_context"}
+
+
+class GateFailed(SmokeError):
+    """A gate failed: the variant was removed and the last good one brought back (exit 5)."""
+
+
+@dataclass(frozen=True)
+class SmokeAsk:
+    """What the gate asks of smoke: the server, where the report goes, what to compare with."""
+
+    deployment: Deployment
+    base_url: str
+    report: Path
+    compare_with: Path | None
+    gsm8k: bool  # the profile has an eval.gsm8k section
+    long_context: bool  # the profile sets eval.long_context
+
+
+class GateSmoke(Protocol):
+    """The traffic room's smoke, as the CLI wires it."""
+
+    def check(self, ask: SmokeAsk) -> None:
+        """Raise, before anything is stopped, when smoke cannot run as asked (a dataset that is
+        not its pin)."""
+
+    def run(self, ask: SmokeAsk) -> SmokeReport:
+        """Smoke the server at `ask.base_url`; the report is written to `ask.report`."""
+
+
+# Opens the readiness display of one `up` and yields its callback.
+UpProgress = Callable[[Deployment], AbstractContextManager[Callable[[Progress], None]]]
+# (kind, record, gateway URL): observe.metrics.push_report; raises OpsctlError when it fails.
+Push = Callable[[str, dict[str, Any], str], None]
+
+
+@dataclass(frozen=True)
+class Rollback:
+    deployment: Deployment
+    image: str
+
+
+@dataclass(frozen=True)
+class GateResult:
+    profile: str
+    variant: str
+    outcome: Outcome
+    failed: list[str]  # "gate (detail)" per failed gate
+    report: Path | None  # this run's smoke report, when smoke ran
+    comparison: str  # what the greedy outputs were compared with, or why they were not
+    rolled_back: str | None  # the variant brought back
+    last_good: LastGood | None  # the record after this run
+    push_error: str | None  # a failed metrics push (a warning, not a verdict)
+    error: OpsctlError | None  # what the CLI raises: exit 5 when a gate failed
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    engine: Engine
+    state: StateDir
+    verify: Verifier
+    http: HttpFactory
+    clock: Clock
+    progress: UpProgress
+    on_step: Callable[[str], None]
+    timeout_seconds: float | None  # readiness; None: the profile's
+
+
+def _no_progress(_: Deployment) -> AbstractContextManager[Callable[[Progress], None]]:
+    return nullcontext(lambda progress: None)
+
+
+def attention_kind(deployment: Deployment) -> str:
+    """What the variant computes, as releases.computes says: dense or sparse attention (or, for
+    another model or backend, its whole line). Only variants of one kind compare greedy outputs."""
+    line = computes(deployment)
+    return next((f"{kind} attention" for kind in ("dense", "sparse") if line.startswith(kind)),
+                line)
+
+
+def gate(
+    deployment: Deployment, *, engine: Engine, image_for: ImageFor, state: StateDir,
+    verify: Verifier, smoke: GateSmoke, http: HttpFactory = readiness.http_client,
+    clock: Clock = SYSTEM_CLOCK, progress: UpProgress = _no_progress,
+    on_step: Callable[[str], None] = lambda line: None, push: Push | None = None,
+    gateway: str | None = None, timeout_seconds: float | None = None,
+) -> GateResult:
+    """Stop, start X, verify, smoke, compare; keep X as the last good or bring that one back."""
+    profile, variant = deployment.profile, deployment.variant
+    last = state.last_good(profile.name)
+    back = _rollback_target(profile, last, engine, state)
+    image = image_for(deployment)
+    present_image(engine, deployment, image)
+    compare_with, comparison = _comparison(deployment, last, back)
+    eval_config = profile.eval
+    ask = SmokeAsk(deployment=deployment, base_url=base_url(deployment),
+                   report=state.gate_report_path(profile.name, variant, clock.now()),
+                   compare_with=compare_with, gsm8k=eval_config.gsm8k is not None,
+                   long_context="long_context" in eval_config.model_fields_set)
+    smoke.check(ask)
+    ctx = _Ctx(engine, state, verify, http, clock, progress, on_step, timeout_seconds)
+    if back is not None and last is not None and back.deployment.config_hash() != last.config_hash:
+        on_step(f"note: the profile changed since {back.deployment.variant!r} passed; "
+                "a rollback brings it back as the profile says now")
+    try:
+        stopped = down(engine, profile.name, state=state).removed
+        on_step(f"stopped {', '.join(stopped)}" if stopped else "nothing was running")
+        on_step(comparison)
+        failed, verdict, report = _attempt(ctx, deployment, image, ask, smoke)
+    except BaseException as exc:
+        outcome: Outcome = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        on_step(f"{outcome}: removing what this run started")
+        _restore(ctx, profile, back)
+        _push(push, gateway, deployment, outcome, clock)
+        raise
+    if not failed:
+        record = LastGood(profile=profile.name, variant=variant, image=image,
+                          config_hash=deployment.config_hash(), report=str(ask.report),
+                          at=clock.now().isoformat(timespec="seconds"),
+                          checkpoint=verdict.checkpoint if verdict else None)
+        state.write_last_good(record)
+        on_step(f"passed: {variant!r} is the last good variant of {profile.name!r}")
+        return GateResult(profile.name, variant, "passed", [], report, comparison, None, record,
+                          _push(push, gateway, deployment, "passed", clock), None)
+    on_step(f"failed: {'; '.join(failed)}")
+    rolled_back, problem = _restore(ctx, profile, back)
+    if back is None:
+        where = "nothing was rolled back: no last good variant is recorded"
+    elif rolled_back:
+        where = f"rolled back to {rolled_back!r}"
+    else:
+        where = f"bringing back {back.deployment.variant!r} failed too: {problem}"
+    error = GateFailed(
+        f"gate failed for {profile.name}/{variant}: {'; '.join(failed)}; {variant!r} removed, {where}",
+        hint=(f"smoke report: {report}; " if report else "")
+        + "`opsctl status` shows what runs now",
+    )
+    return GateResult(profile.name, variant, "failed", failed, report, comparison, rolled_back,
+                      last, _push(push, gateway, deployment, "failed", clock), error)
+
+
+def _rollback_target(profile: Profile, last: LastGood | None, engine: Engine,
+                     state: StateDir) -> Rollback | None:
+    """The last good variant and image, both still there; refused before anything stops."""
+    if last is None:
+        return None
+    record = state.last_good_path(profile.name)
+    if last.variant not in profile.variants:
+        raise UsageError(
+            f"the last good variant {last.variant!r} is no longer in profile {profile.name!r}",
+            hint=f"a failed gate could not bring it back: restore the variant, or remove {record} "
+            "to gate without a rollback target")
+    if engine.image_labels(last.image) is None:
+        raise LaunchError(
+            f"the last good variant's image {last.image} is not on this engine",
+            hint=f"rebuild it so a failed gate can bring {last.variant!r} back, or remove {record} "
+            "to gate without a rollback target")
+    return Rollback(profile.resolve(last.variant), last.image)
+
+
+def _comparison(deployment: Deployment, last: LastGood | None,
+                back: Rollback | None) -> tuple[Path | None, str]:
+    """The last good report to compare greedy outputs with, and why (or why not)."""
+    if last is None or back is None:
+        return None, ("no last good variant recorded: greedy outputs not compared, only the "
+                      "absolute gates apply")
+    theirs, mine = attention_kind(back.deployment), attention_kind(deployment)
+    if theirs != mine:
+        return None, (f"greedy outputs not compared with last good {last.variant!r}: it computes "
+                      f"{theirs}, {deployment.variant!r} {mine}; only the absolute gates apply")
+    now = host_checkpoint(deployment.profile.model.host_path).id
+    before = last.checkpoint.id if last.checkpoint else None
+    if now and before and now != before:
+        return None, (f"greedy outputs not compared with last good {last.variant!r}: the "
+                      f"checkpoint changed ({before[:12]} -> {now[:12]}); only the absolute "
+                      "gates apply")
+    report = Path(last.report)
+    if not report.is_file():
+        return None, (f"greedy outputs not compared: the last good report {report} is gone; "
+                      "only the absolute gates apply")
+    return report, f"greedy outputs compared with last good {last.variant!r} ({report})"
+
+
+def _launch(ctx: _Ctx, deployment: Deployment, image: str) -> Verdict | None:
+    with ctx.progress(deployment) as on_progress:
+        started = up(deployment, engine=ctx.engine, image_for=lambda _: image, http=ctx.http,
+                     clock=ctx.clock, on_progress=on_progress, verify=ctx.verify,
+                     state=ctx.state, timeout_seconds=ctx.timeout_seconds)
+    return started.verdict
+
+
+def _attempt(ctx: _Ctx, deployment: Deployment, image: str, ask: SmokeAsk,
+             smoke: GateSmoke) -> tuple[list[str], Verdict | None, Path | None]:
+    """Start, verify and smoke X: the failed gates (none when it passed), its verdict and the
+    smoke report (None when smoke did not run)."""
+    ctx.on_step(f"starting {deployment.variant!r} ({image})")
+    try:
+        verdict = _launch(ctx, deployment, image)
+    except VerifyMismatch as exc:
+        return [_named("verify", exc.message)], None, None
+    except LaunchError as exc:
+        return [_named("launch", exc.message)], None, None
+    ctx.on_step(f"ready, {verdict.summary() if verdict else 'not verified'}; smoke")
+    report = smoke.run(ask)
+    failed = [_named(_GATE_OF_CHECK.get(check.name, f"smoke {check.name}"), check.detail)
+              for check in report.checks if check.status == "fail"]
+    return failed, verdict, ask.report
+
+
+def _named(gate_name: str, detail: str) -> str:
+    line = " ".join(detail.split())
+    cut = line[:DETAIL_CHARS] + ("..." if len(line) > DETAIL_CHARS else "")
+    return f"{gate_name} ({cut})"
+
+
+def _restore(ctx: _Ctx, profile: Profile, back: Rollback | None) -> tuple[str | None, str | None]:
+    """Remove whatever of the profile runs now (this run's), then bring back the last good.
+
+    Returns (the variant brought back, why that failed); a rollback failure is reported, not
+    raised, so the gate's own verdict (or Ctrl-C) stays what the command ends with.
+    """
+    try:
+        removed = down(ctx.engine, profile.name, state=ctx.state).removed
+        if removed:
+            ctx.on_step(f"removed {', '.join(removed)}")
+        if back is None:
+            return None, None
+        ctx.on_step(f"bringing back last good {back.deployment.variant!r} ({back.image})")
+        _launch(ctx, back.deployment, back.image)
+        ctx.on_step(f"{back.deployment.variant!r} is back")
+    except OpsctlError as exc:
+        ctx.on_step(f"rollback failed: {exc.message}")
+        return None, exc.message
+    return back.deployment.variant, None
+
+
+def _push(push: Push | None, gateway: str | None, deployment: Deployment, outcome: Outcome,
+          clock: Clock) -> str | None:
+    """Push the outcome (opsctl_gate_* metrics); a failed push is a warning, never raised."""
+    if push is None or not gateway:
+        return None
+    record = {"profile": deployment.profile.name, "variant": deployment.variant,
+              "outcome": outcome, "finished_at": clock.now().timestamp()}
+    try:
+        push("gate", record, gateway)
+    except OpsctlError as exc:
+        return exc.message
+    return None

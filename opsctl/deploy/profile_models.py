@@ -1,0 +1,214 @@
+"""The sections of a deployment profile (image, model, server, container, readiness, SLO, a
+variant), as strict pydantic models; `opsctl.deploy.profiles` puts them together.
+
+Values are checked beyond their types by opsctl.deploy.profile_checks (names, addresses, sizes,
+secrets), so a value Docker or sglang would refuse after opsctl touched something is refused
+when the profile loads.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from opsctl.deploy.profile_checks import (
+    MAX_STOP_GRACE_SECONDS,
+    check_address,
+    check_env_name,
+    check_size,
+    env_names,
+    no_literal_secrets,
+)
+from opsctl.deploy.sloconfig import Slo as Slo  # re-exported: profiles.py imports it here
+
+# The runtime switch the gather-then-cast patch reads: "1" takes the patched path, anything
+# else the stock one, so one image serves both `baseline` and `gathercast`. Rendered from the
+# variant's `requires_patch`, never written by hand; equal to the kernel's SWITCH_ENV and the
+# patch sets' `switch_env` (a unit test holds the three together).
+PATCH_SWITCH_ENV = "OPSCTL_KV_GATHER_CAST"
+# Rendered from `container.nccl_p2p_level` (typed, so a bad level is refused at load time).
+NCCL_P2P_LEVEL_ENV = "NCCL_P2P_LEVEL"
+# NCCL's accepted path types, nearest to farthest (NCCL docs, "Environment Variables").
+NcclP2pLevel = Literal["LOC", "NVL", "PIX", "PXB", "PHB", "SYS"]
+_RENDERED_ENV = {
+    PATCH_SWITCH_ENV: "the variant's requires_patch",
+    NCCL_P2P_LEVEL_ENV: "container.nccl_p2p_level",
+}
+
+
+def _no_rendered_env(env: dict[str, str]) -> dict[str, str]:
+    for name, source in _RENDERED_ENV.items():
+        if name in env:
+            raise ValueError(f"{name} is rendered from {source}; do not set it by hand")
+    return no_literal_secrets(env)
+
+
+def _env_name(value: str | None) -> str | None:
+    return None if value is None else check_env_name(value)
+
+
+def _tagged(value: str) -> str:
+    name = value.split("@", 1)[0]
+    if ":" not in name.rsplit("/", 1)[-1]:
+        raise ValueError(f"base image {value!r} needs an explicit tag; 'latest' is never implied")
+    return value
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ImageSpec(StrictModel):
+    kind: Literal["sglang", "simulator"] = "sglang"
+    repository: str = Field(description="Name of the image opsctl builds (the tag is a content hash).")
+    base: str = Field(description="Base image, pinned by tag; its digest is locked at first build.")
+    sglang_version: str = Field(description="Pinned sglang release: flags, patch set and checks follow it.")
+    dockerfile: str = "dockerfiles/Dockerfile"
+    build_args: dict[str, str] = Field(default_factory=dict)
+
+    _base_has_tag = field_validator("base")(_tagged)
+
+
+class ImageOverlay(StrictModel):
+    """What a variant may change of the profile's image: the release and its base image.
+
+    The repository stays the profile's: a tag carries the release and a content hash, so the
+    images of two releases never collide.
+    """
+
+    sglang_version: str | None = Field(None, description="The sglang release this variant runs.")
+    base: str | None = Field(None, description="Base image of that release, pinned by tag.")
+
+    @field_validator("base")
+    @classmethod
+    def _base_has_tag(cls, value: str | None) -> str | None:
+        return None if value is None else _tagged(value)
+
+
+class ModelSpec(StrictModel):
+    host_path: str | None = Field(None, description="Weights on the host, mounted read-only.")
+    container_path: str = Field(description="Where the server sees the weights (--model-path).")
+    served_name: str = Field(description="Name clients send as `model` (--served-model-name).")
+    architecture: str | None = Field(None, description="HF architecture, e.g. GlmMoeDsaForCausalLM.")
+
+    @field_validator("served_name")
+    @classmethod
+    def _no_colon(cls, value: str) -> str:
+        # sglang rejects ':' in --served-model-name (validation_hook.py in 0.5.23).
+        if ":" in value or not value.strip():
+            raise ValueError("served_name must be non-empty and must not contain ':'")
+        return value
+
+
+class ServerSettings(StrictModel):
+    """Typed sglang settings: each field owns exactly one flag, rendered by `to_argv`."""
+
+    entrypoint: list[str] = Field(default_factory=lambda: ["python3", "-m", "sglang.launch_server"])
+    host: str = "0.0.0.0"
+    port: int = Field(30000, ge=1, le=65535)
+    tp_size: int = Field(1, ge=1)
+    trust_remote_code: bool = False
+    quantization: str | None = None
+    kv_cache_dtype: str | None = None
+    attention_backend: str | None = None
+    # The sparse-attention (DSA) backends of GLM-5/DeepSeek-V3.2-style models. They also decide the
+    # KV pool's row layout (patches/sglang/<v>/manifest.json says how), so they matter even when
+    # attention itself runs on flashinfer MLA.
+    dsa_prefill_backend: str | None = None
+    dsa_decode_backend: str | None = None
+    moe_runner_backend: str | None = None
+    disable_shared_experts_fusion: bool = False
+    mem_fraction_static: float | None = Field(None, gt=0.0, lt=1.0)
+    chunked_prefill_size: int | None = None
+    cuda_graph_max_bs: int | None = Field(None, ge=1)
+    max_running_requests: int | None = Field(None, ge=1)
+    context_length: int | None = Field(None, ge=1)
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    enable_metrics: bool = True
+    watchdog_timeout: int | None = Field(None, ge=1)
+    api_key_env: str | None = Field(
+        None, description="Host environment variable whose value `up` passes as --api-key (the "
+        "profile, labels, `profile show` and --dry-run show only $NAME; `docker inspect` shows "
+        "the value, as sglang reads the key from its argv only). OPSCTL_API_KEY is the one "
+        "opsctl's own probes and clients send.")
+    admin_api_key_env: str | None = Field(
+        None, description="Likewise for --admin-api-key.")
+    extra_args: list[str] = Field(default_factory=list, description="Escape hatch, appended "
+                                  "verbatim; may not repeat a typed field's flag or pass a secret.")
+
+    _env_names = field_validator("api_key_env", "admin_api_key_env")(_env_name)
+
+
+class ContainerSettings(StrictModel):
+    gpus: list[int] = Field(default_factory=list, description="Exact GPU indices; empty = no GPU.")
+    ipc_host: bool = True
+    shm_size: str | None = Field(None, description="Docker size, e.g. 32g (with ipc_host: false).")
+    memlock_unlimited: bool = True
+    stack_bytes: int | None = 67_108_864
+    cache_volume: str | None = Field("opsctl-jit-cache", description="Named volume for JIT caches.")
+    cache_mount: str = "/root/.cache"
+    publish_address: str = Field("127.0.0.1", description="IP address the port is published on.")
+    host_port: int = Field(30000, ge=1, le=65535)
+    stop_grace_seconds: int = Field(60, ge=1, le=MAX_STOP_GRACE_SECONDS)
+    restart_max: int = Field(
+        3, ge=0, le=100, description="Docker restart policy on-failure:N: the engine restarts a "
+        "crashed server at most this often, so a crash loop stops and `status` shows it; 0: "
+        "never restart.")
+    health_interval_seconds: int = Field(
+        30, ge=1, le=3600, description="Docker HEALTHCHECK of sglang's /health (no generation): "
+        "every this many seconds; its start period is readiness.timeout_seconds.")
+    health_timeout_seconds: int = Field(10, ge=1, le=600)
+    health_retries: int = Field(3, ge=1, le=100, description="Failed checks in a row that make "
+                                "the server unhealthy.")
+    log_max_size: str = Field("100m", description="json-file log rotation: the size of one file "
+                              "(Docker size, e.g. 100m).")
+    log_max_files: int = Field(5, ge=1, le=100, description="json-file log rotation: files kept.")
+    nccl_p2p_level: NcclP2pLevel | None = Field(
+        None, description=f"Rendered as {NCCL_P2P_LEVEL_ENV}; null lets NCCL decide. Set SYS only "
+        "where `opsctl host p2p` reports P2P across the root complex OK.")
+    env: dict[str, str] = Field(default_factory=dict)
+    env_from_host: list[str] = Field(
+        default_factory=list, description="Variables copied from the host's environment at "
+        "launch (secrets such as HF_TOKEN): named in the profile, never valued.")
+
+    _env_is_not_rendered = field_validator("env")(_no_rendered_env)
+    _address = field_validator("publish_address")(check_address)
+    _size = field_validator("shm_size", "log_max_size")(check_size)
+    _host_names = field_validator("env_from_host")(env_names)
+
+    @field_validator("log_max_size")
+    @classmethod
+    def _rotates(cls, value: str) -> str:
+        # Docker's json-file driver refuses max-size 0 when the container is created.
+        if int(value.rstrip("bkmgBKMG")) == 0:
+            raise ValueError("log_max_size must be above 0")
+        return value
+
+    @model_validator(mode="after")
+    def _host_env_is_not_set_here(self) -> ContainerSettings:
+        both = sorted(set(self.env_from_host) & {*self.env, *_RENDERED_ENV})
+        if both:
+            raise ValueError(f"{', '.join(both)}: in env_from_host and set (or rendered) here too")
+        return self
+
+
+class Readiness(StrictModel):
+    timeout_seconds: float = Field(3600, gt=0)
+    poll_interval_seconds: float = Field(2.0, gt=0)
+
+
+class Variant(StrictModel):
+    description: str = ""
+    requires_patch: bool = Field(False, description="Runs the gather-then-cast patch: renders "
+                                 f"{PATCH_SWITCH_ENV}=1 (else 0) into the container env.")
+    image: ImageOverlay = Field(default_factory=ImageOverlay,
+                                description="Overlay on `image`: another sglang release and its base.")
+    server: dict[str, Any] = Field(default_factory=dict, description="Overlay on `server`.")
+    env: dict[str, str] = Field(default_factory=dict, description="Overlay on `container.env`.")
+    expect: dict[str, str | int | None] = Field(
+        default_factory=dict, description="What the server must resolve for settings no flag sets "
+        "(e.g. a hardware-dependent default); checked by `opsctl verify` and `up`.")
+
+    _env_is_not_rendered = field_validator("env")(_no_rendered_env)

@@ -1,0 +1,187 @@
+"""Reading a profile's YAML strictly, and naming the line of any field an error is about.
+
+Kept apart from the models (profiles.py): every profile error says `file:line: field.path:
+reason`, so the loader records the line of every key as it parses, refuses duplicate keys
+(PyYAML would silently keep the last one) and turns pydantic's locations into lines.
+
+A profile is small and hand-written, so anything else is refused before it costs memory or
+time: a file over 1 MiB, text that is not UTF-8, nesting deeper than 64 levels, more than 64
+aliases, a recursive alias, or aliases that would expand the document past 100,000 nodes (the
+"billion laughs" of a few hundred bytes). YAML merge keys (`<<: *base`) work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from opsctl.core.errors import ProfileError
+
+# (key, key, ...) -> 1-based line of that key in the file.
+Lines = dict[tuple, int]
+MAX_BYTES = 1 << 20
+MAX_DEPTH = 64
+MAX_ALIASES = 64
+MAX_NODES = 100_000
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys instead of silently keeping the last one."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == _MERGE_TAG:
+            continue  # `<<: *base`: merged below; the mapping's own keys override what it merges
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None,
+                f"duplicate key {key!r} (first at line {seen[key]})",
+                key_node.start_mark,
+            )
+        seen[key] = key_node.start_mark.line + 1
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)  # flattens merge keys
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def read_profile(path: Path) -> str:
+    """The profile's text: ProfileError (exit 2, one line) for a directory, an unreadable or
+    oversized file, or bytes that are not UTF-8."""
+    try:
+        if path.is_dir():
+            raise ProfileError(f"{path} is a directory, not a profile file",
+                               hint="pass a YAML file or a profile name")
+        with path.open("rb") as handle:
+            data = handle.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise ProfileError(f"cannot read {path}: {exc.strerror or exc}",
+                           hint="check the path and its permissions") from None
+    if len(data) > MAX_BYTES:
+        raise ProfileError(f"{path} is larger than {MAX_BYTES >> 20} MiB; no profile is",
+                           hint="pass the profile's YAML file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ProfileError(f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x})",
+                           hint="save the profile as UTF-8") from None
+
+
+def _check_shape(path: Path, text: str) -> None:
+    """Depth and alias count from the event stream (PyYAML's parser does not recurse, its
+    composer does, so this runs before anything is composed)."""
+    depth = aliases = 0
+    for event in yaml.parse(text, Loader=_StrictLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise _shape_error(path, event, f"nested deeper than {MAX_DEPTH} levels")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+        elif isinstance(event, yaml.AliasEvent):
+            aliases += 1
+            if aliases > MAX_ALIASES:
+                raise _shape_error(path, event, f"more than {MAX_ALIASES} aliases")
+
+
+def _shape_error(path: Path, event: yaml.Event | yaml.Node, why: str) -> ProfileError:
+    mark = event.start_mark
+    return ProfileError(f"{path}:{mark.line + 1 if mark else '?'}: refused: {why}",
+                        hint="a profile is a small hand-written file; write the values out")
+
+
+def _check_expansion(path: Path, root: yaml.Node) -> None:
+    """Refuse a recursive alias, and aliases that expand the document past MAX_NODES nodes."""
+    size: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, Iterator[yaml.Node] | None]] = [(root, None)]
+    while stack:
+        node, children = stack.pop()
+        if children is None:  # first visit
+            if id(node) in size:
+                continue
+            if id(node) in on_path:
+                raise _shape_error(path, node, "a recursive alias")
+            on_path.add(id(node))
+            kids = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) \
+                else list(node.value) if isinstance(node, yaml.SequenceNode) else []
+            stack.append((node, iter(kids)))
+            stack.extend((kid, None) for kid in reversed(kids) if id(kid) not in size)
+            continue
+        on_path.discard(id(node))
+        size[id(node)] = 1 + sum(size.get(id(kid), 0) for kid in children)
+        if size[id(node)] > MAX_NODES:
+            raise _shape_error(path, node, f"aliases expand it past {MAX_NODES:,} nodes")
+
+
+def parse_yaml(path: Path, text: str) -> tuple[Any, Lines]:
+    """The document and the line of every key; ProfileError naming file:line on bad YAML."""
+    try:
+        _check_shape(path, text)
+        node = yaml.compose(text, Loader=_StrictLoader)
+        if node is not None:
+            _check_expansion(path, node)
+        loader = _StrictLoader(text)
+        try:
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ProfileError(f"{where}: invalid YAML: {reason}", hint="fix the YAML syntax") from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"{path}: a profile must be a YAML mapping", hint="see deploy/sim.yaml")
+    lines: Lines = {}
+    if node is not None:
+        _index_lines(node, (), lines)
+    return data, lines
+
+
+def _index_lines(node: yaml.Node, loc: tuple, lines: Lines) -> None:
+    # A key's own line wins over the line its (block) value starts on.
+    lines.setdefault(loc, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            child = (*loc, key_node.value)
+            lines[child] = key_node.start_mark.line + 1
+            _index_lines(value_node, child, lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _index_lines(item, (*loc, index), lines)
+
+
+def line_for(loc: tuple, lines: Lines) -> int | None:
+    """The line of `loc`, or of its nearest parent that the file has (a missing key has none)."""
+    for end in range(len(loc), -1, -1):
+        key = tuple(str(p) if not isinstance(p, int) else p for p in loc[:end])
+        if key in lines:
+            return lines[key]
+    return None
+
+
+def where(path: Path, loc: tuple, lines: Lines) -> str:
+    """`file:line` of a location (just `file` when no line is known)."""
+    line = line_for(loc, lines)
+    return f"{path}:{line}" if line else str(path)
+
+
+def schema_error(path: Path, lines: Lines, exc: ValidationError, prefix: tuple) -> ProfileError:
+    """pydantic's first complaint as `file:line: field.path: reason`."""
+    first = exc.errors()[0]
+    loc = (*prefix, *first["loc"])
+    field = ".".join(str(part) for part in loc) or "(top level)"
+    return ProfileError(
+        f"{where(path, loc, lines)}: {field}: {first['msg']}",
+        hint=f"{len(exc.errors())} problem(s) here; `opsctl profile schema` prints the schema",
+    )

@@ -1,0 +1,184 @@
+"""What each pinned sglang release does with a profile's settings, read from the real wheels.
+
+Profile validation asks this module, not the user's memory, whether a variant can work on the
+release it pins. Every fact carries its provenance (`file:line` under `sglang/srt/` of that
+release's wheel); re-read them when a pin moves. Errors refuse the profile (exit 2); warnings are
+printed by `profile show` and `up` and do not stop anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+# Architectures whose attention is MLA + a DSA (sparse) indexer when the config has `index_topk`
+# (0.5.9 configs/model_config.py:54-67 is_deepseek_nsa; 0.5.23 configs/model_config.py:191-212).
+DSA_ARCHITECTURES = frozenset({
+    "DeepseekV32ForCausalLM",
+    "GlmMoeDsaForCausalLM",
+})
+
+PATCH_SPECULATIVE_REASON = (
+    "speculative decoding verifies with the stock full-pool cast (target-verify keeps "
+    "`get_key_buffer(...).to(q.dtype)`), so the patch gains nothing there, and the draft "
+    "backends allocate extra pool-sized workspaces outside the memory budget "
+    "(0.5.23 speculative/draft_utils.py:204)"
+)
+
+
+@dataclass(frozen=True)
+class Release:
+    """Facts of one sglang release that decide whether a variant can run on it."""
+
+    version: str
+    # Set when the breakable prefill CUDA graph is on by default: the DSA indexer then skips its
+    # "no metadata" exit and dereferences flashinfer's missing indexer metadata at start-up.
+    prefill_graph_breaks_flashinfer_dsa: str | None = None
+    # Environment variables this release never reads, with where it hard-codes the value.
+    env_not_read: dict[str, str] = field(default_factory=dict)
+    # The DSA backends it picks for GLM-5 + FP8 KV on SM12x when none is given.
+    sm120_glm_fp8_dsa_default: str | None = None
+    # Set when its sparse (DSA) attention path has no SM120 kernel: the model's default path
+    # is then unlikely to run on this box (read from the sources, not run on the hardware).
+    no_sm120_dsa_kernel: str | None = None
+    # DSA backends it refuses at start-up on CUDA, with where.
+    cuda_refused_dsa_backends: dict[str, str] = field(default_factory=dict)
+    # Set when FP8 KV with tilelang on only one of the two DSA backends is refused at start-up.
+    tilelang_fp8_needs_both: str | None = None
+
+
+RELEASES: dict[str, Release] = {
+    "0.5.9": Release(
+        version="0.5.9",
+        env_not_read={
+            "SGLANG_TIMEOUT_KEEP_ALIVE": "sglang 0.5.9 hard-codes keep-alive 5 s and never reads it "
+            "(entrypoints/http_server.py:1972)",
+        },
+        no_sm120_dsa_kernel=(
+            "sglang 0.5.9 picks nsa for this model when --attention-backend is unset "
+            "(server_args.py:1211-1213), and its NSA backends are flashmla_*, fa3 and trtllm "
+            "(SM90/SM100 kernels), tilelang and aiter (server_args.py:162-170): none is known to "
+            "run on SM120"
+        ),
+    ),
+    "0.5.23": Release(
+        version="0.5.23",
+        prefill_graph_breaks_flashinfer_dsa=(
+            "sglang 0.5.23 turns the breakable prefill CUDA graph on by default "
+            "(model_executor/cuda_graph_config.py:119-123); under it the DSA indexer skips its "
+            "no-metadata exit and reads flashinfer's missing indexer metadata "
+            "(layers/attention/dsa/dsa_prefill_cuda_graph.py:74 -> dsa_indexer.py:1951-1955), so "
+            "flashinfer MLA crashes at start-up for a DSA model"
+        ),
+        sm120_glm_fp8_dsa_default="flashinfer_sparse_mla",  # arg_groups/overrides.py:637-674
+        cuda_refused_dsa_backends={
+            "triton": "sglang 0.5.23 supports the triton DSA backend on ROCm/HIP only and refuses "
+            "it on CUDA at start-up (arg_groups/overrides.py:561-567)",
+        },
+        tilelang_fp8_needs_both=(
+            "sglang 0.5.23 refuses FP8 KV with tilelang on only one DSA backend: raw and scaled "
+            "FP8 rows cannot be mixed (arg_groups/overrides.py:569-575)"
+        ),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Findings:
+    errors: list[str]
+    warnings: list[str]
+
+
+def _has_flag(argv: Sequence[str], flag: str) -> bool:
+    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
+
+
+def _flag_value(argv: Sequence[str], flag: str) -> str | None:
+    for index, arg in enumerate(argv):
+        if arg == flag and index + 1 < len(argv):
+            return argv[index + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def check(
+    *,
+    version: str,
+    architecture: str,
+    argv: Sequence[str],
+    env: dict[str, str],
+    patched: bool,
+    cuda_graph_max_bs: int | None,
+    max_running_requests: int | None,
+) -> Findings:
+    """Errors and warnings for one variant on the release it pins (pure; argv as rendered)."""
+    release = RELEASES.get(version)
+    errors: list[str] = []
+    warnings: list[str] = []
+    if release is None:
+        warnings.append(f"no release facts recorded for sglang {version}: its defaults are unchecked")
+        release = Release(version=version)
+    attention = _flag_value(argv, "--attention-backend")
+    if (
+        architecture in DSA_ARCHITECTURES
+        and attention == "flashinfer"
+        and release.prefill_graph_breaks_flashinfer_dsa
+        and not _has_flag(argv, "--disable-prefill-cuda-graph")
+    ):
+        errors.append(
+            f"--attention-backend flashinfer with {architecture}: "
+            f"{release.prefill_graph_breaks_flashinfer_dsa}; set server.extra_args "
+            "[--disable-prefill-cuda-graph] or let sglang choose the DSA path"
+        )
+    if architecture in DSA_ARCHITECTURES:
+        _check_dsa(release, argv, attention, errors, warnings)
+    if patched and _has_flag(argv, "--speculative-algorithm"):
+        errors.append(f"the gather-then-cast patch with --speculative-algorithm: {PATCH_SPECULATIVE_REASON}")
+    for name in sorted(env):
+        if name in release.env_not_read:
+            errors.append(f"container env {name}: {release.env_not_read[name]}; set it only on "
+                          "variants that pin a release that reads it")
+    if cuda_graph_max_bs is not None and max_running_requests is not None and (
+        max_running_requests > cuda_graph_max_bs
+    ):
+        warnings.append(
+            f"max_running_requests {max_running_requests} > cuda_graph_max_bs {cuda_graph_max_bs}: "
+            f"decode batches of {cuda_graph_max_bs + 1}-{max_running_requests} run without CUDA graphs "
+            "(a kernel launch per layer); capture up to the running cap or cap running requests"
+        )
+    return Findings(errors=errors, warnings=warnings)
+
+
+def _check_dsa(release: Release, argv: Sequence[str], attention: str | None,
+               errors: list[str], warnings: list[str]) -> None:
+    """The DSA-path facts: default path without an SM120 kernel, backends refused at start-up."""
+    if attention in (None, "dsa", "nsa") and release.no_sm120_dsa_kernel:
+        warnings.append(f"the model's sparse DSA path on sglang {release.version}: "
+                        f"{release.no_sm120_dsa_kernel} (read from the sources, not run on sm_120)")
+    # 0.5.23 spells the flags --dsa-*, 0.5.9 --nsa-*; the parser check has already run.
+    backends = {phase: _flag_value(argv, f"--dsa-{phase}-backend")
+                or _flag_value(argv, f"--nsa-{phase}-backend") for phase in ("prefill", "decode")}
+    for phase, backend in backends.items():
+        if backend in release.cuda_refused_dsa_backends:
+            errors.append(f"{phase} DSA backend {backend}: {release.cuda_refused_dsa_backends[backend]}")
+    fp8 = (_flag_value(argv, "--kv-cache-dtype") or "").startswith("fp8")
+    tilelang = [phase for phase, backend in backends.items() if backend == "tilelang"]
+    if fp8 and len(tilelang) == 1 and release.tilelang_fp8_needs_both:
+        errors.append(f"{tilelang[0]} DSA backend tilelang alone: {release.tilelang_fp8_needs_both}")
+
+
+def computes(architecture: str, argv: Sequence[str], version: str) -> str:
+    """One line on what attention a variant computes for the model (shown beside the variant)."""
+    if architecture not in DSA_ARCHITECTURES:
+        return "the model's own attention"
+    attention = _flag_value(argv, "--attention-backend")
+    if attention == "flashinfer":
+        return ("dense MLA over the whole context (flashinfer gives the DSA indexer no metadata, "
+                "so top-k selection is bypassed; equal to sparse only up to index_topk tokens)")
+    if attention in (None, "dsa", "nsa"):
+        release = RELEASES.get(version)
+        default = release.sm120_glm_fp8_dsa_default if release else None
+        backends = default or "the release's default DSA backends"
+        return f"sparse DSA attention (top-k indexer), {backends} on SM12x with FP8 KV"
+    return f"attention backend {attention}"

@@ -1,0 +1,194 @@
+"""How the deploy room's results look: the live readiness line of `up`, the status table, the
+dry-run plan, the steps and outcome of `up --gate`, `profile show` and `host p2p`. The only
+module of opsctl/deploy/ that knows about rich.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TextIO
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from opsctl.deploy.app import DownResult, DryRun, LogsResult, Progress, StatusResult, UpResult
+from opsctl.deploy.gate import GateResult
+from opsctl.deploy.hostcheck import HostP2pReport
+from opsctl.deploy.logsave import LOGS_DIR
+from opsctl.deploy.profiles import Deployment
+from opsctl.deploy.readiness import Phase
+from opsctl.deploy.review import ProfileShow, VariantSummary
+from opsctl.deploy.runspec import HEALTH_PATH
+
+
+def _variant_lines(summary: VariantSummary, indent: str = "") -> list[str]:
+    return [
+        f"# {indent}sglang {summary.sglang_version} on {summary.base}, "
+        f"patch switch {'on' if summary.patched else 'off'}",
+        f"# {indent}computes: {summary.computes}",
+        *(f"# {indent}warning: {warning}" for warning in summary.warnings),
+    ]
+
+
+def profile_text(shown: ProfileShow) -> str:
+    """The chosen variant's argv, then each variant: release, image base, computes, warnings."""
+    lines = [shlex.join(shown.argv)]
+    for index, summary in enumerate(shown.variants):
+        chosen = " (shown above)" if index == 0 else ""
+        lines.append(f"# variant {summary.name}{chosen}: {summary.description}")
+        lines += _variant_lines(summary, indent="  ")
+    return "\n".join(lines)
+
+
+def print_warnings(console: Console, summary: VariantSummary) -> None:
+    for warning in summary.warnings:
+        console.print(Text.assemble(("warning:", "bold yellow"), " ", warning),
+                      highlight=False, soft_wrap=True)
+
+
+def dry_run_text(plan: DryRun) -> str:
+    deployment = plan.deployment
+    return "\n".join([
+        f"# profile {deployment.profile.name}, variant {deployment.variant}, "
+        f"config {deployment.config_hash()[:12]}",
+        *_variant_lines(plan.summary),
+        "# docker run equivalent:",
+        shlex.join(plan.spec.docker_run_argv()),
+        "# sglang argv:",
+        shlex.join(plan.spec.command),
+        f"# ready when {plan.base_url}/health_generate is 200 and /v1/models lists "
+        f"{deployment.profile.model.served_name!r}",
+        *_healing_lines(plan),
+    ])
+
+
+def _healing_lines(plan: DryRun) -> list[str]:
+    """The restart policy, health check and log options of the plan, in words."""
+    spec, lines = plan.spec, []
+    if spec.restart_max is not None:
+        lines.append(f"# restart policy: on-failure, at most {spec.restart_max} restarts"
+                     if spec.restart_max else "# restart policy: never restart")
+    if spec.healthcheck is not None:
+        check = spec.healthcheck
+        lines.append(f"# health check: sglang's {HEALTH_PATH} (no generation) every "
+                     f"{check.interval_seconds} s, timeout {check.timeout_seconds} s, unhealthy "
+                     f"after {check.retries} failures, not counted for the first "
+                     f"{check.start_period_seconds} s (readiness.timeout_seconds)")
+    if spec.log_rotation is not None:
+        lines.append(f"# logs: json-file, {spec.log_rotation.max_files} files of "
+                     f"{spec.log_rotation.max_size}; saved whole to {LOGS_DIR}/ before any removal")
+    return lines
+
+
+@contextmanager
+def up_progress(console: Console, deployment: Deployment) -> Iterator[Callable[[Progress], None]]:
+    """A transient live line while `up` waits; yields the callback that updates it."""
+    header = f"{deployment.profile.name}/{deployment.variant}"
+
+    def render(progress: Progress) -> Text:
+        state = progress.probe
+        text = Text()
+        text.append(f"{header} ", style="bold")
+        text.append(f"{state.phase.value:<8}", style="green" if state.phase is Phase.READY else "yellow")
+        text.append(f" {progress.elapsed_seconds:7.1f} s  {state.detail}\n")
+        text.append(f"  {progress.last_log_line}", style="dim")
+        return text
+
+    with Live(Text(f"{header} starting"), console=console, transient=True, refresh_per_second=4) as live:
+        yield lambda progress: live.update(render(progress))
+
+
+def print_up(console: Console, result: UpResult) -> None:
+    if result.already_up:
+        console.print(Text(f"already up: {result.container.name} at {result.base_url} "
+                           "(same configuration)"), highlight=False, soft_wrap=True)
+    else:
+        console.print(Text.assemble(("ready", "green"), f" {result.container.name} at "
+                                    f"{result.base_url} after {result.elapsed_seconds:.1f} s"),
+                      highlight=False, soft_wrap=True)
+    if result.verdict is not None:
+        checkpoint = result.verdict.checkpoint
+        shown = checkpoint.id[:12] if checkpoint.id else f"unavailable ({checkpoint.unavailable})"
+        console.print(Text(f"verify: {result.verdict.summary()}; checkpoint {shown}"),
+                      highlight=False, soft_wrap=True)
+
+
+def gate_step(console: Console) -> Callable[[str], None]:
+    """Prints each step of `up --gate` as it happens."""
+    return lambda line: console.print(Text.assemble(("gate:", "bold"), " ", line),
+                                      highlight=False, soft_wrap=True)
+
+
+def print_gate(console: Console, result: GateResult) -> None:
+    """The outcome; a failure's one line and hint are the error the CLI prints after this."""
+    if result.push_error:
+        console.print(Text.assemble(("warning:", "bold yellow"), f" {result.push_error}"),
+                      highlight=False, soft_wrap=True)
+    if result.outcome == "passed":
+        console.print(Text.assemble(("gate passed", "bold green"),
+                                    f" {result.profile}/{result.variant}; smoke report "
+                                    f"{result.report}"), highlight=False, soft_wrap=True)
+
+
+def print_down(console: Console, result: DownResult) -> None:
+    console.print(Text("removed: " + ", ".join(result.removed) if result.removed
+                       else "nothing to remove"), highlight=False, soft_wrap=True)
+    for path in result.logs:
+        console.print(Text(f"log saved: {path}"), highlight=False, soft_wrap=True)
+
+
+def note(console: Console) -> Callable[[str], None]:
+    """Prints what `up`/`down` do to a container as they do it (stopping, saving its log)."""
+    return lambda line: console.print(Text.assemble(("note:", "bold"), " ", line),
+                                      highlight=False, soft_wrap=True)
+
+
+def status_table(result: StatusResult) -> Table:
+    table = Table("container", "profile", "variant", "image", "patch sha", "uptime", "readiness",
+                  "health", "restarts", "last exit", "verdict")
+    for server in result.servers:
+        verdict = Text(server.verdict, style="bold red" if server.verdict.startswith("MISMATCH")
+                       else "green" if server.verdict.startswith("verified") else "")
+        health = Text(server.health, style="bold red" if server.health.startswith("unhealthy")
+                      else "green" if server.health == "healthy" else "")
+        restarts = Text(f"{server.restarts} ({server.crash_loop})" if server.crash_loop
+                        else server.restarts, style="bold red" if server.crash_loop else "")
+        cells = (server.name, server.profile, server.variant, server.image,
+                 server.patch_sha256[:12], server.uptime, server.readiness)
+        table.add_row(*(Text(cell) for cell in cells), health, restarts, Text(server.last_exit),
+                      verdict)
+    if not table.row_count:
+        table.caption = "no opsctl deployment found"
+    return table
+
+
+def write_logs(result: LogsResult, out: TextIO) -> None:
+    """Raw log text as the server wrote it (no markup), flushed chunk by chunk for --follow."""
+    for chunk in result.chunks:
+        out.write(chunk)
+        out.flush()
+
+
+def host_p2p_text(report: HostP2pReport) -> str:
+    """The GPU pairs across the root complex, the IOMMU and ACS state, and the verdict."""
+    found = report.verdict
+    crossing = ("none" if found.crossing_ok is None
+                else "reported OK" if found.crossing_ok else "NOT reported OK")
+    advice = {True: "advisable", False: "not advisable", None: "cannot tell yet"}[found.sys_advisable]
+    lines = [
+        f"GPUs: {len(report.gpus)} ({' '.join(report.gpus)})",
+        f"GPU pairs across the root complex (PHB/NODE/SYS): {found.crossing_pairs}, P2P {crossing}",
+        *(f"  not OK: {pair}" for pair in found.not_ok),
+        f"IOMMU: {report.iommu.mode} ({report.iommu.groups} groups; kernel args: "
+        f"{' '.join(report.iommu.cmdline) or 'none'})",
+        f"ACS: {report.acs.note}",
+        f"NCCL_P2P_LEVEL=SYS: {advice}",
+        *(f"  {reason}" for reason in found.reasons),
+    ]
+    if found.sys_advisable:
+        lines.append("  set container.nccl_p2p_level: SYS in the profile to use it")
+    return "\n".join(lines)

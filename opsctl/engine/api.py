@@ -1,0 +1,254 @@
+"""What opsctl asks of a container engine, as plain data and one Protocol.
+
+Every room types its engine argument with `Engine`; `opsctl.engine.dockerpy` is the real
+implementation and `tests/fakes.py` an in-memory one. Both raise the errors defined at the bottom,
+so a user sees the same message whichever engine ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from opsctl.core.errors import LaunchError
+
+
+@dataclass(frozen=True)
+class PortBinding:
+    container_port: int
+    host_port: int
+    host_address: str = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    target: str
+    read_only: bool = False
+    kind: str = "bind"  # or "volume"
+
+
+@dataclass(frozen=True)
+class HealthCheck:
+    """A Docker HEALTHCHECK: `command` is a /bin/sh command line run inside the container, as
+    `docker run --health-cmd` takes it; exit 0 is healthy."""
+
+    command: str
+    interval_seconds: int
+    timeout_seconds: int
+    retries: int
+    start_period_seconds: int  # failures while the server loads do not count
+
+
+@dataclass(frozen=True)
+class LogRotation:
+    """The json-file log driver with rotation: at most `max_files` files of `max_size`."""
+
+    max_size: str  # Docker size, e.g. 100m
+    max_files: int
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything `docker run` needs, as plain data: rendered and golden-tested without an engine."""
+
+    image: str
+    command: list[str]
+    name: str
+    labels: dict[str, str]
+    env: dict[str, str] = field(default_factory=dict)
+    ports: list[PortBinding] = field(default_factory=list)
+    mounts: list[Mount] = field(default_factory=list)
+    gpus: list[int] = field(default_factory=list)
+    ipc_host: bool = False
+    shm_size: str | None = None
+    ulimits: dict[str, tuple[int, int]] = field(default_factory=dict)
+    init: bool = True
+    stop_grace_seconds: int = 10
+    network_mode: str | None = None  # "host" for monitoring that must reach loopback targets
+    # None: the engine's defaults (no restart, no health check, its own log driver).
+    restart_max: int | None = None  # on-failure:N; 0 renders "no"
+    healthcheck: HealthCheck | None = None
+    log_rotation: LogRotation | None = None
+
+    def docker_run_argv(self) -> list[str]:
+        """The equivalent `docker run` command, for --dry-run and for humans."""
+        argv = ["docker", "run", "--detach", "--name", self.name]
+        if self.init:
+            argv.append("--init")
+        for key, value in sorted(self.labels.items()):
+            argv += ["--label", f"{key}={value}"]
+        for key, value in sorted(self.env.items()):
+            argv += ["--env", f"{key}={value}"]
+        for port in self.ports:
+            argv += ["--publish", f"{port.host_address}:{port.host_port}:{port.container_port}"]
+        for mount in self.mounts:
+            option = f"type={mount.kind},source={mount.source},target={mount.target}"
+            argv += ["--mount", option + (",readonly" if mount.read_only else "")]
+        if self.gpus:
+            argv += ["--gpus", '"device=' + ",".join(str(g) for g in self.gpus) + '"']
+        if self.ipc_host:
+            argv += ["--ipc", "host"]
+        if self.shm_size:
+            argv += ["--shm-size", self.shm_size]
+        for name, (soft, hard) in sorted(self.ulimits.items()):
+            argv += ["--ulimit", f"{name}={soft}:{hard}"]
+        if self.network_mode:
+            argv += ["--network", self.network_mode]
+        if self.restart_max is not None:
+            argv += ["--restart", f"on-failure:{self.restart_max}" if self.restart_max else "no"]
+        if self.healthcheck:
+            check = self.healthcheck
+            argv += ["--health-cmd", check.command,
+                     "--health-interval", f"{check.interval_seconds}s",
+                     "--health-timeout", f"{check.timeout_seconds}s",
+                     "--health-retries", str(check.retries),
+                     "--health-start-period", f"{check.start_period_seconds}s"]
+        if self.log_rotation:
+            argv += ["--log-driver", "json-file",
+                     "--log-opt", f"max-size={self.log_rotation.max_size}",
+                     "--log-opt", f"max-file={self.log_rotation.max_files}"]
+        argv += ["--stop-timeout", str(self.stop_grace_seconds), self.image, *self.command]
+        return argv
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    id: str
+    name: str
+    status: str  # created, running, exited, ...
+    exit_code: int | None
+    labels: dict[str, str]
+    image: str
+    started_at: str
+    restart_count: int = 0  # restarts by the engine's restart policy (Docker's RestartCount)
+    health: str = ""  # the HEALTHCHECK's status: starting, healthy, unhealthy; "" without one
+    health_log: str = ""  # the last check's output (why it is unhealthy)
+    restart_max: int = 0  # the restart policy's on-failure:N; 0 without a restart policy
+    finished_at: str = ""  # when it last exited ("" when it never did)
+    # Why it last exited: the exit code (of a running container restarted by its policy, the
+    # run before; None when never or unknown), killed for memory, the engine's error.
+    last_exit_code: int | None = None
+    oom_killed: bool = False
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class BuildEvent:
+    """One line of build progress: a step header, output, or the final error."""
+
+    text: str
+    step: str | None = None
+    error: str | None = None
+
+
+class Engine(Protocol):
+    """The container engine as opsctl uses it. Containers are found by label, never by name."""
+
+    # --- containers ---
+
+    def run(self, spec: RunSpec) -> ContainerInfo:
+        """Create and start a container; on any failure nothing is left behind (LaunchError)."""
+        ...
+
+    def inspect(self, container_id: str) -> ContainerInfo: ...
+
+    def find(self, labels: dict[str, str]) -> list[ContainerInfo]:
+        """Containers carrying all of `labels` and opsctl's managed label, running or not."""
+        ...
+
+    def logs(self, container_id: str, tail: int | str = "all") -> str: ...
+
+    def follow_logs(self, container_id: str, tail: int | str = 10) -> Iterator[str]: ...
+
+    def stop_and_remove(self, container_id: str, grace_seconds: int) -> None:
+        """Stop (SIGTERM, then kill after the grace) and remove; a container already gone is fine."""
+        ...
+
+    def stop(self, container_id: str, grace_seconds: int) -> None:
+        """SIGTERM, then kill after the grace; a stopped or vanished container is fine."""
+        ...
+
+    def remove(self, container_id: str) -> None:
+        """Remove a container (killing it if it still runs); one already gone is fine."""
+        ...
+
+    def log_chunks(self, container_id: str) -> Iterator[bytes]:
+        """The whole log (stdout and stderr, each line prefixed with its timestamp) as it
+        arrives, so a long log is never held in memory; DaemonUnreachable when the engine stops
+        answering in the middle."""
+        ...
+
+    def archive(self, container_id: str, path: str, max_bytes: int) -> bytes | None:
+        """A tar of `path` inside the container (`docker cp`); None when it does not exist.
+        LaunchError when the tar would exceed `max_bytes`."""
+        ...
+
+    def run_to_completion(
+        self, image: str, command: list[str], timeout_seconds: float = 120
+    ) -> tuple[int, str]:
+        """Run a throwaway container (no network, no GPU); returns (exit code, output)."""
+        ...
+
+    # --- images ---
+
+    def image_labels(self, ref: str) -> dict[str, str] | None:
+        """The image's labels, or None when the engine does not have it."""
+        ...
+
+    def image_id(self, ref: str) -> str | None: ...
+
+    def image_repo_digests(self, ref: str) -> list[str]: ...
+
+    def pull_image(self, ref: str) -> list[str]:
+        """Pull a third-party image; returns its repo digests (LaunchError when it cannot)."""
+        ...
+
+    def remove_image(self, ref: str) -> None: ...
+
+    def remove_image_if_unused(self, image_id: str) -> bool:
+        """Delete an untagged image unless something still uses it; True when it is gone."""
+        ...
+
+    def import_rootfs(self, tarball: Path, repository: str, tag: str, changes: list[str]) -> str:
+        """`docker import` a root filesystem tarball as repository:tag; returns the image id."""
+        ...
+
+    def build(
+        self,
+        context_dir: Path,
+        dockerfile: str,
+        tag: str,
+        build_args: dict[str, str],
+        labels: dict[str, str],
+        on_event: Callable[[BuildEvent], None],
+    ) -> str:
+        """Build `tag` from `context_dir`, streaming progress; returns the image id (BuildError)."""
+        ...
+
+
+# --- errors every implementation raises for the same cause -----------------------------------
+
+
+def image_missing(ref: str) -> LaunchError:
+    return LaunchError(
+        f"image {ref} is not present on this engine",
+        hint="build it first with `opsctl build` (opsctl never pulls an image it builds)",
+    )
+
+
+def port_taken(spec: RunSpec) -> LaunchError:
+    ports = ", ".join(f"{p.host_address}:{p.host_port}" for p in spec.ports)
+    return LaunchError(
+        f"host port already taken ({ports})",
+        hint="stop what listens there, or change container.host_port in the profile",
+    )
+
+
+def name_taken(spec: RunSpec) -> LaunchError:
+    return LaunchError(
+        f"a container named {spec.name} already exists",
+        hint="`opsctl status` shows it; `opsctl down` removes opsctl's containers",
+    )

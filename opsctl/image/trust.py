@@ -1,0 +1,47 @@
+"""Which images this host verified: an image is trusted only once its verification passed here.
+
+The engine tags an image when its last layer is committed, before opsctl's post-build
+verification runs in a throwaway container, and a label cannot be added to an image after the
+build. So the verdict is kept apart: `<state dir>/images/verified.json` maps an image id to the
+tag and content hash it was verified as, written atomically and only after the verification
+passed. `opsctl build` treats a tagged image without that record (a build interrupted during
+verification, an image loaded from elsewhere) as not verified and verifies it again.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from opsctl.core.files import atomic_write_text
+
+RECORD = Path("images") / "verified.json"
+
+
+def record_path() -> Path:
+    from opsctl.deploy.state import default_state_dir  # the one place host state lives
+
+    return default_state_dir() / RECORD
+
+
+def _records(path: Path) -> dict[str, dict[str, str]]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}  # none yet, or unreadable: nothing is trusted, so everything is verified again
+    return {key: value for key, value in data.items() if isinstance(value, dict)} \
+        if isinstance(data, dict) else {}
+
+
+def is_verified(image_id: str, content_hash: str) -> bool:
+    """Whether `image_id` passed verification on this host as an image of `content_hash`."""
+    return bool(image_id) and _records(record_path()).get(image_id, {}).get("content_hash") \
+        == content_hash
+
+
+def record_verified(image_id: str, tag: str, content_hash: str) -> None:
+    """Call only after verification passed."""
+    path = record_path()
+    records = _records(path)
+    records[image_id] = {"tag": tag, "content_hash": content_hash}
+    atomic_write_text(path, json.dumps(dict(sorted(records.items())), indent=2) + "\n")

@@ -1,0 +1,130 @@
+"""The observe commands, one function each, with their collaborators passed in.
+
+The CLI connects the Docker engine (or builds the exporter's "what runs" source), opens the HTTP
+client, picks the output paths, then hands the returned result to `opsctl.observe.view`. Nothing
+here connects to Docker or prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from opsctl.observe import exporter as exporter_module
+from opsctl.observe import metricsproxy, monitoring, view
+from opsctl.observe import report as report_module
+from opsctl.observe.servers import ServerSource
+
+if TYPE_CHECKING:
+    import httpx
+
+    from opsctl.deploy.profiles import Profile
+    from opsctl.engine.api import Engine
+
+@dataclass(frozen=True)
+class RenderResult:
+    written: list[Path]
+
+
+@dataclass(frozen=True)
+class MonitorUpResult:
+    plan: monitoring.Plan
+    dry_run: bool
+    started: list[str]  # container names; empty on a dry run
+
+
+@dataclass(frozen=True)
+class MonitorDownResult:
+    removed: list[str]
+
+
+@dataclass(frozen=True)
+class ExporterResult:
+    url: str  # where /metrics was served until the interrupt
+
+
+@dataclass(frozen=True)
+class MetricsProxyResult:
+    url: str  # where the upstream's /metrics was served until the interrupt
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    path: Path
+    data: report_module.DecodeLatency
+
+
+def monitor_render(profile: Profile, root: Path) -> RenderResult:
+    """Write the scrape config, rules, Grafana provisioning and dashboard under `root`."""
+    return RenderResult(monitoring.write_files(monitoring.render_for_profile(profile), root))
+
+
+def monitor_up(profile: Profile, config_dir: Path, engine: Engine | None,
+               receivers: Path | None = None) -> MonitorUpResult:
+    """Render the config into `config_dir` and (re)start the monitoring containers.
+
+    `engine=None` is the dry run: the config is written, no secret is created, nothing is pulled
+    or started. Otherwise each image is pulled once and pinned: the digest is recorded in the lock
+    file at the first pull and must match it afterwards; the old containers are replaced.
+    """
+    plan = monitoring.plan(profile, config_dir, create_secrets=engine is not None,
+                           receivers_file=receivers)
+    monitoring.write_files(plan.files, config_dir)
+    if engine is None:
+        return MonitorUpResult(plan, dry_run=True, started=[])
+    lock = monitoring.load_lock()
+    refs = {spec.image: monitoring.resolve_digest(engine, spec.image, lock) for spec in plan.specs}
+    if {k: v for k, v in lock.items() if k in refs} != refs:
+        monitoring.save_lock({**lock, **refs})
+    monitor_down(engine)
+    started = [engine.run(replace(spec, image=refs[spec.image])).name for spec in plan.specs]
+    return MonitorUpResult(plan, dry_run=False, started=started)
+
+
+def monitor_down(engine: Engine) -> MonitorDownResult:
+    """Stop and remove the monitoring containers; their data volumes stay."""
+    removed = []
+    for info in engine.find(monitoring.monitoring_labels()):
+        engine.stop_and_remove(info.id, grace_seconds=monitoring.STOP_GRACE_SECONDS)
+        removed.append(info.name)
+    return MonitorDownResult(removed)
+
+
+def exporter(
+    source: exporter_module.InfoSource, reports: Path | None, address: str, port: int,
+    on_serving: Callable[[str], None], servers: ServerSource | None = None,
+) -> ExporterResult:
+    """Serve opsctl_* metrics until interrupted; `on_serving` gets the URL once it listens.
+
+    `servers` (the server containers, asked at every scrape) adds their restart counts and
+    health; None for a deployment opsctl did not start.
+    """
+    registry = exporter_module.exporter_registry(source, reports, servers)
+    server, thread = exporter_module.start(registry, address, port)
+    url = f"http://{address}:{server.server_port}/metrics"
+    on_serving(url)
+    exporter_module.serve_until_interrupted(server, thread)
+    return ExporterResult(url)
+
+
+def metrics_proxy(
+    upstream: str, token: str, address: str, port: int, tls: tuple[Path, Path] | None,
+    on_serving: Callable[[str], None],
+) -> MetricsProxyResult:
+    """Serve the upstream's /metrics, and only that, behind `token` until interrupted."""
+    server, thread = metricsproxy.start(upstream, token, address, port, tls)
+    url = f"{'https' if tls else 'http'}://{address}:{server.server_port}/metrics"
+    on_serving(url)
+    exporter_module.serve_until_interrupted(server, thread)
+    return MetricsProxyResult(url)
+
+
+def report(
+    client: httpx.Client, out: Path, since_seconds: float, variant_regex: str = ".*",
+    step: float | None = None, end: float | None = None,
+) -> ReportResult:
+    """Query the decode-latency panels from the Prometheus behind `client`; draw them to `out`."""
+    data = report_module.decode_latency(client, since_seconds, variant_regex, step, end)
+    return ReportResult(view.plot_decode_latency(data, out), data)

@@ -1,0 +1,129 @@
+"""/model_info and /server_info as each pinned release builds them, with resolved settings.
+
+0.5.9 (``srt/entrypoints/http_server.py:553-610``): /model_info has no served name; /server_info
+is ``dataclasses.asdict(server_args)`` plus the scheduler's status, token limits, the internal
+states and the version. 0.5.23 (``http_server.py:812-893``, ``utils/common.py:3584-3593``):
+/model_info also carries the served name, parsers and load format; /server_info is
+``server_args.resolved_dict()`` plus ``launch_command``, ``kv_events``, ``startup_time`` and
+``frontend``. The fields ``opsctl verify`` checks carry what the release resolves
+(``opsctl.sim.releases``); every other given flag is echoed as given.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from opsctl.sim.config import SimArgs
+from opsctl.sim.engine import SIM_MAX_TOTAL_NUM_TOKENS
+from opsctl.sim.releases import RELEASES, Checkpoint, resolve
+
+# What the misresolve fault reports instead of the resolved attention backend.
+MISRESOLVED_BACKEND = "triton"
+MISRESOLVED_FALLBACK = "flashinfer"
+
+
+def read_model_config(model_path: str) -> dict[str, Any]:
+    """<model_path>/config.json when the path exists here (model_type, architectures, ...)."""
+    try:
+        data = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _place(payload: dict[str, Any], key: tuple[str, ...], value: Any) -> None:
+    """Set a value at a key path, making the nested objects on the way."""
+    node = payload
+    for part in key[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = node[part] = {}
+        node = child
+    node[key[-1]] = value
+
+
+@dataclass(frozen=True)
+class ServerView:
+    """What the info endpoints report: fixed at start-up except for the live parts passed in."""
+
+    args: SimArgs
+    release: str
+    model_config: Mapping[str, Any]
+
+    def resolved(self, fault: str) -> dict[str, Any]:
+        """The checked settings as reported; the misresolve fault swaps the attention backend."""
+        settings = resolve(self.release, self.args.typed_flags(), Checkpoint(self.model_config))
+        if fault == "misresolve":
+            chosen = settings["attention_backend"]
+            settings["attention_backend"] = (
+                MISRESOLVED_FALLBACK if chosen == MISRESOLVED_BACKEND else MISRESOLVED_BACKEND)
+        return settings
+
+    def _with_resolved(self, payload: dict[str, Any], endpoint: str, fault: str
+                       ) -> dict[str, Any]:
+        settings = self.resolved(fault)
+        for name, fact in RELEASES[self.release].items():
+            if fact.endpoint == endpoint:
+                _place(payload, fact.key, settings[name])
+        return payload
+
+    def model_info(self, fault: str) -> dict[str, Any]:
+        args, raw = self.args, self.args.raw
+        info: dict[str, Any] = {
+            "model_path": args.model_path,
+            "tokenizer_path": args.tokenizer_path,
+            "is_generation": True,
+            "preferred_sampling_params": raw.get("preferred_sampling_params"),
+            "weight_version": args.weight_version,
+        }
+        if self.release != "0.5.9":
+            info.update({
+                "served_model_name": args.served_model_name,
+                "load_format": raw.get("load_format", "auto"),
+                "reasoning_parser": raw.get("reasoning_parser"),
+                "tool_call_parser": raw.get("tool_call_parser"),
+                "disaggregation_mode": raw.get("disaggregation_mode", "null"),
+            })
+        info.update({
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": self.model_config.get("model_type"),
+            "architectures": self.model_config.get("architectures"),
+        })
+        return self._with_resolved(info, "model_info", fault)
+
+    def server_info(self, fault: str, startup: dict[str, float], gen_throughput: float
+                    ) -> dict[str, Any]:
+        # Like 0.5.23 it echoes api_key (sgl-project/sglang#37457): opsctl must never print
+        # this response unredacted.
+        args = self.args
+        fields = self._with_resolved(args.echoed_fields(), "server_info", fault)
+        fields["enable_dp_attention"] = False
+        state = {
+            **fields,
+            "world_size": args.tp_size,
+            "effective_max_running_requests_per_dp": args.max_running_requests,
+            "last_gen_throughput": gen_throughput,
+        }
+        scheduler = {
+            "status": "ready",
+            "max_total_num_tokens": SIM_MAX_TOTAL_NUM_TOKENS,
+            "max_req_input_len": min(args.context_length, SIM_MAX_TOTAL_NUM_TOKENS) - 1,
+        }
+        if self.release == "0.5.9":
+            return {**fields, **scheduler, "internal_states": [state], "version": self.release}
+        state["startup_time"] = startup
+        return {
+            **fields,
+            "launch_command": " ".join(args.argv),
+            **scheduler,
+            "kv_events": None,
+            "startup_time": startup,
+            "internal_states": [state],
+            "version": self.release,
+            "frontend": "python",
+        }

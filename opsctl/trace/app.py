@@ -1,0 +1,153 @@
+"""The trace room's commands: `trace analyze` and `trace capture`.
+
+Each takes its collaborators (the plot writer from the view; for capture the HTTP client, where
+the trace files appear, the load and a clock) and returns a result the view prints.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from opsctl.core.clock import Clock
+from opsctl.core.errors import UsageError
+from opsctl.core.reports import REPORTS_DIR, stamp
+from opsctl.trace import capture as cap
+from opsctl.trace import chrome, report, signatures
+from opsctl.trace.analyze import Analysis, analyze
+from opsctl.trace.load import LoadSummary
+from opsctl.trace.report import Comparison
+
+TRACE_DIR_PREFIX = "trace-"
+TRACES_SUBDIR = "traces"
+# Writes the bar chart(s) into the directory: (paths written, a note when it could not).
+PlotWriter = Callable[[list[Analysis], Comparison | None, Path], tuple[list[Path], str | None]]
+# Holds a decode load at a concurrency against a base URL while the block runs.
+LoadHolder = Callable[[str, int], AbstractContextManager[LoadSummary]]
+
+
+def default_out_dir(now: dt.datetime | None = None) -> Path:
+    return REPORTS_DIR / f"{TRACE_DIR_PREFIX}{stamp(now)}"
+
+
+@dataclass(frozen=True)
+class AnalyzeRequest:
+    path: Path
+    compare: Path | None = None
+    out_dir: Path | None = None
+    layers: int | None = None  # per-layer figures in the verdicts
+    max_bytes: int = chrome.DEFAULT_MAX_BYTES
+    header: dict[str, str] = field(default_factory=dict)  # profile, variant
+
+
+@dataclass(frozen=True)
+class AnalyzeResult:
+    analyses: list[Analysis]
+    others: list[Analysis]  # of --compare
+    comparison: Comparison | None
+    out_dir: Path
+    written: list[Path]
+    plot_note: str | None
+
+
+def analyze_path(path: Path, layers: int | None, max_bytes: int,
+                 meta: dict[str, object] | None = None) -> list[Analysis]:
+    """One Analysis (with its findings) per trace file at `path` (a file or a directory)."""
+    found = []
+    for file in chrome.trace_files(path):
+        analysis = analyze(chrome.load(file, max_bytes), meta)
+        signatures.judge(analysis, layers)
+        found.append(analysis)
+    return found
+
+
+def analyze_traces(request: AnalyzeRequest, *, plot: PlotWriter) -> AnalyzeResult:
+    """Analyze, compare the first file of each side when asked, write JSON, markdown, chart.
+
+    With several files (one per TP rank) each is analyzed; `--compare` compares the first file
+    of each side (sorted by name: rank 0).
+    """
+    if request.layers is not None and request.layers < 1:
+        raise UsageError(f"--layers {request.layers}: must be at least 1")
+    meta: dict[str, object] = {k: v for k, v in request.header.items() if v}
+    analyses = analyze_path(request.path, request.layers, request.max_bytes, meta)
+    others = (analyze_path(request.compare, request.layers, request.max_bytes)
+              if request.compare else [])
+    comparison = report.compare(analyses[0], others[0]) if others else None
+    out = request.out_dir or default_out_dir()
+    written = report.write(analyses, comparison, request.header, out)
+    charts, note = plot(analyses, comparison, out)
+    return AnalyzeResult(analyses=analyses, others=others, comparison=comparison, out_dir=out,
+                         written=written + charts, plot_note=note)
+
+
+@dataclass(frozen=True)
+class CaptureTarget:
+    """A server to profile: its URL, where its profiler writes, and what it runs."""
+
+    base_url: str
+    source: cap.TraceSource
+    server_dir: str  # sent as output_dir: the server's own path of `source`
+    profile: str | None = None
+    variant: str | None = None
+
+
+@dataclass(frozen=True)
+class CaptureRequest:
+    concurrency: int
+    steps: int
+    out_dir: Path | None = None
+    wait_s: float = 300.0
+    warmup_s: float = 2.0  # load runs this long before the profile starts (requests decoding)
+    layers: int | None = None
+    max_bytes: int = chrome.DEFAULT_MAX_BYTES
+
+
+@dataclass(frozen=True)
+class CaptureResult:
+    target: CaptureTarget
+    traces: list[Path]
+    stopped_by_us: bool
+    load: LoadSummary
+    analysis: AnalyzeResult
+
+
+def capture(request: CaptureRequest, target: CaptureTarget, *,
+            http: Callable[[], httpx.Client], load: LoadHolder, clock: Clock,
+            plot: PlotWriter) -> CaptureResult:
+    """Hold the load, profile `steps` decode steps, collect the files, analyze them."""
+    if request.concurrency < 1 or request.steps < 1:
+        raise UsageError("--concurrency and --steps must be at least 1")
+    out = request.out_dir or default_out_dir()
+    held: list[LoadSummary] = []
+
+    @contextmanager
+    def hold() -> Iterator[LoadSummary]:
+        with load(target.base_url, request.concurrency) as summary:
+            held.append(summary)
+            clock.sleep(request.warmup_s)  # the requests get past prefill into decode
+            yield summary
+
+    ask = cap.ProfileAsk(output_dir=target.server_dir, num_steps=request.steps)
+    with http() as client:
+        profiled = cap.profile(client, target.source, ask, out / TRACES_SUBDIR, clock,
+                               request.wait_s, hold)
+    header = {"profile": target.profile or "", "variant": target.variant or ""}
+    analysis = analyze_traces(AnalyzeRequest(path=out / TRACES_SUBDIR, out_dir=out,
+                                             layers=request.layers,
+                                             max_bytes=request.max_bytes, header=header),
+                              plot=plot)
+    return CaptureResult(target=target, traces=profiled.files, stopped_by_us=profiled.stopped_by_us,
+                         load=held[0], analysis=analysis)
+
+
+def server_trace_dir(env: dict[str, str], now: dt.datetime | None = None) -> str:
+    """A fresh directory under the server's profiler directory (its launch environment's
+    SGLANG_TORCH_PROFILER_DIR, else sglang's /tmp), so every file there is this capture's."""
+    base = env.get(cap.PROFILER_DIR_ENV) or cap.DEFAULT_PROFILER_DIR
+    return f"{base.rstrip('/')}/opsctl-trace-{stamp(now)}"

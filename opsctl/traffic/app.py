@@ -1,0 +1,234 @@
+"""The traffic room's commands, `smoke` and `bench`, as functions over their collaborators.
+
+Each takes what the user asked for and the things it must not reach for itself: the HTTP
+client factory, how to find or launch the profile's server (the deploy room's business), the
+metrics push (the observe room's), for smoke's evals the dataset loader, and for bench the plot
+writer and live progress (the view's). Each returns the report, where it went, and the error
+the CLI raises for its verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from opsctl.core.errors import OpsctlError, UsageError
+from opsctl.core.redact import redact_userinfo
+from opsctl.core.reports import default_bench_dir, default_smoke_path
+from opsctl.deploy.evalconfig import EvalConfig
+from opsctl.deploy.profiles import Profile, load_profile
+from opsctl.traffic.arrival import Arrival
+from opsctl.traffic.bench import BenchOptions, Launcher, Progress, Target, parse_targets, run_bench
+from opsctl.traffic.bench_report import BenchReport, write_report_files
+from opsctl.traffic.bench_report import verdict_error as bench_verdict
+from opsctl.traffic.client import Api, ClientFactory
+from opsctl.traffic.smoke import SmokeOptions, run_smoke
+from opsctl.traffic.smoke_evals import DatasetLoader, EvalRequest, plan_evals
+from opsctl.traffic.smoke_report import SmokeReport, write_report
+from opsctl.traffic.smoke_report import verdict_error as smoke_verdict
+from opsctl.traffic.workloads import WorkloadSpec, build
+
+# profile name -> (base URL of its running server, the variant it runs or None).
+# Raises LaunchError (exit 4) when no server of the profile runs.
+ServerLocator = Callable[[str], tuple[str, str | None]]
+# A launcher for the profile's variants; called only when bench has no --base-url.
+LauncherFactory = Callable[[Profile], Launcher]
+# (report kind, the report's JSON dict, gateway URL); raises OpsctlError when the push fails.
+PushReport = Callable[[str, dict[str, Any], str], None]
+# Writes bench's plots into the report directory and returns their paths.
+PlotWriter = Callable[[BenchReport, Path], list[Path]]
+# Opens the live progress display for the sweep and yields its callback.
+ProgressView = Callable[[], AbstractContextManager[Progress]]
+
+
+@dataclass(frozen=True)
+class Pushed:
+    """A metrics push: `error` is the failure's message (a warning, not a verdict), or None."""
+
+    kind: str
+    gateway: str
+    error: str | None
+
+
+@dataclass(frozen=True)
+class SmokeRequest:
+    profile: str | None
+    variant: str | None
+    base_url: str | None
+    model: str | None
+    api: Api
+    api_key: str | None
+    json_path: Path | None
+    compare_with: Path | None
+    request_timeout_s: float
+    overall_timeout_s: float
+    gateway: str | None  # push the report here; None: no push
+    evals: EvalRequest = EvalRequest()  # accuracy checks after the others; none by default
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    report: SmokeReport
+    path: Path
+    pushed: Pushed | None
+    error: OpsctlError | None  # what the CLI raises: exit 4 unreachable, 5 failed
+
+
+@dataclass(frozen=True)
+class SmokeTarget:
+    base_url: str
+    profile: str | None
+    variant: str | None
+    profile_alias: str | None
+    tpot_p50_ms: float | None
+    ttft_p50_ms: float | None
+    eval_config: EvalConfig | None = None  # the profile's `eval:` section
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    profile: str | None
+    variants: tuple[str, ...]
+    base_urls: tuple[str, ...]
+    concurrency: tuple[int, ...]
+    requests_per_level: int | None
+    input_words: int
+    output_tokens: int
+    model: str | None
+    api: Api
+    api_key: str | None
+    request_timeout_s: float
+    out_dir: Path | None
+    gateway: str | None  # push the report here; None: no push
+    deadline_s: float | None = None  # each target's sweep; None: derived (BenchOptions)
+    ignore_eos: bool = True  # False for servers that refuse the extension
+    request_rate: float | None = None  # Poisson arrivals per second; None: closed loop
+    duration_s: float | None = None  # seconds per level instead of a request count
+    workload: WorkloadSpec | None = None  # None: word prompts of input_words/output_tokens
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    report: BenchReport
+    out_dir: Path
+    written: list[Path]
+    pushed: Pushed | None
+    error: OpsctlError | None  # what the CLI raises: 2/4 a target not benchmarked, 5 failures
+
+
+def smoke(
+    request: SmokeRequest, *, locate: ServerLocator, push: PushReport,
+    client_factory: ClientFactory, load_dataset: DatasetLoader,
+) -> SmokeResult:
+    """Resolve the target and the evals, run the checks, write the JSON, push if asked.
+
+    The eval datasets are read and checked against their pins before any request is sent.
+    """
+    target = resolve_smoke_target(request.profile, request.variant, request.base_url, locate)
+    evals = plan_evals(request.evals, target.eval_config, load_dataset)
+    options = SmokeOptions(
+        base_url=target.base_url, profile=target.profile, variant=target.variant,
+        profile_alias=target.profile_alias, tpot_p50_ms=target.tpot_p50_ms,
+        ttft_p50_ms=target.ttft_p50_ms, api_key=request.api_key, model=request.model,
+        api=request.api, request_timeout_s=request.request_timeout_s,
+        overall_timeout_s=request.overall_timeout_s, compare_with=request.compare_with,
+        evals=evals,
+    )
+    report = run_smoke(options, client_factory)
+    path = request.json_path or default_smoke_path()
+    write_report(report, path)
+    pushed = _push(push, "smoke", report, request.gateway)
+    return SmokeResult(report=report, path=path, pushed=pushed, error=smoke_verdict(report, path))
+
+
+def resolve_smoke_target(
+    profile: str | None, variant: str | None, base_url: str | None, locate: ServerLocator
+) -> SmokeTarget:
+    """`--base-url` wins; else the profile's running server, found by `locate`.
+
+    A profile given with `--base-url` still supplies the model alias, the SLO thresholds and
+    the `eval:` settings.
+    """
+    if base_url and not profile:
+        return SmokeTarget(base_url=base_url, profile=None, variant=variant, profile_alias=None,
+                           tpot_p50_ms=None, ttft_p50_ms=None)
+    loaded = load_profile(profile)
+    loaded.resolve(variant)  # UsageError when the profile has no such variant
+    if base_url:
+        url, running = base_url, variant  # a label for the report; the profile validated it
+    else:
+        url, running = locate(loaded.name)
+        if variant and running and running != variant:
+            raise UsageError(
+                f"profile {loaded.name!r} runs variant {running!r}, not {variant!r}",
+                hint=f"smoke the running one (drop --variant), or run `opsctl up --profile "
+                f"{loaded.name} --variant {variant} --replace` first",
+            )
+    return SmokeTarget(
+        base_url=url, profile=loaded.name, variant=running,
+        profile_alias=loaded.model.served_name,
+        tpot_p50_ms=loaded.slo.tpot_p50_ms, ttft_p50_ms=loaded.slo.ttft_p50_ms,
+        eval_config=loaded.eval,
+    )
+
+
+def bench(
+    request: BenchRequest, *, launcher: LauncherFactory, push: PushReport, plot: PlotWriter,
+    client_factory: ClientFactory, progress: ProgressView | None = None,
+) -> BenchResult:
+    """Resolve the targets, sweep each (launching profile variants), write the files, push."""
+    loaded, targets, active = _bench_plan(request, launcher)
+    spec = request.workload or WorkloadSpec(input_len=request.input_words,
+                                            output_len=request.output_tokens)
+    options = BenchOptions(
+        concurrency=request.concurrency, requests_per_level=request.requests_per_level,
+        input_words=request.input_words, output_tokens=request.output_tokens, api=request.api,
+        request_timeout_s=request.request_timeout_s, api_key=request.api_key,
+        model=request.model, profile_alias=loaded.model.served_name if loaded else None,
+        deadline_s=request.deadline_s, ignore_eos=request.ignore_eos,
+        arrival=Arrival(rate=request.request_rate, duration_s=request.duration_s,
+                        seed=spec.seed),
+        slo=loaded.slo if loaded else None, workload=build(spec),  # a bad dataset: exit 2 now
+    )
+    out = request.out_dir or default_bench_dir()
+    with progress() if progress else nullcontext(None) as on_progress:
+        report = run_bench(targets, options, profile_name=loaded.name if loaded else None,
+                           launcher=active, progress=on_progress, client_factory=client_factory)
+    written = write_report_files(report, out) + plot(report, out)
+    pushed = _push(push, "bench", report, request.gateway)
+    return BenchResult(report=report, out_dir=out, written=written, pushed=pushed,
+                       error=bench_verdict(report, out))
+
+
+def _bench_plan(
+    request: BenchRequest, launcher: LauncherFactory
+) -> tuple[Profile | None, list[Target], Launcher | None]:
+    """The profile (when one applies), the targets in order, and what launches them."""
+    if request.base_urls and not request.profile:
+        return None, parse_targets(request.base_urls, request.variants), None
+    loaded = load_profile(request.profile)
+    for name in request.variants:
+        loaded.resolve(name)  # UsageError listing the valid variants
+    if request.base_urls:
+        return loaded, parse_targets(request.base_urls, request.variants), None
+    names = request.variants or (loaded.default_variant,)
+    return loaded, [Target(label=name) for name in names], launcher(loaded)
+
+
+def _push(
+    push: PushReport, kind: str, report: SmokeReport | BenchReport, gateway: str | None
+) -> Pushed | None:
+    """Push the report's metrics; a failed push is recorded, never raised. A partial report is
+    not pushed (its numbers describe a run that did not finish); credentials in the gateway URL
+    never reach the result."""
+    if not gateway or report.partial:
+        return None
+    shown = redact_userinfo(gateway)
+    try:
+        push(kind, report.model_dump(mode="json"), gateway)
+    except OpsctlError as exc:
+        return Pushed(kind=kind, gateway=shown, error=redact_userinfo(exc.message))
+    return Pushed(kind=kind, gateway=shown, error=None)

@@ -1,0 +1,106 @@
+"""When bench sends its requests: a closed loop, or Poisson arrivals under a concurrency cap.
+
+Closed loop: `concurrency` workers each keep one request in flight until the work runs out.
+Poisson (`rate` requests/s): arrival times are drawn from a seeded exponential distribution,
+so two runs with the same seed send on the same schedule; a request whose time has come waits
+while `concurrency` requests are in flight (the cap), as sglang.bench_serving's
+`--max-concurrency` does. Either way `duration_s`, when given, stops sending once that many
+seconds have passed since the phase began; requests already sent are awaited and counted.
+
+The TTFT clock of each request starts when it is sent (inside `send`), never at its scheduled
+arrival, so time spent waiting for the cap is not read as server latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from opsctl.traffic.client import RequestResult
+
+Send = Callable[[int], Awaitable[RequestResult]]
+
+
+@dataclass
+class Batch:
+    """The requests of one phase of a level: finished results, and how many are in flight."""
+
+    results: list[RequestResult] = field(default_factory=list)
+    in_flight: int = 0
+    sent: int = 0
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """How requests arrive: `rate` None is the closed loop; `duration_s` None sends all work."""
+
+    rate: float | None = None
+    duration_s: float | None = None
+    seed: int = 0
+
+    def describe(self) -> str:
+        how = (f"Poisson arrivals at {self.rate:g} req/s (seed {self.seed}) under the "
+               "concurrency cap" if self.rate else "closed loop")
+        return how + (f", {self.duration_s:g} s per level" if self.duration_s else "")
+
+
+def poisson_gaps(rate: float, seed: int) -> Iterator[float]:
+    """Seconds between successive arrivals: exponential with mean 1/rate, seeded."""
+    if rate <= 0:
+        raise ValueError("rate must be positive")
+    rng = random.Random(seed)
+    while True:
+        yield rng.expovariate(rate)
+
+
+async def drive(
+    send: Send, indexes: Iterable[int], concurrency: int, arrival: Arrival, batch: Batch,
+    on_done: Callable[[], None] | None = None, clock: Callable[[], float] = time.perf_counter,
+) -> None:
+    """Send one request per index as `arrival` says, at most `concurrency` at once."""
+    start = clock()
+
+    def time_left() -> bool:
+        return arrival.duration_s is None or clock() - start < arrival.duration_s
+
+    async def one(index: int) -> None:
+        batch.in_flight += 1
+        batch.sent += 1
+        result = await send(index)
+        batch.in_flight -= 1  # not on cancellation: those are counted as cut in flight
+        batch.results.append(result)
+        if on_done:
+            on_done()
+
+    pending = iter(indexes)
+    if arrival.rate is None:
+        async def worker() -> None:
+            for index in pending:  # a shared iterator: each index is taken by exactly one worker
+                if not time_left():
+                    return
+                await one(index)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return
+    cap = asyncio.Semaphore(concurrency)
+    tasks: list[asyncio.Task[None]] = []
+
+    async def capped(index: int) -> None:
+        async with cap:
+            await one(index)
+
+    next_at = start  # the first request goes at once, each later one after its gap
+    try:
+        for index, gap in zip(pending, poisson_gaps(arrival.rate, arrival.seed), strict=False):
+            await asyncio.sleep(max(0.0, next_at - clock()))
+            if not time_left():
+                break
+            tasks.append(asyncio.create_task(capped(index)))
+            next_at += gap
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()

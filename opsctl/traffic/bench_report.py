@@ -1,0 +1,189 @@
+"""The bench report: its JSON models, the files written from it, and what its verdict means.
+
+bench.json is the record the exporter and `--compare` tooling read; bench.md is the same run as
+a table with deltas against the first variant. Both are written afresh, atomically.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from opsctl.core.errors import (
+    EXIT_DAEMON,
+    EXIT_USAGE,
+    DaemonUnreachable,
+    LaunchError,
+    OpsctlError,
+    SmokeError,
+    UsageError,
+)
+from opsctl.core.files import atomic_write_text
+from opsctl.core.partial import PartialReport
+from opsctl.core.reports import BENCH_JSON, BENCH_MARKDOWN, BENCH_SERVING_JSONL
+from opsctl.traffic.client import Api
+from opsctl.traffic.markdown import markdown_table
+from opsctl.traffic.served import ModelResolution
+
+SCHEMA_VERSION = 1
+CLIENT_BOUND_SHARE = 0.9  # of one core: the event loop is single-threaded
+
+
+class Pcts(BaseModel):
+    """Milliseconds; None when nothing was measured. `std` is the population standard deviation
+    (numpy's default, as sglang.bench_serving reports it)."""
+
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    mean: float | None = None
+    p95: float | None = None
+    std: float | None = None
+    max: float | None = None
+
+
+class Goodput(BaseModel):
+    """The measured requests that met every latency limit the profile's SLO states.
+
+    `share` is over every measured request sent (a failure is not good), `rate_per_s` over the
+    measured phase's wall time: sglang.bench_serving's slo_attainment and request_goodput.
+    """
+
+    ttft_ms: float | None  # the limits applied; None: not stated
+    tpot_ms: float | None
+    good: int
+    share: float | None  # None when no request was measured
+    rate_per_s: float
+
+
+class LevelResult(BaseModel):
+    concurrency: int
+    requests: int
+    completed: int
+    failed: int
+    warmup_requests: int
+    warmup_failed: int
+    errors: dict[str, int] = {}  # error kind -> count (measured and warm-up)
+    error_examples: list[str] = []
+    duration_s: float
+    output_tokens: int
+    prompt_tokens_mean: float | None = None
+    input_tokens: int | None = None  # server-counted prompt tokens, when every success had them
+    output_tokens_per_s: float
+    requests_per_s: float
+    ttft_ms: Pcts
+    itl_ms: Pcts
+    tpot_ms: Pcts
+    e2e_ms: Pcts
+    token_count_source: str  # "usage", "chunks", or both joined by "+"
+    text_chunks: int = 0  # chunks that carried text, against `output_tokens`
+    itl_note: str | None = None  # why ITL is per chunk, split, or not measurable
+    usage_flagged: int = 0  # requests whose usage disagreed with their stream (chunks counted)
+    usage_notes: list[str] = []
+    aborted: str | None = None  # why the level stopped early (warm-up failed, deadline, Ctrl-C)
+    in_flight_cut: int = 0  # requests cut by opsctl when the level stopped; not counted above
+    goodput: Goodput | None = None  # None: the run had no SLO to judge by
+    # opsctl's own CPU seconds (all its threads) in the measured phase, and as a share of one
+    # core over its wall time; above CLIENT_BOUND_SHARE the client, not the server, may be
+    # what limited the level, and `client_bound` says so.
+    client_cpu_s: float | None = None
+    client_cpu_share: float | None = None
+    client_bound: bool = False
+
+
+class VariantResult(BaseModel):
+    variant: str
+    base_url: str
+    launched_by_bench: bool = False
+    model: ModelResolution | None = None
+    levels: list[LevelResult] = []
+    failed_requests: int = 0
+    error: str | None = None  # the variant could not be benchmarked at all
+    error_exit_code: int | None = None  # that error's exit code (2 usage, 4 unreachable/launch)
+    stopped: str | None = None  # the sweep ended before its last level, and why
+
+
+class BenchConfig(BaseModel):
+    concurrency: list[int]
+    requests_per_level: int | None  # None: max(16, 4 x concurrency)
+    input_words: int
+    output_tokens: int
+    api: Api
+    ignore_eos: bool
+    temperature: float
+    request_timeout_s: float
+    deadline_s: float  # wall-clock limit of each target's sweep
+    prompt_seed: int
+    arrival: str = "closed loop"  # how requests were sent, in words
+    request_rate: float | None = None  # Poisson arrivals per second; None: closed loop
+    duration_s: float | None = None  # seconds per level; None: requests_per_level
+    dataset_name: str = "words"
+    workload_note: str | None = None  # e.g. why prompts are words, not exact tokens
+    slo_ttft_ms: float | None = None  # the limits goodput was judged by
+    slo_tpot_ms: float | None = None
+
+
+class ClientInfo(BaseModel):
+    hostname: str
+    platform: str
+    python: str
+    cpu_count: int | None
+
+
+class BenchReport(PartialReport):
+    """The JSON written by `opsctl bench` (schema_version bumps on any incompatible change)."""
+
+    schema_version: int = SCHEMA_VERSION
+    kind: Literal["bench"] = "bench"
+    started_at: str
+    duration_s: float
+    profile: str | None = None
+    api_key: str | None = None  # masked
+    config: BenchConfig
+    client: ClientInfo
+    variants: list[VariantResult]
+    failed_requests: int
+    passed: bool
+
+
+def write_report_files(report: BenchReport, out_dir: Path) -> list[Path]:
+    """bench.json, bench.md and bench_serving.jsonl, each written afresh (never appended); the
+    plots are the view's."""
+    from opsctl.traffic.bench_serving import jsonl  # it imports this module's models
+
+    return [
+        atomic_write_text(out_dir / BENCH_JSON, report.model_dump_json(indent=2) + "\n"),
+        atomic_write_text(out_dir / BENCH_MARKDOWN, markdown_table(report)),
+        atomic_write_text(out_dir / BENCH_SERVING_JSONL, jsonl(report)),
+    ]
+
+
+def verdict_error(report: BenchReport, out_dir: Path) -> OpsctlError | None:
+    """Exit 130 (Ctrl-C) or 1 (crash) for a partial run; 4 when a variant could not be reached
+    or launched (2 when the model name is ambiguous, 6 without a daemon); 5 on any failed
+    request or a sweep stopped early (warm-up failed, deadline)."""
+    stopped = report.stop_error("bench", out_dir / BENCH_JSON)
+    if stopped is not None:
+        return stopped
+    broken = [v for v in report.variants if v.error]
+    if broken:
+        first = broken[0]
+        error_class = {EXIT_USAGE: UsageError, EXIT_DAEMON: DaemonUnreachable}.get(
+            first.error_exit_code or 0, LaunchError)
+        return error_class(
+            f"bench: {len(broken)} target(s) could not be benchmarked; "
+            f"{first.variant}: {first.error}",
+            hint=f"partial report in {out_dir}",
+        )
+    if report.failed_requests:
+        return SmokeError(
+            f"bench: {report.failed_requests} request(s) failed",
+            hint=f"see `errors` per level in {out_dir / BENCH_JSON}",
+        )
+    early = [v for v in report.variants if v.stopped]
+    if early:
+        return SmokeError(f"bench: {early[0].variant}: {early[0].stopped}",
+                          hint=f"the levels measured are in {out_dir / BENCH_JSON}")
+    return None

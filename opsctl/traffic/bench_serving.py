@@ -1,0 +1,70 @@
+"""Each level of a bench run as one JSON line in sglang.bench_serving's result shape.
+
+The key names are the ones sglang 0.5.23's `sglang/benchmark/serving.py` writes to its result
+JSONL (and `goodput.py` for goodput), so a level lines up with a published run. Only figures
+opsctl measures the same way are written; keys it cannot fill honestly are left out, not
+zeroed: `total_input_tokens` and the throughputs that need it appear only when the server
+counted every completed request's prompt (sglang counts with its own tokenizer, opsctl with the
+server's usage); `median_*` is the p50 (numpy's median is the linear-interpolated p50);
+`concurrency` is the sum of E2E latencies over the duration, as sglang defines it. Keys sglang
+writes that opsctl adds (`tag` aside) are under `opsctl`, so nothing reads them as sglang's.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from opsctl.traffic.bench_report import BenchReport, LevelResult, Pcts, VariantResult
+
+# (sglang's metric stem, the level's field): e.g. mean_ttft_ms, p99_e2e_latency_ms.
+_FIGURES = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("itl", "itl_ms"),
+            ("e2e_latency", "e2e_ms"))
+_STATS = (("mean", "mean"), ("median", "p50"), ("std", "std"), ("p90", "p90"), ("p95", "p95"),
+          ("p99", "p99"))
+
+
+def level_row(report: BenchReport, variant: VariantResult, level: LevelResult) -> dict[str, Any]:
+    config = report.config
+    duration = level.duration_s
+    row: dict[str, Any] = {
+        "tag": variant.variant,
+        "backend": f"opsctl-{config.api}",
+        "dataset_name": config.dataset_name,
+        "request_rate": config.request_rate,  # null: closed loop (sglang writes inf)
+        "max_concurrency": level.concurrency,
+        "duration": duration,
+        "completed": level.completed,
+        "total_output_tokens": level.output_tokens,
+        "request_throughput": level.requests_per_s,
+        "output_throughput": level.output_tokens_per_s,
+    }
+    if level.input_tokens is not None and duration > 0:
+        row["total_input_tokens"] = level.input_tokens
+        row["input_throughput"] = round(level.input_tokens / duration, 3)
+        row["total_throughput"] = round((level.input_tokens + level.output_tokens) / duration, 3)
+    for stem, field in _FIGURES:
+        pcts: Pcts = getattr(level, field)
+        for prefix, attr in _STATS:
+            value = getattr(pcts, attr)
+            if value is not None:
+                row[f"{prefix}_{stem}_ms"] = value
+    if level.e2e_ms.mean is not None and duration > 0:
+        row["concurrency"] = round(level.e2e_ms.mean * level.completed / 1000.0 / duration, 4)
+    good = level.goodput
+    if good is not None and good.share is not None:
+        slos = {name: ms for name, ms in (("ttft", good.ttft_ms), ("tpot", good.tpot_ms))
+                if ms is not None}
+        row.update(goodput_slos_ms=slos, request_goodput=good.rate_per_s,
+                   slo_attainment=good.share)
+    row["opsctl"] = {"failed": level.failed + level.warmup_failed,
+                     "token_count_source": level.token_count_source,
+                     "itl_note": level.itl_note, "aborted": level.aborted,
+                     "arrival": config.arrival, "started_at": report.started_at}
+    return row
+
+
+def jsonl(report: BenchReport) -> str:
+    """One line per (variant, level), in run order."""
+    return "".join(json.dumps(level_row(report, variant, level)) + "\n"
+                   for variant in report.variants for level in variant.levels)

@@ -1,0 +1,161 @@
+"""GSM8K few-shot accuracy, the way sglang 0.5.23 measures it (``test/few_shot_gsm8k.py``).
+
+What is matched, with the file:line it comes from (the code here is opsctl's own):
+- prompt: each few-shot example is ``"Question: " + question + "\\nAnswer: " + answer``
+  followed by a blank line, the question asked is ``"Question: " + question + "\\nAnswer:"``, and
+  the prompt is the examples then the question, sent as raw text with no chat template
+  (``few_shot_gsm8k.py:32-43,97``; the frontend posts it as ``text`` to ``/generate``,
+  ``lang/backend/runtime_endpoint.py:157-186``); here it goes to ``/v1/completions`` as
+  ``prompt``, which applies no template either;
+- few-shot examples: sglang takes the first k lines of the test file itself, and its questions
+  also start at line 1, so they overlap (``:79,83``); opsctl takes them from whatever pinned
+  file the caller gives: a train split's first k lines avoids the overlap;
+- generation: greedy (temperature 0, ``:112``), at most 512 new tokens (``:159``), stop strings
+  ``"Question"``, ``"Assistant:"``, ``"<|separator|>"`` (``:101``), 5 shots and 200 questions
+  by default (``:156,158``);
+- scoring: the last integer of the output and of the reference answer (extract.py), accuracy =
+  share of equal pairs over all questions, invalid = share without a number (``:120-129``).
+Requests run ``parallel`` at a time (sglang: 128 threads, ``:160``); one that fails counts as
+wrong and is reported as an error, and any error fails the gate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Literal
+
+import httpx
+from pydantic import BaseModel
+
+from opsctl.core.errors import UsageError
+from opsctl.traffic.client import Api, RequestResult, generate, request_body
+from opsctl.traffic.evals.dataset import Dataset, Gsm8kItem
+from opsctl.traffic.evals.extract import extract_answer
+from opsctl.traffic.evals.score import Score, check_threshold, score
+
+STOP = ("Question", "Assistant:", "<|separator|>")
+DEFAULT_MAX_TOKENS = 512
+DEFAULT_SHOTS = 5
+DEFAULT_QUESTIONS = 200
+
+
+def format_example(item: Gsm8kItem, include_answer: bool) -> str:
+    text = "Question: " + item.question + "\nAnswer:"
+    return text + " " + item.answer if include_answer else text
+
+
+def few_shot_prefix(shots: Sequence[Gsm8kItem]) -> str:
+    return "".join(format_example(item, True) + "\n\n" for item in shots)
+
+
+def build_prompt(prefix: str, item: Gsm8kItem) -> str:
+    return prefix + format_example(item, False)
+
+
+class EvalItem(BaseModel):
+    """One question: its reference label, what the model answered, and the raw output."""
+
+    index: int
+    line: int
+    label: int
+    predicted: int | None = None  # None: no integer in the output (sglang's INVALID)
+    correct: bool = False
+    text: str | None = None
+    finish_reason: str | None = None
+    completion_tokens: int | None = None
+    error: str | None = None
+
+
+class EvalResult(BaseModel):
+    """The JSON record of one eval run; ``items`` keeps every greedy output for comparison."""
+
+    eval: Literal["gsm8k"] = "gsm8k"
+    dataset: str
+    dataset_sha256: str
+    shots_source: str
+    shots_sha256: str
+    num_shots: int
+    max_tokens: int
+    stop: list[str]
+    api: Api
+    duration_s: float
+    score: Score
+    items: list[EvalItem]
+
+
+def select(dataset: Dataset, shots_from: Dataset, num_questions: int, num_shots: int
+           ) -> tuple[tuple[Gsm8kItem, ...], tuple[Gsm8kItem, ...]]:
+    """(questions, shots): the first ``num_questions`` and the first ``num_shots`` lines."""
+    if num_questions < 1 or num_shots < 0:
+        raise UsageError(f"need at least one question and no negative shot count, got "
+                         f"{num_questions} questions and {num_shots} shots")
+    if len(shots_from.items) < num_shots:
+        raise UsageError(f"{shots_from.path} has {len(shots_from.items)} examples, "
+                         f"fewer than the {num_shots} few-shot examples asked for")
+    return dataset.items[:num_questions], shots_from.items[:num_shots]
+
+
+async def run_gsm8k(
+    client: httpx.AsyncClient,
+    *,
+    model: str,
+    dataset: Dataset,
+    shots_from: Dataset,
+    threshold: float,
+    num_questions: int = DEFAULT_QUESTIONS,
+    num_shots: int = DEFAULT_SHOTS,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    api: Api = "completions",
+    parallel: int = 16,
+    request_timeout_s: float = 300.0,
+    overall_timeout_s: float = 3600.0,
+) -> EvalResult:
+    """Ask the first ``num_questions`` questions greedily and score them against the gate."""
+    check_threshold(threshold)
+    if parallel < 1:
+        raise UsageError(f"parallel must be at least 1, got {parallel}")
+    questions, shots = select(dataset, shots_from, num_questions, num_shots)
+    prefix = few_shot_prefix(shots)
+    start = time.monotonic()
+    deadline = start + overall_timeout_s
+    gate = asyncio.Semaphore(parallel)
+
+    async def ask(index: int, item: Gsm8kItem) -> EvalItem:
+        body = request_body(api, model, build_prompt(prefix, item), max_tokens=max_tokens,
+                            stream=False, temperature=0.0)
+        body["stop"] = list(STOP)
+        async with gate:
+            budget = min(request_timeout_s, deadline - time.monotonic())
+            if budget <= 0:
+                return EvalItem(index=index, line=item.line, label=item.label,
+                                error=f"not sent: the eval's {overall_timeout_s:g}s ran out")
+            result = await generate(client, api, body, timeout_s=budget)
+        return judge(index, item, result)
+
+    items = await asyncio.gather(*(ask(i, item) for i, item in enumerate(questions)))
+    correct = sum(item.correct for item in items)
+    errors = sum(item.error is not None for item in items)
+    invalid = sum(item.error is None and item.predicted is None for item in items)
+    return EvalResult(
+        dataset=str(dataset.path), dataset_sha256=dataset.sha256,
+        shots_source=str(shots_from.path), shots_sha256=shots_from.sha256,
+        num_shots=len(shots), max_tokens=max_tokens, stop=list(STOP), api=api,
+        duration_s=round(time.monotonic() - start, 3),
+        score=score(correct, invalid, errors, len(items), threshold), items=list(items),
+    )
+
+
+def judge(index: int, item: Gsm8kItem, result: RequestResult) -> EvalItem:
+    """Score one response; an empty completion is an invalid answer, not a request error."""
+    record = EvalItem(index=index, line=item.line, label=item.label, text=result.text,
+                      finish_reason=result.finish_reason,
+                      completion_tokens=result.output_tokens if result.token_source == "usage"
+                      else None)
+    if not result.ok and result.error_kind != "empty":
+        record.error = f"{result.error_kind}: {result.error}"
+        return record
+    record.predicted = extract_answer(result.text)
+    record.correct = record.predicted == item.label
+    return record

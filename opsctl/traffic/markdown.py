@@ -1,0 +1,90 @@
+"""bench.md: the sweep as a markdown table, each later variant with its delta vs the first.
+
+Plain text, no rich: the file is read in a PR or an issue, where the first variant is the
+baseline a change is judged against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from opsctl.traffic.bench_report import BenchReport, LevelResult
+
+# (label, how to read it from a level, format)
+_ROWS: tuple[tuple[str, Callable[[LevelResult], float | None], str], ...] = (
+    ("TTFT p50 (ms)", lambda lv: lv.ttft_ms.p50, "{:.1f}"),
+    ("TTFT p95 (ms)", lambda lv: lv.ttft_ms.p95, "{:.1f}"),
+    ("ITL p50 (ms)", lambda lv: lv.itl_ms.p50, "{:.2f}"),
+    ("TPOT p50 (ms)", lambda lv: lv.tpot_ms.p50, "{:.2f}"),
+    ("TPOT p95 (ms)", lambda lv: lv.tpot_ms.p95, "{:.2f}"),
+    ("TPOT p99 (ms)", lambda lv: lv.tpot_ms.p99, "{:.2f}"),
+    ("output tok/s", lambda lv: lv.output_tokens_per_s, "{:.1f}"),
+    ("requests/s", lambda lv: lv.requests_per_s, "{:.3f}"),
+    ("goodput (req/s)", lambda lv: lv.goodput.rate_per_s if lv.goodput else None, "{:.3f}"),
+    ("within SLO (%)", lambda lv: _share(lv), "{:.1f}"),
+    ("failed", lambda lv: float(lv.failed + lv.warmup_failed), "{:.0f}"),
+)
+
+
+def _share(level: LevelResult) -> float | None:
+    good = level.goodput
+    return None if good is None or good.share is None else good.share * 100
+
+
+def delta_percent(value: float | None, base: float | None) -> str:
+    if value is None or base is None or base == 0:
+        return ""
+    return f" ({(value - base) / base * 100:+.1f}%)"
+
+
+def fmt(value: float | None, spec: str) -> str:
+    """`spec`-formatted, or "n/a" when nothing was measured."""
+    return "n/a" if value is None else spec.format(value)
+
+
+def markdown_table(report: BenchReport) -> str:
+    """One row per (concurrency, metric); each variant after the first shows its delta."""
+    runs = [v for v in report.variants if v.error is None]
+    if not runs:
+        return "No variant produced results.\n"
+    base = runs[0]
+    header = ["concurrency", "metric", base.variant] + [
+        f"{v.variant} (Δ vs {base.variant})" for v in runs[1:]
+    ]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    levels = {lv.concurrency: lv for lv in base.levels}
+    for concurrency in report.config.concurrency:
+        base_level = levels.get(concurrency)
+        for label, read, spec in _ROWS:
+            base_value = read(base_level) if base_level else None
+            cells = [str(concurrency), label, fmt(base_value, spec)]
+            for other in runs[1:]:
+                level = next((lv for lv in other.levels if lv.concurrency == concurrency), None)
+                value = read(level) if level else None
+                delta = "" if label == "failed" else delta_percent(value, base_value)
+                cells.append(fmt(value, spec) + delta)
+            lines.append("| " + " | ".join(cells) + " |")
+    config = report.config
+    workload = (f"{config.input_words}-word prompts (about one token per word), "
+                f"{config.output_tokens} output tokens" if config.dataset_name == "words"
+                else f"dataset `{config.dataset_name}`")
+    slo = ", ".join(f"{name} <= {ms:g} ms" for name, ms in
+                    (("TTFT", config.slo_ttft_ms), ("TPOT", config.slo_tpot_ms)) if ms)
+    notes = [
+        "",
+        f"{config.arrival[:1].upper()}{config.arrival[1:]}, {workload}, temperature "
+        f"{config.temperature:g}, `{config.api}` API; warm-up excluded; percentiles by linear "
+        "interpolation. Negative Δ is better for latencies, positive for throughput"
+        + (f"; goodput counts requests with {slo}." if slo else "; no SLO: no goodput."),
+    ]
+    if config.workload_note:
+        notes.append(f"Workload: {config.workload_note}.")
+    for run in report.variants:
+        if run.error:
+            notes.append(f"- {run.variant}: not benchmarked: {run.error}")
+        elif run.model:
+            notes.append(f"- {run.variant}: {run.base_url}, model {run.model.served_name!r} "
+                         f"({run.model.served_name_source})")
+    return "\n".join(lines + notes) + "\n"

@@ -1,0 +1,124 @@
+"""The served model name and tokenizer path: read from the server, never guessed.
+
+/v1/models is the authority for the name clients send as `model`; sglang's /model_info says
+which tokenizer the server loaded. Both smoke and bench resolve the model here, and record
+where each answer came from in a `ModelResolution`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+from pydantic import BaseModel
+
+from opsctl.traffic.client import API_KEY_ENV, ServerUnreachable
+from opsctl.traffic.payload import Malformed, body_message, decode_json, model_ids
+
+
+class ModelResolution(BaseModel):
+    """Which model name and tokenizer path opsctl used, and where each came from."""
+
+    served_name: str
+    served_name_source: str
+    listed: list[str]
+    profile_alias: str | None = None
+    tokenizer_path: str | None = None
+    tokenizer_source: str = "not read"
+    notes: list[str] = []
+
+
+def choose_served_name(
+    listed: list[str], requested: str | None, profile_alias: str | None
+) -> tuple[str, str, list[str]]:
+    """Pick the name to send as `model` from what /v1/models lists.
+
+    Returns (name, source, notes); raises ValueError with a user-facing message when no
+    unambiguous choice exists. A single listed model is used whatever it is called (a path,
+    or a name that differs from the profile's alias): the server is the authority.
+    """
+    notes: list[str] = []
+    if not listed:
+        raise ValueError("/v1/models lists no model")
+    if requested:
+        if requested in listed:
+            return requested, "--model, listed by /v1/models", notes
+        raise ValueError(f"--model {requested!r} is not served; /v1/models lists: {_names(listed)}")
+    if len(listed) == 1:
+        name = listed[0]
+        if profile_alias and profile_alias != name:
+            notes.append(
+                f"the server serves {name!r}, not the profile's alias {profile_alias!r}; "
+                f"used the served name"
+            )
+        return name, "the only model listed by /v1/models", notes
+    if profile_alias and profile_alias in listed:
+        return profile_alias, "profile served_name, listed by /v1/models", notes
+    why = f"none is the profile's alias {profile_alias!r}" if profile_alias else "which one?"
+    raise ValueError(f"/v1/models lists {len(listed)} models ({_names(listed)}); {why}")
+
+
+def _names(listed: list[str]) -> str:
+    return ", ".join(repr(name) for name in listed)
+
+
+async def list_models(client: httpx.AsyncClient, timeout_s: float) -> list[str]:
+    """GET /v1/models -> ids. Raises ServerUnreachable, or ValueError for a bad answer."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            response = await client.get("/v1/models")
+    except httpx.ConnectError as exc:
+        raise ServerUnreachable(
+            f"no server answers at {client.base_url}: {exc}",
+            hint="is it running? `opsctl status`, or check --base-url",
+        ) from None
+    except (TimeoutError, httpx.TimeoutException):
+        raise ValueError(f"GET /v1/models did not answer within {timeout_s:g}s") from None
+    except httpx.HTTPError as exc:  # closed without answering, oversized, undecodable
+        raise ValueError(f"GET /v1/models: {type(exc).__name__}: {exc}") from None
+    if response.status_code in (401, 403):
+        raise ValueError(
+            f"GET /v1/models: HTTP {response.status_code} (the server wants an API key; "
+            f"set ${API_KEY_ENV})"
+        )
+    if response.status_code != 200:
+        raise ValueError(f"GET /v1/models: HTTP {response.status_code}: "
+                         f"{body_message(response.content)}")
+    try:
+        return model_ids(decode_json(response.content))
+    except Malformed as exc:
+        raise ValueError(f"GET /v1/models: not a model list: {exc}") from None
+
+
+async def read_model_info(
+    client: httpx.AsyncClient, timeout_s: float
+) -> tuple[dict[str, Any] | None, str]:
+    """sglang's GET /model_info. Returns (payload, how it went); None when not sglang."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            response = await client.get("/model_info")
+    except (TimeoutError, httpx.HTTPError) as exc:
+        return None, f"GET /model_info failed: {type(exc).__name__}" + (f": {exc}" if str(exc) else "")
+    if response.status_code == 404:
+        return None, "the server has no /model_info (not sglang)"
+    if response.status_code in (401, 403):
+        return None, f"GET /model_info: HTTP {response.status_code} (API key missing or wrong)"
+    if response.status_code != 200:
+        return None, f"GET /model_info: HTTP {response.status_code}"
+    try:
+        payload = decode_json(response.content)
+    except Malformed as exc:
+        return None, f"GET /model_info: {exc}"
+    if not isinstance(payload, dict) or "model_path" not in payload:
+        return None, "GET /model_info: no model_path (not sglang)"
+    return payload, "ok"
+
+
+def tokenizer_from_model_info(info: dict[str, Any]) -> tuple[str | None, str]:
+    """sglang's own order (benchmark/serving.py): tokenizer_path, then model_path."""
+    if info.get("tokenizer_path"):
+        return str(info["tokenizer_path"]), "/model_info tokenizer_path"
+    if info.get("model_path"):
+        return str(info["model_path"]), "/model_info model_path"
+    return None, "/model_info has neither tokenizer_path nor model_path"

@@ -1,0 +1,156 @@
+"""smoke's accuracy stages: GSM8K few-shot accuracy and the long-context probes.
+
+Agreement between two variants (`--compare-with`) says nothing when both are wrong; these say
+whether the answers are right. The plan is settled before the first request: the profile's
+`eval:` section with the command line's overrides on top, and every dataset read and checked
+against its sha256 pin, so a wrong file is bad usage (exit 2) before the server is asked
+anything. Nothing is downloaded: the files are local, and the probes are generated here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from opsctl.core.errors import UsageError
+from opsctl.deploy.evalconfig import EvalConfig, Gsm8kConfig, resolve_path
+from opsctl.traffic.client import Api
+from opsctl.traffic.evals.dataset import Dataset
+from opsctl.traffic.evals.gsm8k import DEFAULT_QUESTIONS, DEFAULT_SHOTS, EvalResult, run_gsm8k
+from opsctl.traffic.evals.probes import ProbeResult, run_long_context_probes
+from opsctl.traffic.smoke_report import CheckStatus
+
+# (path, sha256 pin) -> the dataset; raises DatasetError (exit 2) for a missing or other file.
+DatasetLoader = Callable[[Path, str], Dataset]
+
+_GUIDE = "docs/smoke-and-bench.md, 'Accuracy'"
+EVALS = ("gsm8k",)
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    """What the command line asked for; None leaves the profile's setting."""
+
+    gsm8k: bool = False
+    questions: int | None = None
+    dataset: Path | None = None
+    sha256: str | None = None
+    threshold: float | None = None
+    long_context: bool = False
+
+
+def eval_request(name: str | None, *, questions: int | None = None,
+                 dataset: Path | None = None, sha256: str | None = None,
+                 threshold: float | None = None, long_context: bool = False) -> EvalRequest:
+    """The command line's `--eval NAME` and its options; NAME must be one smoke knows."""
+    if name is not None and name not in EVALS:
+        raise UsageError(f"--eval {name!r}: unknown eval", hint=f"choose {', '.join(EVALS)}")
+    return EvalRequest(gsm8k=name == "gsm8k", questions=questions, dataset=dataset,
+                       sha256=sha256, threshold=threshold, long_context=long_context)
+
+
+@dataclass(frozen=True)
+class Gsm8kPlan:
+    dataset: Dataset
+    shots_from: Dataset
+    questions: int
+    shots: int
+    threshold: float
+
+
+@dataclass(frozen=True)
+class LongContextPlan:
+    sizes: tuple[int, ...]
+    prefix_pair_tokens: int | None
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    gsm8k: Gsm8kPlan | None = None
+    long_context: LongContextPlan | None = None
+
+
+def plan_evals(request: EvalRequest, config: EvalConfig | None,
+               load: DatasetLoader) -> EvalPlan:
+    """The evals to run, datasets loaded and verified; UsageError (exit 2) when they cannot."""
+    overrides = request.questions, request.dataset, request.sha256, request.threshold
+    if not request.gsm8k and any(value is not None for value in overrides):
+        raise UsageError("--eval-questions, --eval-dataset, --eval-sha256 and --eval-threshold "
+                         "apply to --eval gsm8k", hint="add --eval gsm8k, or drop them")
+    config = config or EvalConfig()
+    long_context = config.long_context
+    return EvalPlan(
+        gsm8k=_plan_gsm8k(request, config.gsm8k, load) if request.gsm8k else None,
+        long_context=LongContextPlan(tuple(long_context.sizes), long_context.prefix_pair_tokens)
+        if request.long_context else None,
+    )
+
+
+def _plan_gsm8k(request: EvalRequest, config: Gsm8kConfig | None,
+                load: DatasetLoader) -> Gsm8kPlan:
+    """Every setting checked first, then the files read (a read is the slow, last step)."""
+    if (request.dataset is None) != (request.sha256 is None):
+        raise UsageError("--eval-dataset and --eval-sha256 go together",
+                         hint="pin the file: pass what `sha256sum FILE` prints as --eval-sha256")
+    if request.dataset is not None and request.sha256 is not None:
+        source = request.dataset, request.sha256
+    elif config is not None:
+        source = resolve_path(config.dataset), config.sha256
+    else:
+        raise UsageError("--eval gsm8k: the profile has no eval.gsm8k section and no "
+                         "--eval-dataset was given",
+                         hint=f"fetch GSM8K's test.jsonl on this host and pin it ({_GUIDE}), "
+                              "then add eval.gsm8k to the profile or pass --eval-dataset PATH "
+                              "--eval-sha256 HEX --eval-threshold SHARE")
+    threshold = request.threshold if request.threshold is not None else (
+        config.threshold if config is not None else None)
+    if threshold is None or not 0.0 < threshold <= 1.0:
+        raise UsageError(f"--eval gsm8k needs an accuracy threshold in (0, 1], got {threshold}",
+                         hint="set eval.gsm8k.threshold in the profile or pass --eval-threshold")
+    dataset = load(*source)
+    shots_from = dataset
+    if config is not None and config.shots_from is not None and config.shots_sha256 is not None:
+        shots_from = load(resolve_path(config.shots_from), config.shots_sha256)
+    questions = request.questions or (config.questions if config else DEFAULT_QUESTIONS)
+    if questions > len(dataset.items):
+        raise UsageError(f"--eval gsm8k: {questions} questions asked, {dataset.path} holds "
+                         f"{len(dataset.items)}",
+                         hint="lower --eval-questions (or eval.gsm8k.questions)")
+    shots = config.shots if config else DEFAULT_SHOTS
+    if shots > len(shots_from.items):
+        raise UsageError(f"--eval gsm8k: {shots} few-shot examples asked, {shots_from.path} "
+                         f"holds {len(shots_from.items)}", hint="lower eval.gsm8k.shots")
+    return Gsm8kPlan(dataset=dataset, shots_from=shots_from, questions=questions, shots=shots,
+                     threshold=threshold)
+
+
+async def gsm8k_check(client: httpx.AsyncClient, plan: Gsm8kPlan, *, model: str, api: Api,
+                      request_timeout_s: float, remaining_s: float
+                      ) -> tuple[CheckStatus, str, EvalResult]:
+    """Ask the planned questions greedily; pass when the accuracy reaches the threshold."""
+    result = await run_gsm8k(
+        client, model=model, dataset=plan.dataset, shots_from=plan.shots_from,
+        threshold=plan.threshold, num_questions=plan.questions, num_shots=plan.shots, api=api,
+        request_timeout_s=request_timeout_s, overall_timeout_s=remaining_s)
+    return ("pass" if result.score.passed else "fail"), result.score.verdict, result
+
+
+async def long_context_check(client: httpx.AsyncClient, plan: LongContextPlan, *, model: str,
+                             api: Api, request_timeout_s: float, remaining_s: float
+                             ) -> tuple[CheckStatus, str, list[ProbeResult] | None]:
+    """The needle probes at each size, then the prefix pair; every one must pass."""
+    try:
+        async with asyncio.timeout(remaining_s):
+            probes = await run_long_context_probes(
+                client, model=model, sizes=plan.sizes, prefix_pair_tokens=plan.prefix_pair_tokens,
+                api=api, timeout_s=min(request_timeout_s, remaining_s))
+    except TimeoutError:
+        return "fail", f"overall timeout reached during the probes ({remaining_s:.0f}s left)", None
+    failed = [probe for probe in probes if not probe.passed]
+    if failed:
+        return "fail", "; ".join(f"{p.name}: {p.error or p.detail}" for p in failed), probes
+    return "pass", f"{len(probes)} probes passed: " + ", ".join(p.name for p in probes), probes

@@ -1,0 +1,78 @@
+"""smoke's latency numbers: the streamed requests summed up, and the profile's SLO over them.
+
+Pure functions over what the streaming stage measured, so the numbers and the verdict can be
+read (and tested) without a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from opsctl.traffic.client import RequestResult, redact
+from opsctl.traffic.smoke_report import CheckStatus, SloRecord, StreamRecord
+from opsctl.traffic.stats import itl_note, percentile
+
+
+def stream_record(results: Sequence[RequestResult], max_tokens: int,
+                  api_key: str | None) -> StreamRecord:
+    """Per-request TTFT/TPOT of the successful streams, ITL pooled over all their gaps."""
+    ok = [r for r in results if r.ok]
+    gaps = [gap for r in ok for gap in r.itl_s]
+    ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
+    tpots = [t for r in ok if (t := r.tpot_s) is not None]
+    sources = sorted({r.token_source for r in ok})
+    return StreamRecord(
+        requests=len(results), ok=len(ok), max_tokens=max_tokens,
+        ttft_s=ttfts, tpot_s=tpots, output_tokens=[r.output_tokens for r in ok],
+        token_count_source="+".join(sources) or "none",
+        ttft_p50_s=percentile(ttfts, 50) if ttfts else None,
+        tpot_p50_s=percentile(tpots, 50) if tpots else None,
+        itl_p50_s=percentile(gaps, 50) if gaps else None,
+        itl_p90_s=percentile(gaps, 90) if gaps else None,
+        itl_note=itl_note(ok),
+        errors=[redact(f"{r.error_kind}: {r.error}", api_key) for r in results if not r.ok],
+    )
+
+
+def stream_verdict(stream: StreamRecord) -> tuple[CheckStatus, str]:
+    if stream.ok < stream.requests:
+        return "fail", f"{stream.requests - stream.ok} of {stream.requests} streams failed: " + \
+            "; ".join(stream.errors)
+    return "pass", (
+        f"{stream.ok} streams: TTFT p50 {ms(stream.ttft_p50_s)}, ITL p50 {ms(stream.itl_p50_s)}, "
+        f"TPOT p50 {ms(stream.tpot_p50_s)} (tokens from {stream.token_count_source})"
+        + (f"; ITL {stream.itl_note}" if stream.itl_note else "")
+    )
+
+
+def ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1000:.1f} ms"
+
+
+def check_slo(slo: SloRecord, stream: StreamRecord | None) -> tuple[CheckStatus, str]:
+    """Each p50 against its limit; records the measured values in ``slo``."""
+    if slo.tpot_p50_ms_limit is None and slo.ttft_p50_ms_limit is None:
+        return "skip", "no SLO thresholds (profile has none, or no profile given)"
+    if stream is None or stream.ok == 0:
+        return "fail", "no streaming measurements to compare with the SLO"
+    verdicts: list[str] = []
+    failed = False
+    for label, limit, value_s in (
+        ("TPOT p50", slo.tpot_p50_ms_limit, stream.tpot_p50_s),
+        ("TTFT p50", slo.ttft_p50_ms_limit, stream.ttft_p50_s),
+    ):
+        if limit is None:
+            continue
+        if value_s is None:
+            failed = True
+            verdicts.append(f"{label}: not measured (limit {limit:g} ms)")
+            continue
+        value_ms = value_s * 1000
+        if label == "TPOT p50":
+            slo.tpot_p50_ms = round(value_ms, 3)
+        else:
+            slo.ttft_p50_ms = round(value_ms, 3)
+        over = value_ms > limit
+        failed |= over
+        verdicts.append(f"{label} {value_ms:.1f} ms {'>' if over else '<='} {limit:g} ms")
+    return ("fail" if failed else "pass"), "; ".join(verdicts)

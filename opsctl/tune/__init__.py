@@ -1,0 +1,1 @@
+"""The tune room: a measured search over a variant's server settings (`opsctl tune`)."""

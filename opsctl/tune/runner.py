@@ -1,0 +1,64 @@
+"""The real PointRunner: the deploy room's `up`/`down` and the traffic room's bench, through
+their public functions; the engine, image naming, verifier and client factory come from the CLI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from opsctl.core.errors import Interrupted
+from opsctl.deploy import app as deploy_app
+from opsctl.deploy.app import ImageFor, Verifier
+from opsctl.deploy.profiles import Deployment
+from opsctl.deploy.state import StateDir
+from opsctl.engine.api import Engine
+from opsctl.traffic.bench import BenchOptions, Target, run_bench
+from opsctl.traffic.client import ClientFactory, make_client
+from opsctl.tune.app import Measure
+
+LABEL = "tune"
+
+
+@dataclass
+class DeployRunner:
+    engine: Engine
+    image_for: ImageFor
+    verify: Verifier | None
+    state: StateDir | None
+    input_words: int
+    output_tokens: int
+    request_timeout_s: float
+    api_key: str | None
+    client_factory: ClientFactory = make_client
+
+    def up(self, deployment: Deployment) -> str:
+        """Stop what runs for the profile, start this point, wait until ready and verified."""
+        started = deploy_app.up(deployment, engine=self.engine, image_for=self.image_for,
+                                replace=True, verify=self.verify, state=self.state)
+        return started.base_url
+
+    def bench(self, base_url: str, concurrency: int, requests: int) -> Measure:
+        options = BenchOptions(concurrency=(concurrency,), requests_per_level=requests,
+                               input_words=self.input_words, output_tokens=self.output_tokens,
+                               request_timeout_s=self.request_timeout_s, api_key=self.api_key)
+        report = run_bench([Target(label=LABEL, base_url=base_url)], options,
+                           client_factory=self.client_factory)
+        stopped = report.stop_error("bench", "tune")
+        if isinstance(stopped, Interrupted):
+            raise KeyboardInterrupt  # the search saves its state and exits 130
+        if stopped is not None:
+            raise stopped
+        result = report.variants[0]
+        level = result.levels[0] if result.levels else None
+        error = result.error or result.stopped or (level.aborted if level else "no level ran")
+        failed = result.failed_requests
+        if error is None and failed:
+            error = f"{failed} request(s) failed"
+        return Measure(
+            tpot_p50_ms=level.tpot_ms.p50 if level else None,
+            ttft_p50_ms=level.ttft_ms.p50 if level else None,
+            output_tokens_per_s=level.output_tokens_per_s if level else None,
+            failed_requests=failed, error=error)
+
+    def down(self, deployment: Deployment) -> None:
+        deploy_app.down(self.engine, deployment.profile.name, state=self.state)

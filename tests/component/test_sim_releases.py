@@ -1,0 +1,183 @@
+"""The simulator resolves the checked settings like the pinned release it speaks, from the same
+facts opsctl.verify checks against, and prints the patch's start-up line like the kernel."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from opsctl.deploy import releases as deploy_releases
+from opsctl.kernels import kv_gather_cast as kernel
+from opsctl.sim import patchmarker
+from opsctl.sim import releases as sim
+from opsctl.verify import facts as verify
+
+StartSim = Callable[..., Any]
+GLM_ARGS = ["--served-model-name", "glm-5", "--tp-size", "8", "--quantization", "modelopt_fp4"]
+
+
+def _default_shape(default: object) -> object:
+    """Both tables' defaults in one comparable form: what is fixed must be equal, and what the
+    verify table leaves to the device (Depends) the simulator computes (OnDevice)."""
+    if isinstance(default, verify.Fixed):
+        return ("fixed", default.value)
+    if isinstance(default, (verify.SameAs, sim.Same)):
+        return ("same", default.field)
+    if isinstance(default, (verify.Required, sim.Required)):
+        return ("required",)
+    if isinstance(default, (verify.Depends, sim.OnDevice)):
+        return ("device",)
+    if isinstance(default, (verify.ByKv, sim.ByKv)):
+        return ("kv", _default_shape(default.fp8), _default_shape(default.bf16))
+    return ("fixed", default)
+
+
+def test_the_simulator_and_verify_record_the_same_release_facts() -> None:
+    assert list(sim.RELEASES) == list(verify.RELEASE_FACTS)
+    assert sim.DSA_ARCHITECTURES == deploy_releases.DSA_ARCHITECTURES
+    for release, facts in verify.RELEASE_FACTS.items():
+        mine = sim.RELEASES[release]
+        assert list(mine) == list(facts), release
+        for name, fact in facts.items():
+            ours = mine[name]
+            where = f"{release} {name}"
+            assert (ours.endpoint, ours.key, ours.flag) == (fact.endpoint, fact.key, fact.flag), where
+            assert (ours.dsa_only, ours.forced, ours.unset) == (
+                fact.dsa_only, fact.forced, fact.unset), where
+            assert dict(ours.aliases) == dict(fact.aliases), where
+            assert _default_shape(ours.default) == _default_shape(fact.default), where
+
+
+def test_the_marker_literals_are_the_kernels() -> None:
+    assert patchmarker.MARKER == kernel.MARKER
+    assert patchmarker.SWITCH_ENV == kernel.SWITCH_ENV
+    assert (patchmarker.ACTIVE, patchmarker.INACTIVE) == (kernel.ACTIVE, kernel.INACTIVE)
+    assert patchmarker.REASON_SWITCH_OFF == kernel.REASON_SWITCH_OFF
+    assert patchmarker.REASON_POOL_NOT_FP8 == kernel.REASON_POOL_NOT_FP8
+    assert patchmarker.ROW_ELEMS == 576
+    assert kernel.workspace_bytes(1000) == 1000 * patchmarker.ROW_ELEMS * patchmarker.BF16_BYTES
+
+
+@pytest.mark.parametrize("settings, env, state, reason", [
+    ({"attention_backend": "flashinfer", "kv_cache_dtype": "fp8_e4m3"}, {"OPSCTL_KV_GATHER_CAST": "1"},
+     "active", None),
+    ({"attention_backend": "flashinfer", "kv_cache_dtype": "fp8_e4m3"}, {"OPSCTL_KV_GATHER_CAST": "0"},
+     "inactive", "switch_off"),
+    ({"attention_backend": "flashinfer", "kv_cache_dtype": "bfloat16"}, {"OPSCTL_KV_GATHER_CAST": "1"},
+     "inactive", "pool_not_fp8_e4m3"),
+])
+def test_the_marker_line_parses_with_the_kernels_parser(
+        settings: dict[str, str], env: dict[str, str], state: str, reason: str | None) -> None:
+    line = patchmarker.marker_line(settings, env, pool_rows=1000)
+    assert line is not None
+    parsed = kernel.parse_marker("[2026-01-01 00:00:00 TP0] " + line)
+    assert parsed is not None
+    assert parsed["state"] == state
+    assert parsed.get("reason") == reason
+    if state == "active":
+        assert parsed["workspace_bytes"] == kernel.workspace_bytes(1000)
+
+
+def test_no_marker_when_the_patched_backend_is_not_used() -> None:
+    settings = {"attention_backend": "dsa", "kv_cache_dtype": "fp8_e4m3"}
+    assert patchmarker.marker_line(settings, {"OPSCTL_KV_GATHER_CAST": "1"}, 1000) is None
+
+
+GLM5 = sim.Checkpoint({})
+
+
+def test_0_5_23_defaults_for_glm5_on_the_simulated_sm120() -> None:
+    resolved = sim.resolve("0.5.23", {"model_path": "/m", "tp_size": 8}, GLM5)
+    assert resolved == {
+        "model_path": "/m", "served_model_name": "/m", "tp_size": 8, "quantization": None,
+        "kv_cache_dtype": "fp8_e4m3", "attention_backend": "dsa",
+        "dsa_prefill_backend": "flashinfer_sparse_mla", "dsa_decode_backend": "flashinfer_sparse_mla",
+        "page_size": 64, "cuda_graph_max_bs": 512,
+    }
+
+
+def test_0_5_9_defaults_for_glm5() -> None:
+    resolved = sim.resolve("0.5.9", {"model_path": "/m", "tp_size": 2}, GLM5)
+    assert (resolved["attention_backend"], resolved["dsa_prefill_backend"],
+            resolved["dsa_decode_backend"], resolved["page_size"],
+            resolved["cuda_graph_max_bs"]) == ("nsa", "flashmla_auto", "flashmla_kv", 64, 256)
+
+
+def test_given_flags_win_except_a_forced_page_size_and_bf16_is_normalised() -> None:
+    raw = {"model_path": "/m", "kv_cache_dtype": "bf16", "page_size": 16,
+           "nsa_decode_backend": "trtllm", "cuda_graph_max_bs": 64}
+    resolved = sim.resolve("0.5.9", raw, GLM5)
+    assert resolved["kv_cache_dtype"] == "bfloat16"
+    assert resolved["page_size"] == 64
+    assert resolved["dsa_decode_backend"] == "trtllm"
+    assert resolved["dsa_prefill_backend"] == "flashmla_sparse"  # the bf16 default
+    assert resolved["cuda_graph_max_bs"] == 64
+
+
+def test_0_5_23_caps_the_default_graph_size_at_max_running_requests() -> None:
+    raw = {"model_path": "/m", "tp_size": 8, "max_running_requests": 128}
+    assert sim.resolve("0.5.23", raw, GLM5)["cuda_graph_max_bs"] == 128
+    assert sim.resolve("0.5.9", raw, GLM5)["cuda_graph_max_bs"] == 512
+
+
+def test_a_non_dsa_checkpoint_gets_no_dsa_defaults() -> None:
+    other = sim.Checkpoint({"architectures": ["LlamaForCausalLM"]})
+    resolved = sim.resolve("0.5.23", {"model_path": "/m", "kv_cache_dtype": "bf16"}, other)
+    assert (resolved["attention_backend"], resolved["page_size"], resolved["kv_cache_dtype"]) == (
+        None, None, "bf16")
+
+
+def test_0_5_23_server_info_and_model_info_over_http(sim_server: StartSim) -> None:
+    server = sim_server(args=[*GLM_ARGS, "--kv-cache-dtype", "fp8_e4m3",
+                              "--attention-backend", "flashinfer",
+                              "--cuda-graph-max-bs-decode", "64"])
+    info = httpx.get(server.url + "/server_info").json()
+    assert info["version"] == "0.5.23"
+    assert (info["attention_backend"], info["dsa_prefill_backend"], info["dsa_decode_backend"]) == (
+        "flashinfer", "flashinfer_sparse_mla", "flashinfer_sparse_mla")
+    assert (info["page_size"], info["cuda_graph_config"]["decode"]["max_bs"]) == (64, 64)
+    assert info["cuda_graph_max_bs_decode"] == 64  # the raw input, as resolved_dict reports it
+    assert "launch_command" in info
+    model = httpx.get(server.url + "/model_info").json()
+    assert (model["model_path"], model["served_model_name"]) == ("/models/GLM-5-NVFP4", "glm-5")
+
+
+def test_0_5_9_server_info_and_model_info_over_http(sim_server: StartSim) -> None:
+    server = sim_server(env={sim.RELEASE_ENV: "0.5.9"},
+                        args=[*GLM_ARGS, "--kv-cache-dtype", "bf16", "--nsa-decode-backend", "fa3"])
+    info = httpx.get(server.url + "/server_info").json()
+    assert info["version"] == "0.5.9"
+    assert (info["attention_backend"], info["kv_cache_dtype"], info["nsa_prefill_backend"],
+            info["nsa_decode_backend"], info["page_size"], info["cuda_graph_max_bs"]) == (
+        "nsa", "bfloat16", "flashmla_sparse", "fa3", 64, 512)
+    assert "launch_command" not in info and "frontend" not in info
+    assert info["served_model_name"] == "glm-5"
+    model = httpx.get(server.url + "/model_info").json()
+    assert "served_model_name" not in model
+    assert model["model_path"] == "/models/GLM-5-NVFP4"
+
+
+def test_an_unknown_release_exits_2(sim_server: StartSim) -> None:
+    server = sim_server(env={sim.RELEASE_ENV: "0.4.0"}, wait="none")
+    assert server.process.wait(15) == 2
+    assert "the simulator speaks sglang 0.5.9, 0.5.23" in server.logs()
+
+
+def test_misresolve_reports_another_attention_backend(sim_server: StartSim) -> None:
+    server = sim_server(args=["--attention-backend", "flashinfer"])
+    assert httpx.get(server.url + "/server_info").json()["attention_backend"] == "flashinfer"
+    httpx.post(server.url + "/_sim/config", json={"fault": "misresolve"}).raise_for_status()
+    assert httpx.get(server.url + "/server_info").json()["attention_backend"] == "triton"
+    httpx.post(server.url + "/_sim/config", json={"fault": "none"}).raise_for_status()
+    assert httpx.get(server.url + "/server_info").json()["attention_backend"] == "flashinfer"
+
+
+def test_the_switch_prints_the_active_marker_at_start_up(sim_server: StartSim) -> None:
+    on = sim_server(env={"OPSCTL_KV_GATHER_CAST": "1"}, args=["--attention-backend", "flashinfer"])
+    off = sim_server(env={"OPSCTL_KV_GATHER_CAST": "0"}, args=["--attention-backend", "flashinfer"])
+    states = [[m["state"] for m in map(kernel.parse_marker, s.logs().splitlines()) if m]
+              for s in (on, off)]
+    assert states == [["active"], ["inactive"]]

@@ -1,0 +1,102 @@
+"""`opsctl decide` on the real Docker engine with the simulator image.
+
+A throwaway copy of deploy/sim.yaml mounts a small "weights" directory with the synthetic GSM8K
+answer key (as tests/integration/test_gate.py does), so every variant runs the gates the profile
+configures: verify, smoke with GSM8K and the long-context probes, then a short sweep. Four
+variants: baseline; corrupt (the simulator's corrupt fault: greedy outputs differ from
+baseline's, but every absolute gate passes); native (sparse attention: not compared with the
+dense ones); inaccurate (baseline answering half of GSM8K wrong: disqualified at smoke).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+import yaml
+
+from opsctl.core.paths import project_root
+
+pytestmark = pytest.mark.docker
+
+DECIDE_TIMEOUT_S = 540  # four variants; the simulator is ready in seconds
+EVAL_KEY = "sim-gsm8k-test.jsonl"
+VARIANTS = "baseline,corrupt,native,inaccurate"
+
+
+@pytest.fixture()
+def decide_profile(tmp_path: Path, free_port) -> Iterator[tuple[Path, str]]:
+    """(profile path, profile name); its containers are removed afterwards."""
+    data = yaml.safe_load((project_root() / "deploy" / "sim.yaml").read_text())
+    name = f"it-decide-{uuid.uuid4().hex[:8]}"
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    (weights / "config.json").write_text(json.dumps({"architectures": ["GlmMoeDsaForCausalLM"]}))
+    (weights / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {}}))
+    shutil.copy(project_root() / "deploy" / "evals" / EVAL_KEY, weights / EVAL_KEY)
+    data["name"] = name
+    data["model"]["host_path"] = str(weights)
+    data["container"]["host_port"] = free_port()
+    data["container"]["env"].update({
+        "OPSCTL_SIM_LOAD_SECONDS": "1", "OPSCTL_SIM_WARMUP_SECONDS": "1",
+        "OPSCTL_SIM_EVAL_KEY": f"{data['model']['container_path']}/{EVAL_KEY}",
+    })
+    data["variants"]["inaccurate"] = {
+        "description": "baseline answering half of GSM8K wrong (simulated)",
+        "env": {**data["variants"]["baseline"]["env"], "OPSCTL_SIM_EVAL_WRONG_SHARE": "0.5"},
+    }
+    for variant in data["variants"].values():
+        variant.setdefault("env", {})["OPSCTL_SIM_ITL_MS"] = "2"  # a quicker smoke and sweep
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    yield path, name
+    client = docker.from_env()
+    for container in client.containers.list(all=True, filters={"label": f"opsctl.profile={name}"}):
+        container.remove(force=True)
+
+
+def test_decide_disqualifies_reports_the_disagreement_and_recommends(
+    opsctl, sim_image: str, decide_profile: tuple[Path, str], tmp_path: Path
+) -> None:
+    path, name = decide_profile
+    out = tmp_path / "run"
+    done = opsctl("decide", "--profile", str(path), "--variants", VARIANTS, "--concurrency", "1,4",
+                  "--requests", "8", "--out", str(out), "--image", sim_image,
+                  timeout=DECIDE_TIMEOUT_S)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    report = json.loads((out / "decide.json").read_text())
+    records = {r["variant"]: r for r in report["variants"]}
+    assert [records[v]["status"] for v in ("baseline", "corrupt", "native")] == ["qualified"] * 3
+    inaccurate = records["inaccurate"]
+    assert (inaccurate["status"], inaccurate["failed_gate"]) == ("disqualified", "smoke")
+    assert "gsm8k" in inaccurate["reason"] and inaccurate["evidence"]
+    for record in records.values():
+        assert record["verify"].startswith("verified")
+        assert record["checkpoint"] and not record["checkpoint"].startswith("unavailable")
+        for evidence in record["evidence"]:
+            assert (out / evidence).is_file(), evidence
+    for variant in ("baseline", "corrupt", "native"):
+        record = records[variant]
+        assert [level["concurrency"] for level in record["levels"]] == [1, 4]
+        assert (out / record["bench_report"]).is_file() and record["accuracy"]["passed"]
+        assert record["probes"] and all(probe["passed"] for probe in record["probes"])
+    pairs = {(p["a"], p["b"]): p for p in report["pairs"]}
+    corrupt = pairs[("baseline", "corrupt")]
+    assert corrupt["outcome"] == "disagree", corrupt
+    assert corrupt["detail"].startswith("corrupt and baseline disagree at request ")
+    assert "one of them is wrong; the eval decides" in corrupt["detail"]
+    assert pairs[("baseline", "native")]["outcome"] == "not compared"
+    assert "sparse attention" in pairs[("baseline", "native")]["detail"]
+    assert report["winner"] in ("baseline", "corrupt", "native")
+    assert report["recommendation"].startswith(f"run {report['winner']}: correct on every gate")
+    page = (out / "decide.md").read_text()
+    assert f"**{report['recommendation']}**" in page and "### Disqualified" in page
+    assert report["recommendation"] in done.stdout
+    client = docker.from_env()
+    assert client.containers.list(all=True, filters={"label": f"opsctl.profile={name}"}) == []

@@ -1,0 +1,110 @@
+"""`opsctl up --gate` on the real Docker engine with the simulator image.
+
+A throwaway copy of deploy/sim.yaml mounts a small "weights" directory (config.json, a
+safetensors index, and the synthetic GSM8K answer key the simulator's eval mode reads), so the
+gate runs everything the shipped profile configures: verify, smoke, GSM8K, the long-context
+probes and the greedy-output comparison. Gating `baseline` passes and records it; gating
+`corrupt` (the simulator's corrupt fault) fails the comparison, exits 5 and leaves baseline
+running again.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+import yaml
+
+from opsctl.core.errors import EXIT_SMOKE
+from opsctl.core.paths import project_root
+from opsctl.verify.checkpoint import checkpoint_id
+
+pytestmark = pytest.mark.docker
+
+GATE_TIMEOUT_S = 300  # each opsctl call; the simulator is ready in seconds
+EVAL_KEY = "sim-gsm8k-test.jsonl"
+
+
+@pytest.fixture()
+def gated_profile(tmp_path: Path, free_port) -> Iterator[tuple[Path, str, Path]]:
+    """(profile path, profile name, weights dir); its containers are removed afterwards."""
+    data = yaml.safe_load((project_root() / "deploy" / "sim.yaml").read_text())
+    name = f"it-gate-{uuid.uuid4().hex[:8]}"
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    (weights / "config.json").write_text(json.dumps({"architectures": ["GlmMoeDsaForCausalLM"]}))
+    (weights / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {}}))
+    shutil.copy(project_root() / "deploy" / "evals" / EVAL_KEY, weights / EVAL_KEY)
+    data["name"] = name
+    data["model"]["host_path"] = str(weights)
+    data["container"]["host_port"] = free_port()
+    data["container"]["env"].update({
+        "OPSCTL_SIM_LOAD_SECONDS": "1", "OPSCTL_SIM_WARMUP_SECONDS": "1",
+        "OPSCTL_SIM_EVAL_KEY": f"{data['model']['container_path']}/{EVAL_KEY}",
+    })
+    for variant in data["variants"].values():
+        variant.setdefault("env", {})["OPSCTL_SIM_ITL_MS"] = "5"  # a quicker smoke
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    yield path, name, weights
+    client = docker.from_env()
+    for container in client.containers.list(all=True, filters={"label": f"opsctl.profile={name}"}):
+        container.remove(force=True)
+
+
+def running(name: str) -> list[dict[str, str]]:
+    client = docker.from_env()
+    return [c.labels for c in client.containers.list(filters={"label": f"opsctl.profile={name}"})]
+
+
+def test_a_corrupting_variant_fails_the_gate_and_baseline_comes_back(
+    opsctl, sim_image: str, gated_profile: tuple[Path, str, Path], tmp_path: Path
+) -> None:
+    path, name, weights = gated_profile
+    state = tmp_path / "state"
+    env = {"OPSCTL_STATE_DIR": str(state)}
+
+    good = opsctl("up", "--profile", str(path), "--variant", "baseline", "--gate",
+                  "--image", sim_image, timeout=GATE_TIMEOUT_S, **env)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "gate passed" in good.stdout and "no last good variant recorded" in good.stdout
+    last_good = json.loads((state / "gates" / name / "last-good.json").read_text())
+    assert (last_good["variant"], last_good["image"]) == ("baseline", sim_image)
+    report = json.loads(Path(last_good["report"]).read_text())
+    checks = {check["name"]: check["status"] for check in report["checks"]}
+    assert checks["gsm8k"] == checks["long_context"] == "pass", checks
+    (labels,) = running(name)
+    assert labels["opsctl.checkpoint"] == checkpoint_id(weights).combined
+    assert last_good["checkpoint"]["id"] == labels["opsctl.checkpoint"]
+
+    bad = opsctl("up", "--profile", str(path), "--variant", "corrupt", "--gate",
+                 "--image", sim_image, timeout=GATE_TIMEOUT_S, **env)
+    assert bad.returncode == EXIT_SMOKE, bad.stdout + bad.stderr
+    assert "compared with last good 'baseline'" in bad.stdout
+    assert "gate failed" in bad.stderr and "compare (greedy outputs differ" in bad.stderr
+    assert "rolled back to 'baseline'" in bad.stderr and "Traceback" not in bad.stderr
+    (labels,) = running(name)
+    assert labels["opsctl.variant"] == "baseline"
+    assert json.loads((state / "gates" / name / "last-good.json").read_text()) == last_good
+
+    status = opsctl("status", **env)
+    row = next(line for line in status.stdout.splitlines() if name in line)
+    assert "baseline" in row and "verified" in row and "MISMATCH" not in row
+
+
+def test_up_without_verify_is_recorded_as_not_verified(
+    opsctl, sim_image: str, gated_profile: tuple[Path, str, Path], tmp_path: Path
+) -> None:
+    path, name, _ = gated_profile
+    env = {"OPSCTL_STATE_DIR": str(tmp_path / "state")}
+    up = opsctl("up", "--profile", str(path), "--variant", "baseline", "--no-verify",
+                "--image", sim_image, timeout=GATE_TIMEOUT_S, **env)
+    assert up.returncode == 0, up.stderr
+    status = opsctl("status", **env)
+    row = next(line for line in status.stdout.splitlines() if name in line)
+    assert "not verified" in row

@@ -1,0 +1,346 @@
+"""`opsctl decide` against FakeEngine, FakeSglang, FakeClock, a fake verify, smoke and bench.
+
+Every variant runs alone (stop-then-start) and nothing runs afterwards; a variant that does not
+start, verify or pass smoke is disqualified with its reason and evidence and the run goes on;
+greedy outputs are compared only between variants computing the same attention, and a
+disagreement disqualifies neither; the winner reached the highest concurrency without failures,
+then has the lowest TPOT p50 there; Ctrl-C leaves nothing running and a partial report.
+tests/integration/test_decide_engine.py runs the command on the real engine with the simulator.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fakes import Behaviour, FakeClock, FakeEngine, FakeSglang
+from typer.testing import CliRunner
+
+from opsctl.cli import app
+from opsctl.core import labels
+from opsctl.core.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_LAUNCH,
+    EXIT_SMOKE,
+    LaunchError,
+    OpsctlError,
+    UsageError,
+)
+from opsctl.decide import app as decide_app
+from opsctl.decide.app import BenchAsk, DecideRequest, DecideResult
+from opsctl.decide.report import DecideReport, VariantRecord
+from opsctl.deploy.app import ImageFor
+from opsctl.deploy.gate import SmokeAsk
+from opsctl.deploy.profiles import Deployment, load_profile
+from opsctl.engine.api import ContainerInfo, RunSpec
+from opsctl.traffic.bench import BenchOptions
+from opsctl.traffic.bench_report import (
+    BenchReport,
+    ClientInfo,
+    LevelResult,
+    VariantResult,
+    write_report_files,
+)
+from opsctl.traffic.client import RequestResult
+from opsctl.traffic.evals.gsm8k import EvalResult
+from opsctl.traffic.evals.probes import ProbeResult
+from opsctl.traffic.evals.score import score
+from opsctl.traffic.smoke_report import CheckResult, GenerationRecord, SmokeReport, write_report
+from opsctl.traffic.stats import summarize
+from opsctl.verify.app import VerifyResult
+from opsctl.verify.checks import FieldCheck
+
+PROFILE = load_profile("sim")
+IMAGE = "opsctl/sim:test"
+LEVELS = (1, 8)
+PROMPTS = ("p0", "p1", "p2")
+
+
+class Engine(FakeEngine):
+    """One box: `crashing` variants exit while loading; a second server never runs beside one."""
+
+    def __init__(self, crashing: tuple[str, ...] = ()) -> None:
+        super().__init__(images={IMAGE: {labels.PATCH_SHA256: "abc"}})
+        self.crashing = crashing
+        self.started: list[str] = []
+
+    def run(self, spec: RunSpec) -> ContainerInfo:
+        assert not any(c.status == "running" for c in self.containers.values()), "stop first"
+        variant = spec.labels[labels.VARIANT]
+        self.started.append(variant)
+        if variant in self.crashing:
+            self.next_run = Behaviour(exit_after_inspects=1, exit_code=137,
+                                      log=["torch.OutOfMemoryError: CUDA out of memory"])
+        return super().run(spec)
+
+
+class FakeVerify:
+    def __init__(self, mismatching: tuple[str, ...] = ()) -> None:
+        self.mismatching = mismatching
+
+    def __call__(self, deployment: Deployment, url: str, log_text: str) -> VerifyResult:
+        checks = [FieldCheck("tp_size", "8", "8", "ok", "argv", "/server_info")]
+        if deployment.variant in self.mismatching:
+            checks.append(FieldCheck("kv_cache_dtype", "fp8_e4m3", "bfloat16", "mismatch",
+                                     "argv", "/server_info"))
+        return VerifyResult(base_url=url, profile=PROFILE.name, variant=deployment.variant,
+                            sglang_version="0.5.23", checks=checks)
+
+
+class FakeSmoke:
+    """Same greedy outputs for every variant except `corrupting` ones; GSM8K and probes pass
+    unless the variant is in `failing`; `interrupt` comes back partial, stopped by Ctrl-C."""
+
+    def __init__(self, failing: tuple[str, ...] = (), corrupting: tuple[str, ...] = (),
+                 interrupt: str | None = None) -> None:
+        self.failing, self.corrupting, self.interrupt = failing, corrupting, interrupt
+        self.checked: list[SmokeAsk] = []
+        self.asks: list[SmokeAsk] = []
+
+    def check(self, ask: SmokeAsk) -> None:
+        self.checked.append(ask)
+
+    def run(self, ask: SmokeAsk) -> SmokeReport:
+        self.asks.append(ask)
+        name = ask.deployment.variant
+        bad = name in self.failing
+        text = "The answer is 42 because six times seven"
+        generations = [GenerationRecord(prompt_id=p, prompt=f"prompt {p}", max_tokens=32,
+                                        text=text + (" is not 41" if name in self.corrupting
+                                                     else " is 42"))
+                       for p in PROMPTS]
+        checks = [CheckResult(name="generations", status="pass", duration_s=0.0, detail="3 ok"),
+                  CheckResult(name="gsm8k", status="fail" if bad else "pass", duration_s=0.0,
+                              detail="accuracy below threshold" if bad else "ok")]
+        gsm8k = EvalResult(dataset="d", dataset_sha256="a", shots_source="s", shots_sha256="b",
+                           num_shots=5, max_tokens=256, stop=[], api="completions", duration_s=1,
+                           score=score(30 if bad else 58, 0, 0, 60, 0.9), items=[])
+        probes = [ProbeResult(name="needle-4k", kind="needle", passed=True, expected="1",
+                              got="1", target_tokens=4096, prompt_tokens_approx=4096, depth=0.5,
+                              duration_s=0.1, detail="found")]
+        report = SmokeReport(started_at="2026-11-29T11:00:00+00:00", duration_s=1.0,
+                             base_url=ask.base_url, profile=PROFILE.name, variant=name,
+                             checks=checks, generations=generations, gsm8k=gsm8k,
+                             long_context=probes, passed=not bad)
+        write_report(report, ask.report)
+        return report.record_stop(KeyboardInterrupt() if name == self.interrupt else None)
+
+
+def _level(concurrency: int, tpot_ms: float, failed: int) -> LevelResult:
+    itl = tpot_ms / 1000
+
+    def ok() -> RequestResult:
+        return RequestResult(ok=True, ttft_s=0.1, e2e_s=0.1 + 10 * itl, output_tokens=11,
+                             itl_s=[itl] * 10, token_source="usage", finish_reason="length")
+
+    return summarize(concurrency, [ok() for _ in range(4)] + [
+        RequestResult(ok=False, error_kind="timeout", error="x")] * failed, [], duration_s=1.0)
+
+
+class FakeBench:
+    """`sweeps[variant]` = {concurrency: (TPOT p50 ms, failed requests)}; writes bench.json."""
+
+    def __init__(self, sweeps: dict[str, dict[int, tuple[float, int]]]) -> None:
+        self.sweeps = sweeps
+        self.asks: list[BenchAsk] = []
+
+    def __call__(self, ask: BenchAsk) -> BenchReport:
+        self.asks.append(ask)
+        sweep = self.sweeps.get(ask.deployment.variant, {c: (30.0, 0) for c in ask.concurrency})
+        levels = [_level(c, *sweep[c]) for c in ask.concurrency]
+        result = VariantResult(variant=ask.deployment.variant, base_url=ask.base_url,
+                               levels=levels)
+        report = BenchReport(started_at="2026-11-29T11:00:00+00:00", duration_s=1.0,
+                             config=BenchOptions(concurrency=ask.concurrency).config(),
+                             client=ClientInfo(hostname="h", platform="p", python="3", cpu_count=1),
+                             variants=[result], failed_requests=0, passed=True)
+        write_report_files(report, ask.out_dir)
+        return report
+
+
+class Run:
+    def __init__(self, tmp_path: Path, engine: Engine | None = None) -> None:
+        self.out = tmp_path / "decide"
+        self.engine = engine or Engine()
+        self.steps: list[str] = []
+
+    def decide(self, variants: tuple[str, ...], *, smoke: FakeSmoke | None = None,
+               bench: FakeBench | None = None, verify: FakeVerify | None = None,
+               image_for: ImageFor | None = None) -> DecideResult:
+        return decide_app.decide(
+            PROFILE, DecideRequest(variants=variants, concurrency=LEVELS, requests_per_level=4,
+                                   out_dir=self.out),
+            engine=self.engine, image_for=image_for or (lambda _: IMAGE),
+            verify=verify or FakeVerify(), smoke=smoke or FakeSmoke(), bench=bench or FakeBench({}),
+            http=FakeSglang(PROFILE.model.served_name, ["ready"]).client, clock=FakeClock(),
+            on_step=self.steps.append)
+
+    def running(self) -> list[str]:
+        return [c.labels[labels.VARIANT] for c in self.engine.containers.values()]
+
+
+def by_name(report: DecideReport) -> dict[str, VariantRecord]:
+    return {r.variant: r for r in report.variants}
+
+
+def test_the_variant_free_of_failures_at_the_highest_level_wins(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    run.engine.add_container("opsctl-sim", {labels.MANAGED: labels.TRUE, labels.ROLE:
+                                            labels.ROLE_SERVER, labels.PROFILE: PROFILE.name,
+                                            labels.VARIANT: "bf16kv"})
+    bench = FakeBench({"baseline": {1: (30.0, 0), 8: (33.0, 0)},
+                       "gathercast": {1: (24.0, 0), 8: (26.0, 0)},
+                       "native": {1: (20.0, 0), 8: (19.0, 2)}})  # fastest, but fails at 8
+    result = run.decide(("baseline", "gathercast", "native"), bench=bench)
+    report = result.report
+    assert result.error is None and report.winner == "gathercast"
+    assert report.recommendation.startswith(
+        "run gathercast: correct on every gate (start, verify, smoke, GSM8K, long-context probes)"
+        " and 21% lower TPOT p50 at 8 than baseline (26.0 vs 33.0 ms;")
+    assert run.engine.started == ["baseline", "gathercast", "native"]
+    assert run.running() == [] and "baseline: stopped opsctl-sim; starting " + IMAGE in run.steps
+    assert len(list(run.out.glob("sim-bf16kv-*.log"))) == 1  # what ran before: its log kept
+    records = by_name(report)
+    native = records["native"]
+    best = native.best_level()
+    assert native.status == "qualified" and best is not None and best.concurrency == 1
+    assert records["baseline"].verify == "verified"
+    accuracy = records["baseline"].accuracy
+    assert accuracy is not None and accuracy.accuracy == pytest.approx(58 / 60)
+    assert [(p.a, p.b, p.outcome) for p in report.pairs] == [
+        ("baseline", "gathercast", "agree"), ("baseline", "native", "not compared"),
+        ("gathercast", "native", "not compared")]
+    assert "computes dense attention, native sparse attention" in report.pairs[1].detail
+    assert [p for p in result.written] == [run.out / "decide.json", run.out / "decide.md"]
+    for name in ("smoke.json", "bench.json", "bench.md", "verify.json"):
+        assert (run.out / "01-baseline" / name).is_file(), name
+    (log,) = (run.out / "01-baseline").glob("*.log")  # saved by `down` before the removal
+    assert f"01-baseline/{log.name}" in records["baseline"].evidence
+    saved = DecideReport.model_validate_json((run.out / "decide.json").read_text())
+    assert saved.winner == "gathercast" and not saved.partial
+    page = (run.out / "decide.md").read_text()
+    assert f"**{report.recommendation}**" in page
+    assert "[smoke](01-baseline/smoke.json) [bench](01-baseline/bench.json)" in page
+    assert "| native | 8 | 19.00 |" in page
+
+
+def test_a_disagreement_is_evidence_not_a_disqualification(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    bench = FakeBench({"baseline": {1: (30.0, 0), 8: (33.0, 0)},
+                       "corrupt": {1: (29.0, 0), 8: (32.0, 0)},
+                       "bf16kv": {1: (35.0, 0), 8: (36.0, 0)}})
+    result = run.decide(("baseline", "corrupt", "bf16kv"), bench=bench,
+                        smoke=FakeSmoke(corrupting=("corrupt", "bf16kv")))
+    report = result.report
+    assert [r.status for r in report.variants] == ["qualified"] * 3
+    pair, kv, same = report.pairs
+    assert pair.outcome == "disagree" and pair.divergence is not None
+    assert pair.detail.startswith("corrupt and baseline disagree at request 0 (p0), character 44")
+    assert pair.detail.endswith(": one of them is wrong; the eval decides")
+    assert (kv.a, kv.b, kv.outcome) == ("baseline", "bf16kv", "disagree")
+    assert kv.detail.endswith(": their KV caches differ (fp8_e4m3 vs bf16), so rounding alone "
+                              "may explain it; the eval decides")
+    assert (same.a, same.b, same.outcome) == ("corrupt", "bf16kv", "agree")
+    assert report.winner == "corrupt" and result.error is None
+    assert report.recommendation.endswith(
+        "; note: its greedy outputs disagree with baseline's (one of them is wrong: see decide.md)")
+
+
+def test_failed_gates_disqualify_with_reason_and_evidence_and_the_run_goes_on(
+        tmp_path: Path) -> None:
+    run = Run(tmp_path, Engine(crashing=("gathercast",)))
+    smoke, bench = FakeSmoke(failing=("bf16kv",)), FakeBench({})
+    result = run.decide(("baseline", "gathercast", "bf16kv", "native"), smoke=smoke, bench=bench,
+                        verify=FakeVerify(mismatching=("baseline",)))
+    records = by_name(result.report)
+    out = run.out
+    baseline, gathercast, bf16kv = records["baseline"], records["gathercast"], records["bf16kv"]
+    assert (baseline.status, baseline.failed_gate) == ("disqualified", "verify")
+    assert "kv_cache_dtype" in str(baseline.reason)
+    assert json.loads((out / "01-baseline" / "verify.json").read_text())["ok"] is False
+    assert (gathercast.failed_gate, gathercast.exit_code) == ("start", EXIT_LAUNCH)
+    assert "CUDA out of memory" in (out / "02-gathercast" / "up-error.txt").read_text()
+    up_error, log = gathercast.evidence  # the log saved by `up` as it removed the container
+    assert up_error == "02-gathercast/up-error.txt" and log.endswith(".log")
+    assert "CUDA out of memory" in (out / log).read_text()
+    assert bf16kv.failed_gate == "smoke" and "gsm8k" in str(bf16kv.reason)
+    assert "03-bf16kv/smoke.json" in bf16kv.evidence
+    assert [a.deployment.variant for a in smoke.asks] == ["bf16kv", "native"]
+    assert [a.deployment.variant for a in bench.asks] == ["native"]  # disqualified: no sweep
+    assert result.report.winner == "native" and result.error is None
+    assert "and the only one of 4 that was; TPOT p50 30.0 ms at concurrency 8" in \
+        result.report.recommendation
+    assert [p.a + "/" + p.b for p in result.report.pairs] == ["bf16kv/native"]
+    assert run.running() == []
+    assert "### Disqualified" in (out / "decide.md").read_text()
+
+
+def test_no_qualified_variant_is_exit_5(tmp_path: Path) -> None:
+    result = Run(tmp_path).decide(("baseline", "gathercast"),
+                                  smoke=FakeSmoke(failing=("baseline", "gathercast")))
+    assert result.report.winner is None and result.error is not None
+    assert result.error.exit_code == EXIT_SMOKE
+    assert result.report.recommendation.startswith("no variant qualified: baseline (smoke:")
+
+
+def test_failures_at_every_level_leave_nothing_to_recommend(tmp_path: Path) -> None:
+    bench = FakeBench({"baseline": {1: (30.0, 1), 8: (30.0, 0)}})
+    result = Run(tmp_path).decide(("baseline",), bench=bench)
+    assert result.error is not None and result.error.exit_code == EXIT_SMOKE
+    assert "failed requests at the first level" in result.report.recommendation
+
+
+def test_when_no_variant_can_start_the_launch_failure_is_the_exit_code(tmp_path: Path) -> None:
+    run = Run(tmp_path, Engine(crashing=("baseline", "gathercast")))
+    result = run.decide(("baseline", "gathercast"))
+    assert isinstance(result.error, LaunchError) and result.error.exit_code == EXIT_LAUNCH
+    assert "no variant could start; baseline:" in result.error.message
+
+
+def test_ctrl_c_removes_the_server_and_writes_a_partial_report(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    bench = FakeBench({})
+    result = run.decide(("baseline", "gathercast", "native"),
+                        smoke=FakeSmoke(interrupt="gathercast"), bench=bench)
+    assert result.error is not None and result.error.exit_code == EXIT_INTERRUPTED
+    assert run.running() == [] and [a.deployment.variant for a in bench.asks] == ["baseline"]
+    saved = DecideReport.model_validate_json((run.out / "decide.json").read_text())
+    assert saved.partial and saved.winner is None
+    assert [r.status for r in saved.variants] == ["qualified", "interrupted", "not run"]
+    assert saved.recommendation == "interrupted after 2 of 3 variant(s): no recommendation"
+    assert "**Partial run** (interrupted (Ctrl-C))" in (run.out / "decide.md").read_text()
+
+
+def test_refusals_come_before_anything_is_stopped(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    run.engine.add_container("opsctl-sim", {labels.MANAGED: labels.TRUE, labels.ROLE:
+                                            labels.ROLE_SERVER, labels.PROFILE: PROFILE.name,
+                                            labels.VARIANT: "bf16kv"})
+    with pytest.raises(LaunchError, match="is not present on this engine"):
+        run.decide(("baseline", "native"), image_for=lambda d: IMAGE
+                   if d.variant == "baseline" else "opsctl/sim:missing")
+    with pytest.raises(UsageError, match="twice"):
+        run.decide(("baseline", "baseline"))
+    with pytest.raises(UsageError, match="no variant 'nope'"):
+        run.decide(("nope",))
+    assert run.running() == ["bf16kv"] and run.engine.started == []
+
+
+def test_every_variant_of_the_profile_by_default_and_evals_as_the_profile_says(
+        tmp_path: Path) -> None:
+    smoke = FakeSmoke()
+    result = Run(tmp_path).decide((), smoke=smoke)
+    assert [r.variant for r in result.report.variants] == list(PROFILE.variants)
+    assert all(ask.gsm8k and ask.long_context and ask.compare_with is None for ask in smoke.asks)
+    assert smoke.checked and smoke.checked[0].deployment.variant == "baseline"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--concurrency", "1,x"], "not a comma-separated list"),
+    (["--variants", "baseline,nope"], "no variant 'nope'"),
+])
+def test_bad_usage_is_refused_before_the_engine_is_asked(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(app, ["decide", "--profile", "sim", *args])
+    assert isinstance(result.exception, OpsctlError) and result.exception.exit_code == 2
+    assert message in result.exception.message

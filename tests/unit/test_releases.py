@@ -1,0 +1,94 @@
+"""Per-release facts: the broken variant/release pairs are refused with their source reason."""
+
+from __future__ import annotations
+
+from opsctl.deploy import releases
+
+GLM = "GlmMoeDsaForCausalLM"
+FLASHINFER = ["python3", "-m", "sglang.launch_server", "--attention-backend", "flashinfer"]
+
+
+def check(**overrides: object) -> releases.Findings:
+    args: dict[str, object] = {
+        "version": "0.5.23", "architecture": GLM, "argv": FLASHINFER, "env": {}, "patched": False,
+        "cuda_graph_max_bs": None, "max_running_requests": None,
+    }
+    args.update(overrides)
+    return releases.check(**args)  # type: ignore[arg-type]
+
+
+def test_flashinfer_dsa_on_0523_is_refused_with_the_source_lines() -> None:
+    findings = check()
+    assert len(findings.errors) == 1
+    assert "cuda_graph_config.py:119-123" in findings.errors[0]
+    assert "--disable-prefill-cuda-graph" in findings.errors[0]
+
+
+def test_disabling_the_prefill_graph_makes_flashinfer_acceptable_on_0523() -> None:
+    assert check(argv=[*FLASHINFER, "--disable-prefill-cuda-graph"]).errors == []
+
+
+def test_flashinfer_dsa_on_059_is_accepted() -> None:
+    assert check(version="0.5.9").errors == []
+
+
+def test_a_non_dsa_model_is_not_affected() -> None:
+    assert check(architecture="LlamaForCausalLM").errors == []
+
+
+def test_the_native_path_is_accepted() -> None:
+    assert check(argv=["python3", "-m", "sglang.launch_server", "--kv-cache-dtype", "fp8_e4m3"]).errors == []
+
+
+def test_patch_with_speculative_decoding_is_refused() -> None:
+    findings = check(version="0.5.9", patched=True, argv=[*FLASHINFER, "--speculative-algorithm", "EAGLE"])
+    assert any("speculative" in error and "draft_utils.py:204" in error for error in findings.errors)
+    assert check(version="0.5.9", patched=False,
+                 argv=[*FLASHINFER, "--speculative-algorithm", "EAGLE"]).errors == []
+
+
+def test_an_env_var_the_release_never_reads_is_refused() -> None:
+    findings = check(version="0.5.9", env={"SGLANG_TIMEOUT_KEEP_ALIVE": "900"})
+    assert any("http_server.py:1972" in error for error in findings.errors)
+    assert check(argv=[*FLASHINFER, "--disable-prefill-cuda-graph"],
+                 env={"SGLANG_TIMEOUT_KEEP_ALIVE": "900"}).errors == []
+
+
+def test_running_cap_above_graph_cap_warns() -> None:
+    findings = check(version="0.5.9", cuda_graph_max_bs=64, max_running_requests=128)
+    assert findings.errors == []
+    assert any("65-128 run without CUDA graphs" in warning for warning in findings.warnings)
+    assert check(version="0.5.9", cuda_graph_max_bs=128, max_running_requests=128).warnings == []
+
+
+def test_an_unknown_release_warns_that_nothing_was_checked() -> None:
+    assert any("unchecked" in warning for warning in check(version="9.9.9").warnings)
+
+
+def test_what_a_variant_computes() -> None:
+    assert releases.computes(GLM, FLASHINFER, "0.5.9").startswith("dense MLA")
+    assert "flashinfer_sparse_mla" in releases.computes(GLM, ["x"], "0.5.23")
+
+
+NATIVE = ["python3", "-m", "sglang.launch_server", "--kv-cache-dtype", "fp8_e4m3"]
+
+
+def test_the_dsa_default_on_059_warns_that_it_has_no_sm120_kernel() -> None:
+    findings = check(version="0.5.9", argv=NATIVE)
+    assert findings.errors == []
+    assert any("server_args.py:162-170" in warning for warning in findings.warnings)
+    assert check(version="0.5.9").warnings == []  # flashinfer MLA: not the DSA path
+    assert check(argv=NATIVE).warnings == []  # 0.5.23 has flashinfer_sparse_mla on SM12x
+
+
+def test_a_dsa_backend_0523_refuses_on_cuda() -> None:
+    findings = check(argv=[*NATIVE, "--dsa-prefill-backend", "triton"])
+    assert any("prefill DSA backend triton" in e and "overrides.py:561-567" in e for e in findings.errors)
+
+
+def test_tilelang_on_one_dsa_backend_with_fp8_kv_is_refused_on_0523() -> None:
+    one = check(argv=[*NATIVE, "--dsa-decode-backend", "tilelang"])
+    assert any("overrides.py:569-575" in error for error in one.errors)
+    both = [*NATIVE, "--dsa-prefill-backend", "tilelang", "--dsa-decode-backend", "tilelang"]
+    assert check(argv=both).errors == []
+    assert check(argv=["x", "--kv-cache-dtype", "bf16", "--dsa-decode-backend", "tilelang"]).errors == []

@@ -1,0 +1,225 @@
+"""Variants that pin their own sglang release, and the release facts that judge every variant."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from opsctl.core.errors import EXIT_USAGE, ProfileError
+from opsctl.core.paths import project_root
+from opsctl.deploy import review
+from opsctl.deploy.app import dry_run
+from opsctl.deploy.profiles import NCCL_P2P_LEVEL_ENV, check_argv, load_profile, release_findings
+from opsctl.deploy.runspec import run_spec
+from opsctl.deploy.view import dry_run_text, profile_text
+
+GLM = "glm5-nvfp4-rtx6000"
+
+
+def _glm_text() -> str:
+    return (project_root() / "deploy" / f"{GLM}.yaml").read_text()
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    return path
+
+
+def _line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def _with_variant(text: str, body: str) -> str:
+    """The profile text with one more variant (indented YAML `body`) named `extra`."""
+    return text.replace("default_variant: gathercast", f"  extra:\n{body}default_variant: gathercast")
+
+
+# --- the native variant ----------------------------------------------------------------------------
+
+
+def test_native_runs_its_own_release_and_image() -> None:
+    profile = load_profile(GLM)
+    native, baseline = profile.resolve("native"), profile.resolve("baseline")
+    assert (native.image.sglang_version, native.image.base) == ("0.5.23", "lmsysorg/sglang:v0.5.23-cu130")
+    assert (baseline.image.sglang_version, baseline.image) == ("0.5.9", profile.image)
+    assert native.image.repository == profile.image.repository  # tags carry release + content hash
+    assert not native.patched and native.env["OPSCTL_KV_GATHER_CAST"] == "0"
+    assert native.config_hash() != baseline.config_hash()
+
+
+def test_native_argv_lets_sglang_0523_choose_the_dsa_path() -> None:
+    argv = check_argv(load_profile(GLM).resolve("native"))
+    assert not any(a.startswith(("--attention-backend", "--dsa-", "--nsa-")) for a in argv)
+    assert "--cuda-graph-max-bs-decode" in argv and "--cuda-graph-max-bs" not in argv
+    assert argv[argv.index("--kv-cache-dtype") + 1] == "fp8_e4m3"
+
+
+def test_the_running_container_is_labelled_with_the_variants_release() -> None:
+    spec = run_spec(load_profile(GLM).resolve("native"), "IMAGE")
+    assert spec.labels["opsctl.sglang-version"] == "0.5.23"
+    assert spec.env["SGLANG_TIMEOUT_KEEP_ALIVE"] == "900"
+    assert "SGLANG_TIMEOUT_KEEP_ALIVE" not in load_profile(GLM).resolve("baseline").env
+
+
+def test_simulator_native_is_an_overlay_on_the_same_simulator_image() -> None:
+    sim = load_profile("sim")
+    native = sim.resolve("native")
+    assert native.image == sim.image and native.server.attention_backend is None
+    assert "--attention-backend" not in check_argv(native)
+
+
+# --- image overlays --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("overlay", "reason"), [
+    ("repository: mine/other", "variants.extra.image.repository"),
+    ("base: lmsysorg/sglang", "needs an explicit tag"),
+])
+def test_a_variant_may_not_move_the_repository_or_drop_the_base_tag(
+        tmp_path: Path, overlay: str, reason: str) -> None:
+    text = _with_variant(_glm_text(), f"    image: {{sglang_version: \"0.5.23\", {overlay}}}\n")
+    path = _write(tmp_path, text)
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path))
+    assert reason in err.value.message
+    line = _line_of(text, f'sglang_version: "0.5.23", {overlay}')
+    assert f"{path}:{line}" in err.value.message
+
+
+def test_a_release_without_a_recorded_parser_is_refused(tmp_path: Path) -> None:
+    text = _with_variant(_glm_text(), '    image: {sglang_version: "0.5.7"}\n')
+    with pytest.raises(ProfileError, match="no recorded sglang argument parser for version 0.5.7"):
+        load_profile(str(_write(tmp_path, text)))
+
+
+# --- release facts refuse a profile, with the variant's line ---------------------------------------
+
+
+def test_flashinfer_on_0523_for_glm5_is_refused_at_the_variants_line(tmp_path: Path) -> None:
+    # Inherits --attention-backend flashinfer from the profile; 0.5.23 crashes at start-up then.
+    text = _with_variant(_glm_text(), '    image: {sglang_version: "0.5.23", base: "x:1"}\n')
+    path = _write(tmp_path, text)
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path))
+    message = err.value.message
+    assert message.startswith(f"{path}:{_line_of(text, '  extra:')}: variant 'extra'")
+    assert "cuda_graph_config.py:119-123" in message and "\n" not in message
+    assert err.value.exit_code == EXIT_USAGE
+
+
+def test_disabling_the_prefill_graph_lets_flashinfer_run_on_0523(tmp_path: Path) -> None:
+    text = _with_variant(_glm_text(), '    image: {sglang_version: "0.5.23", base: "x:1"}\n'
+                         "    server: {extra_args: [--disable-prefill-cuda-graph]}\n")
+    assert "extra" in load_profile(str(_write(tmp_path, text))).variants
+
+
+def test_an_env_var_the_pinned_release_never_reads_is_refused(tmp_path: Path) -> None:
+    text = _glm_text().replace('    TORCH_CUDA_ARCH_LIST: "12.0a"',
+                               '    SGLANG_TIMEOUT_KEEP_ALIVE: "900"\n    TORCH_CUDA_ARCH_LIST: "12.0a"')
+    path = _write(tmp_path, text)
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path))
+    assert f"{path}:{_line_of(text, '  baseline:')}: variant 'baseline'" in err.value.message
+    assert "http_server.py:1972" in err.value.message
+
+
+def test_the_patch_with_speculative_decoding_is_refused(tmp_path: Path) -> None:
+    text = _glm_text().replace(
+        "    requires_patch: true\n",
+        "    requires_patch: true\n    server: {extra_args: [--speculative-algorithm, EAGLE]}\n")
+    with pytest.raises(ProfileError, match="variant 'gathercast'.*speculative"):
+        load_profile(str(_write(tmp_path, text)))
+
+
+def test_a_dsa_backend_the_release_refuses_on_cuda(tmp_path: Path) -> None:
+    text = _with_variant(_glm_text(), '    image: {sglang_version: "0.5.23", base: "x:1"}\n'
+                         "    server: {attention_backend: null, dsa_decode_backend: triton}\n")
+    with pytest.raises(ProfileError, match="decode DSA backend triton.*overrides.py:561-567"):
+        load_profile(str(_write(tmp_path, text)))
+
+
+def test_simulator_images_are_not_judged_by_release_facts() -> None:
+    sim = load_profile("sim")  # flashinfer on 0.5.23: a real sglang image would be refused
+    deployment = sim.resolve("baseline")
+    assert release_findings(deployment).errors == []
+    real = deployment.model_copy(update={"image": deployment.image.model_copy(update={"kind": "sglang"})})
+    assert any("cuda_graph_config.py" in error for error in release_findings(real).errors)
+
+
+# --- warnings: shown, never refusing ----------------------------------------------------------------
+
+
+def test_the_shipped_profiles_raise_no_warning() -> None:
+    for name in ("sim", GLM):
+        profile = load_profile(name)
+        assert all(not release_findings(profile.resolve(v)).warnings for v in profile.variants), name
+
+
+def test_running_cap_above_the_graph_cap_warns_in_show_and_dry_run(tmp_path: Path) -> None:
+    text = _glm_text().replace("  max_running_requests: 64 ", "  max_running_requests: 128")
+    profile = load_profile(str(_write(tmp_path, text)))  # a warning does not refuse
+    shown = review.show(profile, "gathercast")
+    assert any("65-128 run without CUDA graphs" in w for w in shown.variants[0].warnings)
+    assert "#   warning: max_running_requests 128 > cuda_graph_max_bs 64" in profile_text(shown)
+    plan = dry_run(profile.resolve("gathercast"), lambda _: "IMAGE")
+    assert "\n# warning: max_running_requests 128" in dry_run_text(plan)
+
+
+# --- NCCL's P2P level -------------------------------------------------------------------------------
+
+
+def test_nccl_p2p_level_is_rendered_from_the_typed_field(tmp_path: Path) -> None:
+    text = _glm_text().replace("  nccl_p2p_level: null", "  nccl_p2p_level: SYS")
+    profile = load_profile(str(_write(tmp_path, text)))
+    assert all(profile.resolve(v).env[NCCL_P2P_LEVEL_ENV] == "SYS" for v in profile.variants)
+    shipped = load_profile(GLM).resolve("gathercast")
+    assert profile.resolve("gathercast").config_hash() != shipped.config_hash()
+
+
+@pytest.mark.parametrize(("old", "new", "reason"), [
+    ("  nccl_p2p_level: null", "  nccl_p2p_level: ALL", "container.nccl_p2p_level"),
+    ('    TORCH_CUDA_ARCH_LIST: "12.0a"', '    NCCL_P2P_LEVEL: SYS\n    TORCH_CUDA_ARCH_LIST: "12.0a"',
+     "NCCL_P2P_LEVEL is rendered from container.nccl_p2p_level"),
+])
+def test_nccl_p2p_level_is_typed_and_never_set_by_hand(
+        tmp_path: Path, old: str, new: str, reason: str) -> None:
+    with pytest.raises(ProfileError, match=reason):
+        load_profile(str(_write(tmp_path, _glm_text().replace(old, new))))
+
+
+# --- profile show -----------------------------------------------------------------------------------
+
+
+def test_profile_show_states_release_and_computation_of_every_variant() -> None:
+    result = subprocess.run([sys.executable, "-m", "opsctl", "profile", "show", "-p", GLM, "-v", "native"],
+                            capture_output=True, text=True, env=dict(os.environ), timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("python3 -m sglang.launch_server") and "--attention-backend" not in lines[0]
+    assert lines[1].startswith("# variant native (shown above)")
+    assert "#   sglang 0.5.23 on lmsysorg/sglang:v0.5.23-cu130, patch switch off" in lines
+    assert "#   sglang 0.5.9 on lmsysorg/sglang:v0.5.9-cu130, patch switch on" in lines
+    computes = [line for line in lines if line.startswith("#   computes: ")]
+    assert len(computes) == 4
+    assert computes[0].startswith("#   computes: sparse DSA attention")
+    assert "flashinfer_sparse_mla" in computes[0]
+    assert all("dense MLA over the whole context" in line for line in computes[1:])
+
+
+def test_up_dry_run_of_native_renders_the_0523_argv() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "opsctl", "up", "-p", GLM, "-v", "native", "--dry-run"],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "# sglang 0.5.23 on lmsysorg/sglang:v0.5.23-cu130, patch switch off" in lines
+    argv = lines[lines.index("# sglang argv:") + 1]
+    assert argv.startswith("python3 -m sglang.launch_server") and "--cuda-graph-max-bs-decode 64" in argv
+    assert not any(flag in argv for flag in ("--attention-backend", "--dsa-", "--nsa-"))
+    assert "--label opsctl.sglang-version=0.5.23" in result.stdout
