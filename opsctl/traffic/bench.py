@@ -188,6 +188,9 @@ def parse_variants(text: str | None) -> tuple[str, ...]:
 
 def parse_targets(base_urls: Sequence[str], variants: Sequence[str]) -> list[Target]:
     """`--base-url [NAME=]URL`, repeated. Unnamed URLs take the `--variants` names, in order."""
+    if variants and len(variants) != len(base_urls):
+        raise UsageError(f"--variants names {len(variants)}, --base-url gives {len(base_urls)}",
+                         hint="one name per URL, or name each: --base-url baseline=http://...")
     targets: list[Target] = []
     for index, value in enumerate(base_urls):
         name, sep, url = value.partition("=")
@@ -195,7 +198,7 @@ def parse_targets(base_urls: Sequence[str], variants: Sequence[str]) -> list[Tar
             label = name
         else:
             url = value
-            label = variants[index] if len(variants) == len(base_urls) else _host_port(value)
+            label = variants[index] if variants else _host_port(value)
         targets.append(Target(label=label, base_url=checked_base_url(url, "--base-url")))
     labels = [t.label for t in targets]
     if len(set(labels)) != len(labels):
@@ -209,7 +212,6 @@ def _host_port(url: str) -> str:
 
 
 # --- one sweep --------------------------------------------------------------------------------
-
 
 async def _resolve_model(
     client: httpx.AsyncClient, options: BenchOptions, timeout_s: float
@@ -329,7 +331,6 @@ async def _run_level(
 
 
 # --- several variants ------------------------------------------------------------------------
-
 
 def run_bench(
     targets: Sequence[Target],

@@ -121,3 +121,11 @@ def test_parse_targets_names_urls() -> None:
     assert [t.label for t in parse_targets(["http://a:1/"], [])] == ["a:1"]
     with pytest.raises(UsageError):
         parse_targets(["x=http://a:1", "x=http://b:2"], [])
+
+
+def test_variant_names_must_match_the_urls() -> None:
+    """Three names for two URLs was silently ignored; now it is a usage error (exit 2)."""
+    with pytest.raises(UsageError, match="--variants names 3, --base-url gives 2"):
+        parse_targets(["http://a:1", "http://b:2"], ["a", "b", "c"])
+    named = parse_targets(["http://a:1", "http://b:2"], ["x", "y"])
+    assert [t.label for t in named] == ["x", "y"]
