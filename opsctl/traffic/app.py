@@ -20,6 +20,7 @@ from opsctl.core.redact import redact_userinfo
 from opsctl.core.reports import default_bench_dir, default_smoke_path
 from opsctl.deploy.evalconfig import EvalConfig
 from opsctl.deploy.profiles import Profile, load_profile
+from opsctl.deploy.sloconfig import Slo
 from opsctl.traffic.arrival import Arrival
 from opsctl.traffic.bench import BenchOptions, Launcher, Progress, Target, parse_targets, run_bench
 from opsctl.traffic.bench_report import BenchReport, write_report_files
@@ -86,6 +87,7 @@ class SmokeTarget:
     tpot_p50_ms: float | None
     ttft_p50_ms: float | None
     eval_config: EvalConfig | None = None  # the profile's `eval:` section
+    slo: Slo | None = None  # the profile's objectives: the one SLO meaning (deploy/sloconfig.py)
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,7 @@ def smoke(
         ttft_p50_ms=target.ttft_p50_ms, api_key=request.api_key, model=request.model,
         api=request.api, request_timeout_s=request.request_timeout_s,
         overall_timeout_s=request.overall_timeout_s, compare_with=request.compare_with,
-        evals=evals,
+        evals=evals, slo=target.slo,
     )
     report = run_smoke(options, client_factory)
     path = request.json_path or default_smoke_path()
@@ -171,7 +173,7 @@ def resolve_smoke_target(
         base_url=url, profile=loaded.name, variant=running,
         profile_alias=loaded.model.served_name,
         tpot_p50_ms=loaded.slo.tpot_p50_ms, ttft_p50_ms=loaded.slo.ttft_p50_ms,
-        eval_config=loaded.eval,
+        eval_config=loaded.eval, slo=loaded.slo,
     )
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from opsctl.core.redact import redact_model
+from opsctl.deploy.sloconfig import Slo
 from opsctl.traffic.client import (
     API_KEY_ENV,
     Api,
@@ -99,6 +100,7 @@ class SmokeOptions:
     compare_with: Path | None = None
     evals: EvalPlan = EvalPlan()
     checkpoint: dict[str, Any] | None = None  # what the server runs, as `up` recorded it
+    slo: Slo | None = None  # when given, judged as the alerts and bench's goodput judge it
 
 
 class _Run:
@@ -364,7 +366,7 @@ async def _metrics(run: _Run, client: httpx.AsyncClient) -> tuple[CheckStatus, s
 
 
 async def _slo(run: _Run) -> tuple[CheckStatus, str]:
-    return check_slo(run.slo, run.stream)
+    return check_slo(run.slo, run.stream, run.options.slo)
 
 
 async def _compare(run: _Run, reference: SmokeReport | None) -> tuple[CheckStatus, str]:

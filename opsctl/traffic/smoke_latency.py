@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from opsctl.deploy import sloconfig
 from opsctl.traffic.client import RequestResult, redact
 from opsctl.traffic.smoke_report import CheckStatus, SloRecord, StreamRecord
 from opsctl.traffic.stats import itl_note, percentile
@@ -49,8 +50,13 @@ def ms(seconds: float | None) -> str:
     return "n/a" if seconds is None else f"{seconds * 1000:.1f} ms"
 
 
-def check_slo(slo: SloRecord, stream: StreamRecord | None) -> tuple[CheckStatus, str]:
-    """Each p50 against its limit; records the measured values in ``slo``."""
+def check_slo(slo: SloRecord, stream: StreamRecord | None,
+              objectives: sloconfig.Slo | None = None) -> tuple[CheckStatus, str]:
+    """The profile's objectives over this run (one slice of time, judged as the alerts judge
+    one: at least `quantile` of the requests within the threshold); without them, each p50
+    against its limit. Records the measured values in ``slo``."""
+    if objectives is not None and (objectives.tpot or objectives.ttft):
+        return _check_objectives(slo, stream, objectives)
     if slo.tpot_p50_ms_limit is None and slo.ttft_p50_ms_limit is None:
         return "skip", "no SLO thresholds (profile has none, or no profile given)"
     if stream is None or stream.ok == 0:
@@ -75,4 +81,31 @@ def check_slo(slo: SloRecord, stream: StreamRecord | None) -> tuple[CheckStatus,
         over = value_ms > limit
         failed |= over
         verdicts.append(f"{label} {value_ms:.1f} ms {'>' if over else '<='} {limit:g} ms")
+    return ("fail" if failed else "pass"), "; ".join(verdicts)
+
+
+def _check_objectives(slo: SloRecord, stream: StreamRecord | None,
+                      objectives: sloconfig.Slo) -> tuple[CheckStatus, str]:
+    if stream is None or stream.ok == 0:
+        return "fail", "no streaming measurements to compare with the SLO"
+    verdicts: list[str] = []
+    failed = False
+    for label, objective, values in (("TPOT", objectives.tpot, stream.tpot_s),
+                                     ("TTFT", objectives.ttft, stream.ttft_s)):
+        if objective is None:
+            continue
+        result = sloconfig.check(objective, values)
+        name = f"{label} p{objective.quantile * 100:g}"
+        if label == "TPOT":
+            slo.tpot_p50_ms_limit, slo.tpot_p50_ms = objective.threshold_ms, result.observed_ms
+        else:
+            slo.ttft_p50_ms_limit, slo.ttft_p50_ms = objective.threshold_ms, result.observed_ms
+        if result.passed is None or result.observed_ms is None or result.within_share is None:
+            failed = True
+            verdicts.append(f"{name}: not measured (limit {objective.threshold_ms:g} ms)")
+            continue
+        failed |= not result.passed
+        verdicts.append(
+            f"{name} {result.observed_ms:.1f} ms {'<=' if result.passed else '>'} "
+            f"{objective.threshold_ms:g} ms ({result.within_share:.0%} of {len(values)} within)")
     return ("fail" if failed else "pass"), "; ".join(verdicts)
