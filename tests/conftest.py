@@ -103,3 +103,23 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
             print(f"\nCI: skipped {report.nodeid}: {reason}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def wait_http_ok(url: str, process: subprocess.Popen[bytes], log: Path, deadline_s: float) -> None:
+    """Wait until a service the test started answers 200 at `url`; fail with its log tail if it
+    exits first or is not ready within `deadline_s`."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{url} exited {process.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} not ready:\n{log.read_text()[-3000:]}")

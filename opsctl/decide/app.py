@@ -40,7 +40,6 @@ from opsctl.decide.report import (
     SMOKE_FILE,
     UP_ERROR_FILE,
     VERIFY_FILE,
-    Accuracy,
     DecideReport,
     Gate,
     Level,
@@ -256,10 +255,7 @@ def _smoke_and_bench(ctx: _Ctx, deployment: Deployment, base_url: str, folder: P
     record.smoke_report = _rel(out, ask.report)
     record.evidence.append(record.smoke_report)
     if report.gsm8k is not None:
-        score = report.gsm8k.score
-        record.accuracy = Accuracy(accuracy=score.accuracy, ci95_low=score.ci95_low,
-                                   ci95_high=score.ci95_high, threshold=score.threshold,
-                                   passed=score.passed, verdict=score.verdict)
+        record.accuracy = report.gsm8k.score
     record.probes = [Probe(name=p.name, passed=p.passed, detail=p.detail)
                      for p in report.long_context or []]
     failed = smoke_verdict(report, ask.report)

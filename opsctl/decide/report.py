@@ -17,6 +17,7 @@ from opsctl.core.files import atomic_write_text
 from opsctl.core.partial import PartialReport
 from opsctl.core.reports import DECIDE_JSON, DECIDE_MARKDOWN
 from opsctl.traffic.evals.divergence import Divergence
+from opsctl.traffic.evals.score import Score
 from opsctl.traffic.markdown import fmt
 
 SCHEMA_VERSION = 1
@@ -47,17 +48,6 @@ class Level(BaseModel):
         return self.failures == 0 and self.aborted is None and self.tpot_p50_ms is not None
 
 
-class Accuracy(BaseModel):
-    """GSM8K as smoke scored it: the share correct and its Wilson 95% interval."""
-
-    accuracy: float
-    ci95_low: float
-    ci95_high: float
-    threshold: float
-    passed: bool
-    verdict: str
-
-
 class Probe(BaseModel):
     name: str
     passed: bool
@@ -80,7 +70,7 @@ class VariantRecord(BaseModel):
     evidence: list[str] = []  # files that show it, relative to the run directory
     verify: str | None = None  # up's verdict: verified / MISMATCH: fields
     checkpoint: str | None = None  # the weights' combined sha256, or "unavailable: why"
-    accuracy: Accuracy | None = None
+    accuracy: Score | None = None  # GSM8K as smoke scored it (share correct, Wilson 95%)
     probes: list[Probe] = []
     smoke_report: str | None = None
     bench_report: str | None = None

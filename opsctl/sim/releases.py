@@ -75,15 +75,18 @@ _KV_CACHE_DTYPE = SimField("server_info", ("kv_cache_dtype",), "--kv-cache-dtype
                            OnDevice("kv_cache_dtype"), dsa_only=True, unset=("auto",),
                            aliases={"bf16": "bfloat16"})
 
+# Rows the same in both releases (where the value sits, its flag, its default).
+_MODEL_PATH = SimField("model_info", ("model_path",), "--model-path", Required())
+_TP_SIZE = SimField("server_info", ("tp_size",), "--tp-size", 1)
+_QUANTIZATION = SimField("server_info", ("quantization",), "--quantization", OnDevice("quantization"))
 
 RELEASES: dict[str, dict[str, SimField]] = {
     "0.5.9": {
-        "model_path": SimField("model_info", ("model_path",), "--model-path", Required()),
+        "model_path": _MODEL_PATH,
         "served_model_name": SimField("server_info", ("served_model_name",),
                                       "--served-model-name", Same("model_path")),
-        "tp_size": SimField("server_info", ("tp_size",), "--tp-size", 1),
-        "quantization": SimField("server_info", ("quantization",), "--quantization",
-                                 OnDevice("quantization")),
+        "tp_size": _TP_SIZE,
+        "quantization": _QUANTIZATION,
         "kv_cache_dtype": _KV_CACHE_DTYPE,
         "attention_backend": SimField("server_info", ("attention_backend",),
                                       "--attention-backend", "nsa", dsa_only=True),
@@ -101,12 +104,11 @@ RELEASES: dict[str, dict[str, SimField]] = {
                                       "--cuda-graph-max-bs", OnDevice("cuda_graph_max_bs")),
     },
     "0.5.23": {
-        "model_path": SimField("model_info", ("model_path",), "--model-path", Required()),
+        "model_path": _MODEL_PATH,
         "served_model_name": SimField("model_info", ("served_model_name",),
                                       "--served-model-name", Same("model_path")),
-        "tp_size": SimField("server_info", ("tp_size",), "--tp-size", 1),
-        "quantization": SimField("server_info", ("quantization",), "--quantization",
-                                 OnDevice("quantization")),
+        "tp_size": _TP_SIZE,
+        "quantization": _QUANTIZATION,
         "kv_cache_dtype": _KV_CACHE_DTYPE,
         "attention_backend": SimField("server_info", ("attention_backend",),
                                       "--attention-backend", "dsa", dsa_only=True),

@@ -11,53 +11,32 @@ dense ones); inaccurate (baseline answering half of GSM8K wrong: disqualified at
 from __future__ import annotations
 
 import json
-import shutil
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import pytest
-import yaml
-
-from opsctl.core.paths import project_root
+from simprofile import add_weights, remove_containers, sim_profile_data, write_profile
 
 pytestmark = pytest.mark.docker
 
 DECIDE_TIMEOUT_S = 540  # four variants; the simulator is ready in seconds
-EVAL_KEY = "sim-gsm8k-test.jsonl"
 VARIANTS = "baseline,corrupt,native,inaccurate"
 
 
 @pytest.fixture()
 def decide_profile(tmp_path: Path, free_port) -> Iterator[tuple[Path, str]]:
     """(profile path, profile name); its containers are removed afterwards."""
-    data = yaml.safe_load((project_root() / "deploy" / "sim.yaml").read_text())
-    name = f"it-decide-{uuid.uuid4().hex[:8]}"
-    weights = tmp_path / "weights"
-    weights.mkdir()
-    (weights / "config.json").write_text(json.dumps({"architectures": ["GlmMoeDsaForCausalLM"]}))
-    (weights / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {}}))
-    shutil.copy(project_root() / "deploy" / "evals" / EVAL_KEY, weights / EVAL_KEY)
-    data["name"] = name
-    data["model"]["host_path"] = str(weights)
-    data["container"]["host_port"] = free_port()
-    data["container"]["env"].update({
-        "OPSCTL_SIM_LOAD_SECONDS": "1", "OPSCTL_SIM_WARMUP_SECONDS": "1",
-        "OPSCTL_SIM_EVAL_KEY": f"{data['model']['container_path']}/{EVAL_KEY}",
-    })
+    data, name = sim_profile_data("it-decide", free_port())
+    add_weights(data, tmp_path)
     data["variants"]["inaccurate"] = {
         "description": "baseline answering half of GSM8K wrong (simulated)",
         "env": {**data["variants"]["baseline"]["env"], "OPSCTL_SIM_EVAL_WRONG_SHARE": "0.5"},
     }
     for variant in data["variants"].values():
         variant.setdefault("env", {})["OPSCTL_SIM_ITL_MS"] = "2"  # a quicker smoke and sweep
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    yield path, name
-    client = docker.from_env()
-    for container in client.containers.list(all=True, filters={"label": f"opsctl.profile={name}"}):
-        container.remove(force=True)
+    yield write_profile(data, tmp_path), name
+    remove_containers(name)
 
 
 def test_decide_disqualifies_reports_the_disagreement_and_recommends(

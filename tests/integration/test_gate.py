@@ -11,50 +11,30 @@ running again.
 from __future__ import annotations
 
 import json
-import shutil
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import pytest
-import yaml
+from simprofile import add_weights, remove_containers, sim_profile_data, write_profile
 
 from opsctl.core.errors import EXIT_SMOKE
-from opsctl.core.paths import project_root
 from opsctl.verify.checkpoint import checkpoint_id
 
 pytestmark = pytest.mark.docker
 
 GATE_TIMEOUT_S = 300  # each opsctl call; the simulator is ready in seconds
-EVAL_KEY = "sim-gsm8k-test.jsonl"
 
 
 @pytest.fixture()
 def gated_profile(tmp_path: Path, free_port) -> Iterator[tuple[Path, str, Path]]:
     """(profile path, profile name, weights dir); its containers are removed afterwards."""
-    data = yaml.safe_load((project_root() / "deploy" / "sim.yaml").read_text())
-    name = f"it-gate-{uuid.uuid4().hex[:8]}"
-    weights = tmp_path / "weights"
-    weights.mkdir()
-    (weights / "config.json").write_text(json.dumps({"architectures": ["GlmMoeDsaForCausalLM"]}))
-    (weights / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {}}))
-    shutil.copy(project_root() / "deploy" / "evals" / EVAL_KEY, weights / EVAL_KEY)
-    data["name"] = name
-    data["model"]["host_path"] = str(weights)
-    data["container"]["host_port"] = free_port()
-    data["container"]["env"].update({
-        "OPSCTL_SIM_LOAD_SECONDS": "1", "OPSCTL_SIM_WARMUP_SECONDS": "1",
-        "OPSCTL_SIM_EVAL_KEY": f"{data['model']['container_path']}/{EVAL_KEY}",
-    })
+    data, name = sim_profile_data("it-gate", free_port())
+    weights = add_weights(data, tmp_path)
     for variant in data["variants"].values():
         variant.setdefault("env", {})["OPSCTL_SIM_ITL_MS"] = "5"  # a quicker smoke
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    yield path, name, weights
-    client = docker.from_env()
-    for container in client.containers.list(all=True, filters={"label": f"opsctl.profile={name}"}):
-        container.remove(force=True)
+    yield write_profile(data, tmp_path), name, weights
+    remove_containers(name)
 
 
 def running(name: str) -> list[dict[str, str]]:

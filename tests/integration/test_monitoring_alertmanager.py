@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import wait_http_ok
 
 from opsctl.core.paths import project_root
 from opsctl.deploy.profiles import load_profile
@@ -127,17 +128,7 @@ def _start(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
 
 
 def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{url} exited {process.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"{url} not ready:\n{log.read_text()[-3000:]}")
+    wait_http_ok(url, process, log, DEADLINE_SECONDS)
 
 
 def _free_port() -> int:

@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from conftest import wait_http_ok
 
 from opsctl.deploy.profiles import load_profile
 from opsctl.observe import app, dashboard, monitoring
@@ -61,17 +62,7 @@ def _free_port() -> int:
 
 
 def _wait_http(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{url} exited {process.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"{url} not ready:\n{log.read_text()[-3000:]}")
+    wait_http_ok(url, process, log, DEADLINE_SECONDS)
 
 
 def _start(argv: list[str], log: Path) -> subprocess.Popen[bytes]:

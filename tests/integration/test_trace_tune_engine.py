@@ -12,15 +12,14 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import pytest
 import yaml
+from simprofile import remove_containers, sim_profile_data, write_profile
 
-from opsctl.core.paths import project_root
 from opsctl.tune.report import BEST_VARIANT
 from opsctl.tune.state import STATE_FILE
 
@@ -30,19 +29,10 @@ pytestmark = pytest.mark.docker
 @pytest.fixture()
 def sim_profile(tmp_path: Path, free_port) -> Iterator[tuple[Path, str]]:
     """A throwaway copy of deploy/sim.yaml (own name and port, quick start and stop)."""
-    data = yaml.safe_load((project_root() / "deploy" / "sim.yaml").read_text())
-    name = f"it-{uuid.uuid4().hex[:8]}"
-    data["name"] = name
-    data["container"]["host_port"] = free_port()
+    data, name = sim_profile_data("it", free_port(), warmup_seconds="0.5")
     data["container"]["stop_grace_seconds"] = 3
-    data["container"]["env"].update({"OPSCTL_SIM_LOAD_SECONDS": "1",
-                                     "OPSCTL_SIM_WARMUP_SECONDS": "0.5"})
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    yield path, name
-    client = docker.from_env()
-    for container in client.containers.list(all=True, filters={"label": f"opsctl.profile={name}"}):
-        container.remove(force=True)
+    yield write_profile(data, tmp_path), name
+    remove_containers(name)
 
 
 def test_capture_from_the_container(opsctl, sim_image: str, sim_profile, tmp_path: Path) -> None:
