@@ -207,6 +207,10 @@ def check_p2p(*, which: Callable[[str], str | None] = shutil.which, run: Run = _
                               hint="check the driver with `nvidia-smi`")
         outputs.append(text)
     topology, p2p = parse_matrix(outputs[0]), parse_matrix(outputs[1])
+    if not topology:
+        # An empty or unrecognised matrix is not "0 GPUs, no problem": nothing was learnt.
+        raise LaunchError("nvidia-smi topo -m listed no GPU pairs: the topology could not be read",
+                          hint="run `nvidia-smi topo -m` on the host and check the driver")
     lspci = which("lspci")
     acs = parse_acs(run([lspci, "-vvv"])[1] if lspci else None)
     iommu = iommu_state(count(IOMMU_GROUPS), read(KERNEL_CMDLINE))

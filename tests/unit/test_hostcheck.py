@@ -169,6 +169,17 @@ def test_a_failing_nvidia_smi_is_reported_with_its_last_line() -> None:
         check_p2p(which=host.which, run=host.run, read=host.read, count=host.count)
 
 
+def test_an_empty_topology_is_an_error_not_zero_gpus() -> None:
+    host = FakeHost()
+    real_run = host.run
+
+    def empty_topo(argv: list[str]) -> tuple[int, str]:
+        return (0, "\n") if argv[1:] == ["topo", "-m"] else real_run(argv)
+
+    with pytest.raises(LaunchError, match="listed no GPU pairs"):
+        check_p2p(which=host.which, run=empty_topo, read=host.read, count=host.count)
+
+
 def test_a_hung_or_unrunnable_tool_is_a_failed_run(tmp_path: Path) -> None:
     hung = tmp_path / "hung"
     hung.write_text("#!/bin/sh\nexec sleep 30\n")
