@@ -48,7 +48,7 @@ from opsctl.decide.report import (
     write_report,
 )
 from opsctl.decide.verdict import compare_pairs, recommend
-from opsctl.deploy import readiness
+from opsctl.deploy import ownership, readiness
 from opsctl.deploy.app import HttpFactory, ImageFor, Progress, Verifier, down, present_image, up
 from opsctl.deploy.gate import GateSmoke, SmokeAsk, UpProgress, attention_kind
 from opsctl.deploy.profiles import Deployment, Profile
@@ -146,23 +146,28 @@ def decide(
                on_step, request)
     began = clock.monotonic()
     smoked: dict[str, SmokeReport] = {}
-    running = records[0]
-    try:
-        for deployment, image, running in zip(deployments, images, records, strict=True):
-            found = _run_variant(ctx, deployment, image, running)
-            if found is not None:
-                smoked[running.variant] = found
-    except BaseException as exc:
-        on_step("stopped: removing what this run started")
-        _remove_quietly(ctx, profile.name)
-        report.record_stop(exc)
-        if running.status == "not run":
-            running.status, running.reason = "interrupted", report.partial_reason
-        _conclude(report, smoked, clock.monotonic() - began)
-        written = write_report(report, out)
-        if isinstance(exc, KeyboardInterrupt):
-            return DecideResult(report, out, written, report.stop_error("decide", out / DECIDE_JSON))
-        raise
+    # One lock for the whole run, taken before anything is touched (each up/down re-enters it):
+    # between two variants no other opsctl run may start a server on this profile and skew the
+    # comparison, and a busy profile stops decide before it removes anything.
+    with ownership.profile_locks(state, [profile.name], "decide", clock):
+        running = records[0]
+        try:
+            for deployment, image, running in zip(deployments, images, records, strict=True):
+                found = _run_variant(ctx, deployment, image, running)
+                if found is not None:
+                    smoked[running.variant] = found
+        except BaseException as exc:
+            on_step("stopped: removing what this run started")
+            _remove_quietly(ctx, profile.name)
+            report.record_stop(exc)
+            if running.status == "not run":
+                running.status, running.reason = "interrupted", report.partial_reason
+            _conclude(report, smoked, clock.monotonic() - began)
+            written = write_report(report, out)
+            if isinstance(exc, KeyboardInterrupt):
+                return DecideResult(report, out, written,
+                                    report.stop_error("decide", out / DECIDE_JSON))
+            raise
     _conclude(report, smoked, clock.monotonic() - began)
     return DecideResult(report, out, write_report(report, out), _verdict_error(report, out))
 

@@ -11,6 +11,8 @@ tests/integration/test_decide_engine.py runs the command on the real engine with
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,7 +34,9 @@ from opsctl.decide.app import BenchAsk, DecideRequest, DecideResult
 from opsctl.decide.report import DecideReport, VariantRecord
 from opsctl.deploy.app import ImageFor
 from opsctl.deploy.gate import SmokeAsk
+from opsctl.deploy.ownership import ProfileBusy
 from opsctl.deploy.profiles import Deployment, load_profile
+from opsctl.deploy.state import StateDir
 from opsctl.engine.api import ContainerInfo, RunSpec
 from opsctl.traffic.bench import BenchOptions
 from opsctl.traffic.bench_report import (
@@ -167,14 +171,15 @@ class Run:
 
     def decide(self, variants: tuple[str, ...], *, smoke: FakeSmoke | None = None,
                bench: FakeBench | None = None, verify: FakeVerify | None = None,
-               image_for: ImageFor | None = None) -> DecideResult:
+               image_for: ImageFor | None = None, state: StateDir | None = None
+               ) -> DecideResult:
         return decide_app.decide(
             PROFILE, DecideRequest(variants=variants, concurrency=LEVELS, requests_per_level=4,
                                    out_dir=self.out),
             engine=self.engine, image_for=image_for or (lambda _: IMAGE),
             verify=verify or FakeVerify(), smoke=smoke or FakeSmoke(), bench=bench or FakeBench({}),
             http=FakeSglang(PROFILE.model.served_name, ["ready"]).client, clock=FakeClock(),
-            on_step=self.steps.append)
+            on_step=self.steps.append, state=state)
 
     def running(self) -> list[str]:
         return [c.labels[labels.VARIANT] for c in self.engine.containers.values()]
@@ -325,6 +330,31 @@ def test_refusals_come_before_anything_is_stopped(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no variant 'nope'"):
         run.decide(("nope",))
     assert run.running() == ["bf16kv"] and run.engine.started == []
+
+
+def test_a_profile_busy_in_another_process_stops_decide_before_anything_is_touched(
+        tmp_path: Path) -> None:
+    state = StateDir(tmp_path / "state")
+    lock = state.lock_path(PROFILE.name)
+    lock.parent.mkdir(parents=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, sys, time\n"
+         f"f = open({str(lock)!r}, 'a+'); fcntl.flock(f, fcntl.LOCK_EX)\n"
+         "f.write('`opsctl up` (pid 1)'); f.flush(); print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        run = Run(tmp_path)
+        run.engine.add_container("opsctl-sim", {labels.MANAGED: labels.TRUE, labels.ROLE:
+                                                labels.ROLE_SERVER, labels.PROFILE: PROFILE.name,
+                                                labels.VARIANT: "bf16kv"})
+        with pytest.raises(ProfileBusy, match="is busy"):
+            run.decide(("baseline", "gathercast"), state=state)
+        assert run.running() == ["bf16kv"] and run.engine.started == []
+        assert not (run.out / "decide.json").exists()
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_every_variant_of_the_profile_by_default_and_evals_as_the_profile_says(
