@@ -104,6 +104,9 @@ def main() -> int:
             "completed": level.completed,
             "failed": level.failed + level.warmup_failed,
             "output_tokens_per_s": level.output_tokens_per_s,
+            "client_cpu_s": level.client_cpu_s,
+            "client_cpu_us_per_token": round(level.client_cpu_s / level.output_tokens * 1e6, 2)
+            if level.client_cpu_s is not None and level.output_tokens else None,
         },
     }
     args.out.write_text(json.dumps(record, indent=2) + "\n")

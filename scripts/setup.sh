@@ -7,11 +7,14 @@ cd "$(dirname "$0")/.."
 log() { printf '[setup] %s\n' "$*"; }
 
 need_pkgs=()
-# prometheus-alertmanager brings amtool; openssl makes the metrics proxy's test certificate.
+# prometheus-alertmanager brings amtool; openssl makes the metrics proxy's test certificate;
+# docker-registry (the distribution registry 2.8) is the real registry `build --push` is tested on.
 for pkg in docker.io prometheus prometheus-pushgateway prometheus-alertmanager debootstrap patch \
-    ca-certificates openssl; do
+    ca-certificates openssl docker-registry; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_pkgs+=("$pkg")
 done
+# Node.js runs the Prometheus operator schema validator of tests/k8s (the machine usually has it).
+command -v npm >/dev/null 2>&1 || need_pkgs+=(nodejs npm)
 if ((${#need_pkgs[@]})); then
   log "installing ${need_pkgs[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -19,14 +22,16 @@ if ((${#need_pkgs[@]})); then
   apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
 fi
 # Debian starts these services when it can; opsctl's tests start their own on loopback.
-for svc in prometheus prometheus-pushgateway prometheus-alertmanager prometheus-node-exporter; do
+for svc in prometheus prometheus-pushgateway prometheus-alertmanager prometheus-node-exporter \
+    docker-registry; do
   if command -v service >/dev/null 2>&1; then service "$svc" stop >/dev/null 2>&1 || true; fi
 done
 
 if ! docker info >/dev/null 2>&1; then
   log "starting dockerd --iptables=false"
   mkdir -p /var/log
-  nohup dockerd --iptables=false >/var/log/opsctl-dockerd.log 2>&1 &
+  # its own session: it outlives the shell (and the process group) that ran setup
+  setsid nohup dockerd --iptables=false >>/var/log/opsctl-dockerd.log 2>&1 </dev/null &
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
   docker info >/dev/null 2>&1 || { log "dockerd did not come up; see /var/log/opsctl-dockerd.log"; exit 1; }
 fi
@@ -44,6 +49,12 @@ log "installing opsctl into .venv"
 # A real OpenAI-compatible server that is not sglang, for the component tests of smoke and bench
 # (`transformers serve` on a tiny model the tests build), and bench's local tokenizers.
 .venv/bin/pip install -q 'transformers[serving]==5.24.0' tokenizers==0.23.3
+
+# The offline validators of rendered Kubernetes objects (tests/k8s/SCHEMAS.md): the Kubernetes
+# schemas come with the dev extra (kubernetes-validate); the Prometheus operator's from npm, at the
+# versions tests/k8s/package-lock.json pins.
+log "installing the Prometheus operator schema validator (npm ci in tests/k8s)"
+(cd tests/k8s && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 
 log "building the local base image (debootstrap + docker import) if absent"
 .venv/bin/opsctl base-image

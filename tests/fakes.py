@@ -1,8 +1,9 @@
 """In-memory stand-ins for opsctl's collaborators, shared by the unit tests of every room.
 
 - `FakeEngine` implements `opsctl.engine.api.Engine`: containers with a state, an exit code and a
-  log; images with labels; and programmable failures (a port taken, any method raising once, a
-  container that exits by itself while loading). It raises the same errors as the real engine.
+  log; images with labels; `exec` answered by a test's handler; and programmable failures (a port
+  taken, any method raising once, a container that exits by itself while loading). It raises the
+  same errors as the real engine.
 - `FakeClock` implements `opsctl.core.clock.Clock`: sleeping advances it, so no test waits.
 - `FakeSglang` answers the readiness endpoints of an sglang server through httpx.MockTransport.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,7 +20,16 @@ import httpx
 
 from opsctl.core.errors import BuildError, LaunchError
 from opsctl.core.labels import MANAGED, TRUE
-from opsctl.engine.api import BuildEvent, ContainerInfo, RunSpec, image_missing, name_taken, port_taken
+from opsctl.engine.api import (
+    BuildEvent,
+    ContainerInfo,
+    ExecResult,
+    PortBinding,
+    RunSpec,
+    image_missing,
+    name_taken,
+    port_taken,
+)
 
 STARTED_AT = "2026-11-29T10:00:00.000000000Z"
 
@@ -47,6 +57,7 @@ class FakeContainer:
     labels: dict[str, str]
     host_ports: list[int]
     status: str = "running"
+    ports: list[PortBinding] = field(default_factory=list)
     exit_code: int | None = None
     log: list[str] = field(default_factory=list)
     exit_after_inspects: int | None = None
@@ -65,7 +76,8 @@ class FakeContainer:
                              started_at=STARTED_AT if self.status == "running" else "",
                              restart_count=self.restart_count, health=self.health,
                              health_log=self.health_log, restart_max=self.restart_max,
-                             last_exit_code=self.last_exit_code, oom_killed=self.oom_killed)
+                             last_exit_code=self.last_exit_code, oom_killed=self.oom_killed,
+                             ports=tuple(self.ports))
 
 
 @dataclass
@@ -86,9 +98,16 @@ class FakeEngine:
         self.on_call: Callable[[str, FakeEngine], None] = lambda method, engine: None
         self.next_run = Behaviour()
         self.registry: dict[str, str] = {}  # what pull_image finds: ref -> repo digest
+        self.push_digests: dict[str, str] = {}  # what a push of that REGISTRY/REPO:TAG answers
+        self.pushed: list[str] = []  # every target pushed, in order
         self.completion: tuple[int, str] = (0, "")  # what run_to_completion returns
         self.calls: list[str] = []
         self.archives: dict[tuple[str, str], bytes] = {}  # what `archive` finds
+        # What `exec` answers for (container id, command, env); every call is kept in `execs`
+        # as (container id, command, env, timeout seconds).
+        self.exec_handler: Callable[[str, list[str], dict[str, str]], ExecResult] = (
+            lambda container_id, command, env: ExecResult(exit_code=0, output=b""))
+        self.execs: list[tuple[str, list[str], dict[str, str], float]] = []
         self.stopped: list[tuple[str, int]] = []  # (container name, grace seconds)
         self.removed: list[str] = []  # container names, in order
         self.specs: list[RunSpec] = []  # every spec `run` was given
@@ -148,7 +167,8 @@ class FakeEngine:
         behaviour, self.next_run = self.next_run, Behaviour()
         container = FakeContainer(
             id=f"c{next(self._ids)}", name=spec.name, image=spec.image, labels=dict(spec.labels),
-            host_ports=[p.host_port for p in spec.ports], log=list(behaviour.log),
+            host_ports=[p.host_port for p in spec.ports], ports=list(spec.ports),
+            log=list(behaviour.log),
             exit_after_inspects=behaviour.exit_after_inspects, exit_code_later=behaviour.exit_code,
             restart_after_inspects=behaviour.restart_after_inspects, restart_max=spec.restart_max or 0,
         )
@@ -188,6 +208,21 @@ class FakeEngine:
         """The tar bytes a test put in `archives[(container id, path)]`, else None."""
         self._enter("archive")
         return self.archives.get((container_id, path))
+
+    def exec(self, container_id: str, command: list[str], *, env: dict[str, str],
+             timeout_seconds: float, max_output_bytes: int) -> ExecResult:
+        """The handler's answer, its output cut to the last `max_output_bytes` as Docker's is."""
+        self._enter("exec")
+        container = self.containers.get(container_id)
+        if container is None or container.status != "running":
+            raise LaunchError(f"cannot run {command[0]!r} in container {container_id[:12]}: "
+                              "not running", hint="is it still running? `opsctl status`")
+        self.execs.append((container_id, list(command), dict(env), timeout_seconds))
+        result = self.exec_handler(container_id, list(command), dict(env))
+        if len(result.output) > max_output_bytes:
+            return replace(result, output=result.output[len(result.output) - max_output_bytes:],
+                           truncated=True)
+        return result
 
     def follow_logs(self, container_id: str, tail: int | str = 10) -> Iterator[str]:
         self._enter("follow_logs")
@@ -269,6 +304,21 @@ class FakeEngine:
         self._enter("build")
         on_event(BuildEvent(text=f"Step 1/1 : FROM scratch ({dockerfile})", step="Step 1/1"))
         return self.add_image(tag, labels)
+
+    def push(self, image: str, target: str, on_event: Callable[[BuildEvent], None]) -> str:
+        """Tags `image` as `target` and answers the digest a test put in `push_digests[target]`
+        (a registry's answer); without one the push fails as an unreachable registry does."""
+        self._enter("push")
+        found = self.images.get(image) or next((i for i in self.images.values() if i.id == image),
+                                               None)
+        if found is None:
+            raise image_missing(image)
+        self.images[target] = found
+        on_event(BuildEvent(text=f"{found.id[7:19]}: Pushed", step="push"))
+        if target not in self.push_digests:
+            raise BuildError(f"push of {target} failed: connection refused", hint="start it")
+        self.pushed.append(target)
+        return self.push_digests[target]
 
 
 class FakeClock:

@@ -86,6 +86,10 @@ def build_command(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print each image's plan (base, tag, patch set, build args); no engine "
         "needed.")] = False,
+    push: Annotated[str | None, typer.Option(
+        "--push", metavar="REGISTRY/REPO", help="After verification, push each image as "
+        "REGISTRY/REPO:<its tag> with docker's own credentials (`docker login`) and record the "
+        "registry's digest for `opsctl render`.")] = None,
 ) -> None:
     """Build and verify the images `opsctl up` runs (exit 3 on any failure, 6 without a daemon)."""
     from opsctl.deploy.profiles import load_profile
@@ -93,16 +97,21 @@ def build_command(
     from opsctl.image import app as image_app
     from opsctl.image import view
 
+    repository = image_app.push_repository(push) if push is not None else None
     the_plans = image_app.build_plans(load_profile(profile), variant=variant,
                                       base_image=base_image, tag=tag)
     if dry_run:
-        view.show_plans(console, the_plans)
+        view.show_plans(console, the_plans, push_to=repository)
         return
     engine = connect()
     for the_plan in the_plans:
         with view.BuildView(err_console, view.build_title(the_plan)) as live:
             result = image_app.build(the_plan, engine, force=force, on_event=live.on_event)
         view.show_build(console, err_console, the_plan, result)
+        if repository is not None:
+            with view.BuildView(err_console, f"pushing {result.tag} to {repository}") as live:
+                pushed = image_app.push(result, engine, repository, on_event=live.on_event)
+            view.show_push(console, err_console, pushed)
 
 
 @app.command("base-image")

@@ -15,6 +15,7 @@ from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, within
 
 if TYPE_CHECKING:
     from opsctl.deploy.profiles import Profile
+    from opsctl.traffic.driver_sglang import ServingContainer
 
 PUSHGATEWAY_ENV = "OPSCTL_PUSHGATEWAY"
 
@@ -165,6 +166,14 @@ def bench(
     gsp_prefix_len: Annotated[int, typer.Option(
         "--gsp-prefix-len", min=1, max=1_000_000, help="generated-shared-prefix: tokens of "
         "each shared prefix (the question is --input-words long).")] = 512,
+    driver: Annotated[str, typer.Option(
+        "--driver", help="What sends the load: opsctl (its own client) or sglang-bench "
+        "(`python3 -m sglang.bench_serving` inside each target's opsctl container, tokenizer "
+        "and dataset paths as the container sees them).")] = "opsctl",
+    client_workers: Annotated[int | None, typer.Option(
+        "--client-workers", min=1, max=1024, help="Client processes sending each level, each "
+        "with its own event loop (never more than the level's concurrency). Default: one per "
+        "64 concurrent streams, at most the usable cores less one.")] = None,
 ) -> None:
     """Concurrency sweep per variant: TTFT/ITL/TPOT/E2E percentiles, goodput, throughput.
 
@@ -181,8 +190,11 @@ def bench(
     from opsctl.traffic import view
     from opsctl.traffic.bench import DEFAULT_CONCURRENCY, parse_concurrency, parse_variants
     from opsctl.traffic.client import api_key_from_env, make_client, parse_api
+    from opsctl.traffic.driver_sglang import SglangBench
+    from opsctl.traffic.drivers import SGLANG_BENCH, parse_driver
     from opsctl.traffic.workloads import WorkloadSpec, parse_dataset_name
 
+    chosen = parse_driver(driver)
     check_output_path(Path(out) if out else REPORTS_DIR, "--out", directory=True)
     workload = WorkloadSpec(
         name=parse_dataset_name(dataset_name), input_len=input_words, output_len=output_tokens,
@@ -198,10 +210,12 @@ def bench(
         request_timeout_s=request_timeout, out_dir=Path(out) if out else None,
         gateway=pushgateway or os.environ.get(PUSHGATEWAY_ENV), deadline_s=deadline,
         ignore_eos=ignore_eos, request_rate=request_rate, duration_s=duration, workload=workload,
+        client_workers=client_workers,
     )
     result = traffic.bench(request, launcher=ProfileLauncher, push=push_report,
                            plot=view.write_plots, client_factory=make_client,
-                           progress=lambda: view.live_progress(console))
+                           progress=lambda: view.live_progress(console),
+                           driver=SglangBench(serving_container) if chosen == SGLANG_BENCH else None)
     view.show_bench(result, console)
     if result.error is not None:
         raise result.error
@@ -220,6 +234,21 @@ def locate_server(profile_name: str) -> tuple[str, str | None]:
     url = deploy_app.base_url_for(engine, profile_name)  # LaunchError (exit 4) when none runs
     servers = [s for s in deploy_app.find_servers(engine, profile_name) if s.status == "running"]
     return url, servers[0].labels.get(labels.VARIANT) if servers else None
+
+
+def serving_container(base_url: str) -> ServingContainer:
+    """The opsctl container serving `base_url` (deploy room, by label and published port), with
+    commands run in it through the engine: `bench --driver sglang-bench`'s collaborator."""
+    from opsctl.deploy.urlserver import server_for_url
+    from opsctl.engine.dockerpy import connect
+    from opsctl.traffic.driver_sglang import ServingContainer
+
+    engine = connect()
+    info, inner_url = server_for_url(engine, base_url)
+    return ServingContainer(
+        name=info.name, inner_url=inner_url,
+        run=lambda command, env, timeout_s, max_bytes: engine.exec(
+            info.id, command, env=env, timeout_seconds=timeout_s, max_output_bytes=max_bytes))
 
 
 class ProfileLauncher:

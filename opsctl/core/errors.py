@@ -40,7 +40,8 @@ EXIT_CODES = (
              "on the pinned version, a bad option value, a path opsctl cannot read or write, "
              "text that is not UTF-8, input nested too deeply, an invalid URL"),
     ExitCode(EXIT_BUILD, "build", "build failed",
-             "including a patch that does not apply, and post-build verification"),
+             "including a patch that does not apply, post-build verification, and a push "
+             "the registry refuses or that cannot reach it"),
     ExitCode(EXIT_LAUNCH, "launch", "launch or readiness failed",
              "including a server that cannot be reached or breaks off its answer, and the "
              "Docker engine refusing a request"),

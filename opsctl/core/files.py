@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -43,6 +44,36 @@ def atomic_write_chunks(path: Path, chunks: Iterable[bytes]) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def atomic_write_dir(path: Path, files: dict[str, str]) -> list[Path]:
+    """Make `path` a directory holding exactly `files` (relative name -> text), all at once.
+
+    The files are written into a sibling directory first and renamed into place: a reader sees
+    the old directory or the new one, never part of either, and nothing is left behind when a
+    write fails. A directory already at `path` is replaced whole; the caller decides whether
+    it may be.
+    """
+    parent = path.absolute().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    stage, old = _beside(path), path.with_name(f".{path.name}.{os.getpid()}.old")
+    try:
+        stage.mkdir()
+        for relative, text in files.items():
+            (stage / relative).write_text(text)
+        if path.exists():
+            os.rename(path, old)
+            try:
+                os.rename(stage, path)
+            except OSError:
+                os.rename(old, path)
+                raise
+        else:
+            os.rename(stage, path)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    return [path / relative for relative in files]
 
 
 def _beside(path: Path) -> Path:

@@ -11,15 +11,16 @@ caller's timeout); these caps bound memory whatever the time.
 - `MAX_SSE_LINE_BYTES` (1 MiB): one SSE line.
 
 The clients opsctl builds put `CappedAsyncTransport`/`CappedTransport` under httpx, so any read
-through them (`client.get(...)`, `response.aread()`) is capped; `sse_lines` caps a line and
-`read_capped` adds a total deadline for synchronous probes. Clients ask for an uncompressed
-answer (`IDENTITY`), so the cap counts what is held in memory.
+through them (`client.get(...)`, `response.aread()`) is capped; `SseLines` splits and caps the
+lines of a stream whatever transport read it (the traffic room's generation path is aiohttp,
+which applies `cap_for` and `exceeds` itself), and `read_capped` adds a total deadline for
+synchronous probes. Clients ask for an uncompressed answer (`IDENTITY`), so the cap counts what
+is held in memory.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 
 import httpx
 
@@ -32,8 +33,6 @@ MAX_STREAM_BYTES = 64 << 20
 MAX_SSE_LINE_BYTES = 1 << 20
 IDENTITY = {"Accept-Encoding": "identity"}
 
-_EOL = re.compile(rb"\r\n|\r|\n")  # SSE allows all three line endings
-
 
 def mib(size: int) -> str:
     return f"{size / (1 << 20):g} MiB"
@@ -43,18 +42,22 @@ class BodyTooLarge(httpx.TransportError):
     """The server sent more than a cap allows; the message names the cap."""
 
 
-def cap_for(headers: httpx.Headers) -> int:
+def cap_for(headers: Mapping[str, str]) -> int:
     """An SSE stream may run longer than a whole answer; everything else gets the body cap."""
     streaming = headers.get("content-type", "").startswith("text/event-stream")
     return MAX_STREAM_BYTES if streaming else MAX_BODY_BYTES
 
 
+def exceeds(method: str, path: str, cap: int) -> str:
+    """The one-line reason of an answer cut at `cap`."""
+    return f"{method} {path}: the answer exceeds the {mib(cap)} cap"
+
+
 def _too_large(request: httpx.Request, cap: int) -> BodyTooLarge:
-    return BodyTooLarge(f"{request.method} {request.url.path}: the answer exceeds the {mib(cap)} "
-                        f"cap", request=request)
+    return BodyTooLarge(exceeds(request.method, request.url.path, cap), request=request)
 
 
-def _declared_over(headers: httpx.Headers, cap: int) -> bool:
+def _declared_over(headers: Mapping[str, str], cap: int) -> bool:
     length = headers.get("content-length", "")
     return length.isdigit() and int(length) > cap
 
@@ -155,25 +158,34 @@ def capped_client(*, headers: dict[str, str] | None = None, timeout_s: float = 1
                         trust_env=False)
 
 
-async def sse_lines(response: httpx.Response, cap: int = MAX_SSE_LINE_BYTES
-                    ) -> AsyncIterator[bytes]:
-    """The lines of an SSE body (without their ending), none longer than `cap` bytes."""
-    pending = bytearray()
-    scan = 0  # where the search for the next line ending resumes
-    async for chunk in response.aiter_bytes():
-        pending += chunk
-        start = 0
-        for match in _EOL.finditer(pending, scan):
-            if match.group() == b"\r" and match.end() == len(pending):
-                break  # maybe the first half of a \r\n split across reads
-            yield bytes(pending[start:match.start()])
-            start = match.end()
-        del pending[:start]
-        scan = max(0, len(pending) - 1) if pending.endswith(b"\r") else len(pending)
-        if len(pending) > cap:
-            raise BodyTooLarge(f"an SSE line exceeds the {mib(cap)} cap")
-    if pending:
-        yield bytes(pending.rstrip(b"\r"))
+class SseLines:
+    """The lines of an SSE body (without their ending) as its bytes arrive, none longer than
+    `cap` bytes: `feed` returns the lines a chunk completed, `end` the unterminated last one.
+
+    SSE allows `\r\n`, `\r` and `\n` endings; `bytes.splitlines` splits on exactly those three,
+    in C. A `\r` at the very end of a chunk may be the first half of a `\r\n` split across
+    reads, so that line waits for the next chunk. Lines are only measured when the chunk could
+    hold one over the cap, so a stream of small events pays nothing for the check.
+    """
+
+    __slots__ = ("_cap", "_pending")
+
+    def __init__(self, cap: int = MAX_SSE_LINE_BYTES) -> None:
+        self._cap = cap
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        data = self._pending + chunk if self._pending else chunk
+        lines = data.splitlines(keepends=True)
+        self._pending = lines.pop() if lines and not lines[-1].endswith(b"\n") else b""
+        if len(data) > self._cap and (len(self._pending) > self._cap
+                                      or any(len(line) > self._cap + 2 for line in lines)):
+            raise BodyTooLarge(f"an SSE line exceeds the {mib(self._cap)} cap")
+        return [line.rstrip(b"\r\n") for line in lines]
+
+    def end(self) -> list[bytes]:
+        last, self._pending = self._pending.rstrip(b"\r\n"), b""
+        return [last] if last else []
 
 
 def read_capped(response: httpx.Response, *, cap: int = MAX_BODY_BYTES, timeout_s: float,

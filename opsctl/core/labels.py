@@ -34,4 +34,5 @@ ROLE_SERVER = "server"
 ROLE_IMAGE = "image"
 ROLE_MONITORING = "monitoring"
 ROLE_VERIFY = "verify"  # the throwaway container that checks a fresh image
+ROLE_ROUTER = "router"  # the sglang router in front of a cluster's servers (`render k8s`)
 TRUE = "true"

@@ -20,7 +20,7 @@ import httpx
 
 from opsctl.core import labels
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
-from opsctl.core.errors import LaunchError, OpsctlError
+from opsctl.core.errors import LaunchError, OpsctlError, UsageError
 from opsctl.core.files import check_output_path
 from opsctl.deploy import ownership, readiness
 from opsctl.deploy.custody import CLEANUP_GRACE_SECONDS as CLEANUP_GRACE_SECONDS
@@ -111,6 +111,11 @@ def up(
     timeout, mismatch or Ctrl-C it removes what this run created, found by its run id, saving
     each log under `logs_dir` first; a second Ctrl-C leaves it, and the error names what is left.
     """
+    nnodes = deployment.server.nnodes
+    if nnodes > 1:  # the other hosts' ranks would never join: the server would wait, not serve
+        raise UsageError(f"profile {deployment.profile.name!r} spans {nnodes} hosts; `up` runs "
+                         "one", hint="deploy it to a cluster: `opsctl render k8s` "
+                         "(docs/kubernetes.md)")
     image = image_for(deployment)
     image_labels = present_image(engine, deployment, image)
     check_output_path(logs_dir, "server log directory", directory=True)

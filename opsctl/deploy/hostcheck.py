@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from opsctl.core.errors import LaunchError
+from opsctl.core.tools import Run
+from opsctl.core.tools import run_tool as _run
 
 # Path types whose traffic crosses a PCIe host bridge (PHB), the interconnect between host
 # bridges of one NUMA node (NODE), or the SMP interconnect between sockets (SYS).
@@ -48,7 +49,6 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _GPU = re.compile(r"GPU\d+")
 
 Pair = tuple[str, str]
-Run = Callable[[list[str]], tuple[int, str]]  # argv -> (exit code, stdout + stderr)
 
 
 def parse_matrix(text: str) -> dict[Pair, str]:
@@ -162,18 +162,6 @@ class HostP2pReport:
     iommu: Iommu
     acs: Acs
     verdict: Verdict
-
-
-def _run(argv: list[str], timeout_s: float = 60) -> tuple[int, str]:
-    """(exit code, stdout + stderr); a hung or unstartable tool is a failed run, not a crash."""
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, errors="replace",
-                              timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired:
-        return 124, f"no answer within {timeout_s:g} s (a hung driver?)"
-    except OSError as exc:
-        return 126, f"cannot run {argv[0]}: {exc.strerror or exc}"
-    return done.returncode, done.stdout + done.stderr
 
 
 def _read(path: Path) -> str:

@@ -108,6 +108,10 @@ class ServerSettings(StrictModel):
     host: str = "0.0.0.0"
     port: int = Field(30000, ge=1, le=65535)
     tp_size: int = Field(1, ge=1)
+    nnodes: int = Field(
+        1, ge=1, description="Hosts one server spans (--nnodes, rendered only above 1). `up` runs "
+        "one host; a profile above 1 is for `opsctl render k8s`, which adds each pod's "
+        "--dist-init-addr and --node-rank.")
     trust_remote_code: bool = False
     quantization: str | None = None
     kv_cache_dtype: str | None = None

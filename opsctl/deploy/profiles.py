@@ -162,8 +162,11 @@ def typed_options(deployment: Deployment, environ: Mapping[str, str] | None = No
         ("model.container_path", "--model-path", model.container_path),
         ("model.served_name", "--served-model-name", model.served_name),
         *((f"server.{name}", f"--{name.replace('_', '-')}", getattr(server, name)) for name in (
-            "host", "port", "tp_size", "trust_remote_code", "quantization", "kv_cache_dtype",
-            "attention_backend")),
+            "host", "port", "tp_size")),
+        # One host renders no flag (sglang's default), so single-host argv stay as they were.
+        ("server.nnodes", "--nnodes", server.nnodes if server.nnodes > 1 else None),
+        *((f"server.{name}", f"--{name.replace('_', '-')}", getattr(server, name)) for name in (
+            "trust_remote_code", "quantization", "kv_cache_dtype", "attention_backend")),
         ("server.dsa_prefill_backend", f"{dsa}-prefill-backend", server.dsa_prefill_backend),
         ("server.dsa_decode_backend", f"{dsa}-decode-backend", server.dsa_decode_backend),
         *((f"server.{name}", f"--{name.replace('_', '-')}", getattr(server, name)) for name in (

@@ -7,6 +7,7 @@ so a user sees the same message whichever engine ran.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,6 +134,28 @@ class ContainerInfo:
     last_exit_code: int | None = None
     oom_killed: bool = False
     error: str = ""
+    ports: tuple[PortBinding, ...] = ()  # what it publishes on the host
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """A command run inside a running container (`docker exec`).
+
+    `output` is its stdout and stderr as written, cut to the last `max_output_bytes` (then
+    `truncated`). `timed_out`: it was still running at the deadline; opsctl stopped waiting and
+    `exit_code` is None (also None when the daemon never recorded one). Docker cannot stop an
+    exec'd process, so a command that must not outlive its deadline runs under `timeout` inside
+    the container.
+    """
+
+    exit_code: int | None
+    output: bytes
+    truncated: bool = False
+    timed_out: bool = False
+
+
+# An image digest as a registry answers it (what `Engine.push` returns).
+DIGEST_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -181,6 +204,13 @@ class Engine(Protocol):
         answering in the middle."""
         ...
 
+    def exec(self, container_id: str, command: list[str], *, env: dict[str, str],
+             timeout_seconds: float, max_output_bytes: int) -> ExecResult:
+        """Run `command` (no shell, no TTY) in the running container with `env` added; never
+        waits past `timeout_seconds` nor holds more than `max_output_bytes` of its output.
+        LaunchError when the container is gone or not running."""
+        ...
+
     def archive(self, container_id: str, path: str, max_bytes: int) -> bytes | None:
         """A tar of `path` inside the container (`docker cp`); None when it does not exist.
         LaunchError when the tar would exceed `max_bytes`."""
@@ -226,6 +256,12 @@ class Engine(Protocol):
         on_event: Callable[[BuildEvent], None],
     ) -> str:
         """Build `tag` from `context_dir`, streaming progress; returns the image id (BuildError)."""
+        ...
+
+    def push(self, image: str, target: str, on_event: Callable[[BuildEvent], None]) -> str:
+        """Tag `image` as `target` (REGISTRY/REPO:TAG) and push it with docker's own credentials,
+        streaming progress; returns the digest (sha256:...) the registry answered. BuildError
+        when the registry refuses or cannot be reached."""
         ...
 
 

@@ -1,6 +1,6 @@
 """How `opsctl.engine.dockerpy` speaks to the Docker SDK: a RunSpec as `containers.create`
-arguments, Docker's refusals as LaunchErrors, a dying daemon as DaemonUnreachable, and the
-frames of a multiplexed log stream.
+arguments, Docker's refusals as LaunchErrors, a dying daemon as DaemonUnreachable, the frames of
+a multiplexed log stream, published ports, and a bounded `docker exec`.
 
 Kept apart from the engine class so each stays small; like dockerpy, nothing outside
 opsctl/engine/ imports it.
@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import re
 import struct
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +23,7 @@ import requests
 import urllib3.exceptions
 
 from opsctl.core.errors import DaemonUnreachable, LaunchError
-from opsctl.engine.api import RunSpec, name_taken, port_taken
+from opsctl.engine.api import ExecResult, PortBinding, RunSpec, name_taken, port_taken
 
 LOG_FRAME_HEADER = struct.Struct(">BxxxL")  # stream (1 stdout, 2 stderr), payload length
 # What a daemon that dies, hangs or breaks off an answer raises through the SDK.
@@ -31,6 +33,7 @@ TRANSPORT = (requests.exceptions.RequestException, urllib3.exceptions.HTTPError,
 PORT_TAKEN = re.compile(r"port is already allocated|address already in use|bind for .* failed", re.I)
 _NO_GPU_RUNTIME = re.compile(r"could not select device driver|nvidia-container-cli|unknown runtime", re.I)
 _NANOSECONDS = 1_000_000_000
+_EXIT_CODE_WAIT_S = 5.0  # after its output ends, how long the daemon may take to record the exit
 
 
 @contextlib.contextmanager
@@ -138,3 +141,77 @@ def read_exactly(raw: Any, size: int) -> bytes:
             return b""
         data += chunk
     return data
+
+
+def published_ports(attrs: dict[str, Any]) -> tuple[PortBinding, ...]:
+    """The host ports a container's inspect data says it publishes (configured bindings, so a
+    stopped container still says which port it would take)."""
+    bindings = (attrs.get("HostConfig") or {}).get("PortBindings") or {}
+    return tuple(
+        PortBinding(container_port=int(port.split("/")[0]), host_port=int(host["HostPort"]),
+                    host_address=host.get("HostIp") or "0.0.0.0")
+        for port, hosts in sorted(bindings.items()) for host in hosts or []
+        if port.endswith("/tcp") and str(host.get("HostPort") or "").isdigit())
+
+
+def run_exec(api: Any, container_id: str, command: list[str], env: dict[str, str],
+             timeout_seconds: float, max_output_bytes: int) -> ExecResult:
+    """`docker exec` bounded in time and memory (see `Engine.exec`).
+
+    The SDK's exec stream waits for data without a deadline, so it is read in a daemon thread
+    that keeps only the output's tail; at the deadline the stream is shut, which ends that read,
+    and opsctl returns instead of waiting on a command that may never finish.
+    """
+    with answering("starting a command in a container"):
+        try:
+            exec_id = api.exec_create(container_id, command, environment=env or None,
+                                      stdout=True, stderr=True, tty=False)["Id"]
+            stream = api.exec_start(exec_id, stream=True)
+        except docker.errors.APIError as exc:
+            if exc.status_code is not None and exc.status_code >= 500:
+                raise
+            said = " ".join(str(exc.explanation or exc).split())[:200]
+            raise LaunchError(f"cannot run {command[0]!r} in container {container_id[:12]}: {said}",
+                              hint="is it still running? `opsctl status`") from None
+    tail = bytearray()
+    cut: list[bool] = []  # non-empty once output was dropped
+    failed: list[BaseException] = []
+
+    def pump() -> None:
+        try:
+            for chunk in stream:
+                tail.extend(chunk)
+                if len(tail) > max_output_bytes:
+                    del tail[:len(tail) - max_output_bytes]
+                    cut.append(True)
+        except (*TRANSPORT, OSError, docker.errors.DockerException) as exc:
+            failed.append(exc)
+
+    reader = threading.Thread(target=pump, name="opsctl-exec", daemon=True)
+    reader.start()
+    try:
+        reader.join(max(0.0, timeout_seconds))
+    finally:  # the deadline, or Ctrl-C: stop reading; the command is left to its own end
+        timed_out = reader.is_alive()
+        if timed_out:
+            with contextlib.suppress(*TRANSPORT, OSError, docker.errors.DockerException):
+                stream.close()
+            reader.join(1.0)
+    if timed_out:
+        return ExecResult(exit_code=None, output=bytes(tail), truncated=bool(cut), timed_out=True)
+    if failed:
+        with answering("reading a command's output"):
+            raise failed[0]
+    return ExecResult(exit_code=_exit_code(api, exec_id), output=bytes(tail), truncated=bool(cut))
+
+
+def _exit_code(api: Any, exec_id: str) -> int | None:
+    """The finished command's exit code; the daemon records it just after the output ends."""
+    deadline = time.monotonic() + _EXIT_CODE_WAIT_S
+    with answering("reading a command's exit code"):
+        while True:
+            state = api.exec_inspect(exec_id)
+            if not state.get("Running") or time.monotonic() > deadline:
+                code = state.get("ExitCode")
+                return None if state.get("Running") or code is None else int(code)
+            time.sleep(0.05)

@@ -30,14 +30,17 @@ import requests
 
 from opsctl.core.errors import BuildError, DaemonUnreachable, LaunchError
 from opsctl.core.labels import MANAGED, ROLE, ROLE_VERIFY, TRUE
-from opsctl.engine.api import BuildEvent, ContainerInfo, Engine, RunSpec, image_missing
+from opsctl.engine import dockerimages
+from opsctl.engine.api import BuildEvent, ContainerInfo, Engine, ExecResult, RunSpec, image_missing
 from opsctl.engine.dockercalls import (
     LOG_FRAME_HEADER,
     TRANSPORT,
     answering,
     create_kwargs,
     launch_error,
+    published_ports,
     read_exactly,
+    run_exec,
 )
 
 DAEMON_TIMEOUT_SECONDS = 10
@@ -139,6 +142,7 @@ class DockerEngine:
                 else self._last_exit(attrs) if restarts else None,
                 oom_killed=bool(state.get("OOMKilled")),
                 error=str(state.get("Error") or ""),
+                ports=published_ports(attrs),
             )
 
     def _last_exit(self, attrs: dict[str, Any]) -> int | None:
@@ -221,6 +225,11 @@ class DockerEngine:
         self.stop(container_id, grace_seconds)
         self.remove(container_id)
 
+    def exec(self, container_id: str, command: list[str], *, env: dict[str, str],
+             timeout_seconds: float, max_output_bytes: int) -> ExecResult:
+        return run_exec(self._client.api, container_id, command, env, timeout_seconds,
+                        max_output_bytes)
+
     def archive(self, container_id: str, path: str, max_bytes: int) -> bytes | None:
         container = self._client.containers.get(container_id)
         try:
@@ -301,20 +310,7 @@ class DockerEngine:
 
     def import_rootfs(self, tarball: Path, repository: str, tag: str, changes: list[str]) -> str:
         """`docker import` a root filesystem tarball as repository:tag; returns the image id."""
-        try:
-            self._client.api.import_image(
-                src=str(tarball), repository=repository, tag=tag, changes=changes
-            )
-        except docker.errors.APIError as exc:
-            raise BuildError(
-                f"the engine refused to import {repository}:{tag}: "
-                f"{str(exc.explanation or exc).splitlines()[0]}",
-                hint="check the engine's log (journalctl -u docker) and free disk space",
-            ) from None
-        image_id = self.image_id(f"{repository}:{tag}")
-        if image_id is None:
-            raise BuildError(f"import of {repository}:{tag} reported no image", hint="retry with --force")
-        return image_id
+        return dockerimages.import_rootfs(self._client, tarball, f"{repository}:{tag}", changes)
 
     def build(
         self,
@@ -368,6 +364,10 @@ class DockerEngine:
         if image_id is None:
             raise BuildError(f"build of {tag} reported no image", hint="\n".join(tail[-5:]))
         return image_id
+
+    def push(self, image: str, target: str, on_event: Callable[[BuildEvent], None]) -> str:
+        """Tag and push; see opsctl.engine.dockerimages."""
+        return dockerimages.push(self._client, image, target, on_event)
 
     def run_to_completion(
         self, image: str, command: list[str], timeout_seconds: float = 120

@@ -13,12 +13,13 @@ from opsctl.argspec.extract import Extraction, extract
 from opsctl.core.errors import UsageError
 from opsctl.deploy.profiles import Profile
 from opsctl.engine.api import BuildEvent, Engine
-from opsctl.image import baseimage, patchset, upstream
+from opsctl.image import baseimage, patchset, registry, upstream
 from opsctl.image import build as builder
 from opsctl.image.baseimage import BaseImageResult
 from opsctl.image.build import BuildResult
 from opsctl.image.patchset import CheckReport
 from opsctl.image.plan import BuildPlan, plans
+from opsctl.image.registry import PushResult
 
 OnEvent = Callable[[BuildEvent], None]
 
@@ -40,6 +41,17 @@ def build(the_plan: BuildPlan, engine: Engine, force: bool, on_event: OnEvent) -
                             "(debootstrap + docker import, about a minute)"))
         baseimage.build_debian_base(engine, force=False, on_event=on_event)
     return builder.build(the_plan, engine, force=force, on_event=on_event)
+
+
+def push_repository(value: str) -> str:
+    """`build --push`'s REGISTRY/REPO, checked before anything is built (UsageError)."""
+    return registry.check_repository(value)
+
+
+def push(result: BuildResult, engine: Engine, repository: str, on_event: OnEvent) -> PushResult:
+    """Push a built and verified image as REPOSITORY:<its tag>; the registry's digest is recorded
+    for `opsctl render` (opsctl.image.registry.pushed_reference)."""
+    return registry.push(engine, result, repository, on_event)
 
 
 def base_image(engine: Engine, sglang_standin: str | None, force: bool,

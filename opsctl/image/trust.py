@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from opsctl.core.files import atomic_write_text
 
@@ -24,7 +25,8 @@ def record_path() -> Path:
     return default_state_dir() / RECORD
 
 
-def _records(path: Path) -> dict[str, dict[str, str]]:
+def read_records(path: Path) -> dict[str, dict[str, Any]]:
+    """A JSON object of objects keyed by image id; {} when absent or unreadable."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -35,13 +37,13 @@ def _records(path: Path) -> dict[str, dict[str, str]]:
 
 def is_verified(image_id: str, content_hash: str) -> bool:
     """Whether `image_id` passed verification on this host as an image of `content_hash`."""
-    return bool(image_id) and _records(record_path()).get(image_id, {}).get("content_hash") \
+    return bool(image_id) and read_records(record_path()).get(image_id, {}).get("content_hash") \
         == content_hash
 
 
 def record_verified(image_id: str, tag: str, content_hash: str) -> None:
     """Call only after verification passed."""
     path = record_path()
-    records = _records(path)
+    records = read_records(path)
     records[image_id] = {"tag": tag, "content_hash": content_hash}
     atomic_write_text(path, json.dumps(dict(sorted(records.items())), indent=2) + "\n")

@@ -23,6 +23,7 @@ from opsctl.image.baseimage import BaseImageResult
 from opsctl.image.build import ANSI_ESCAPE, BuildResult, shorten
 from opsctl.image.patchset import CheckReport
 from opsctl.image.plan import BuildPlan
+from opsctl.image.registry import PushResult, tag_of
 
 TAIL_LINES = 25
 STEP_WIDTH = 120  # a RUN step's header is its whole command; one line of it is enough
@@ -84,12 +85,17 @@ def build_title(plan: BuildPlan) -> str:
     return f"building {plan.repository} for sglang {plan.sglang_version} ({plan.profile})"
 
 
-def show_plans(console: Console, plans: list[BuildPlan]) -> None:
+def show_plans(console: Console, plans: list[BuildPlan], push_to: str | None = None) -> None:
     """Each image's plan, a blank line between images."""
     for index, plan in enumerate(plans):
         if index:
             console.print()
-        for name, value in plan.describe():
+        rows = plan.describe()
+        if push_to:
+            tag = plan.tag(plan.locked_digest)
+            rows.append(("push", f"{push_to}:{tag_of(tag)}" if tag else
+                         f"{push_to}:<its tag, once the base is locked>"))
+        for name, value in rows:
             console.print(Text.assemble((f"{name:>12}", "bold"), f"  {value}"), highlight=False,
                           soft_wrap=True)
 
@@ -104,6 +110,13 @@ def show_build(out: Console, err: Console, plan: BuildPlan, result: BuildResult)
     err.print(Text.assemble((f"{state}:", "green"), f" {result.tag}"), highlight=False,
               soft_wrap=True)
     out.print(result.tag, highlight=False, soft_wrap=True, markup=False)
+
+
+def show_push(out: Console, err: Console, result: PushResult) -> None:
+    """The digest reference on stdout (what a script or `opsctl render` needs), after the tag."""
+    err.print(Text.assemble(("pushed:", "green"), f" {result.target} (digest {result.digest})"),
+              highlight=False, soft_wrap=True)
+    out.print(result.reference, highlight=False, soft_wrap=True, markup=False)
 
 
 def show_base_images(console: Console, results: list[BaseImageResult]) -> None:

@@ -9,9 +9,10 @@ the CLI raises for its verdict.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +27,14 @@ from opsctl.traffic.bench import BenchOptions, Launcher, Progress, Target, parse
 from opsctl.traffic.bench_report import BenchReport, write_report_files
 from opsctl.traffic.bench_report import verdict_error as bench_verdict
 from opsctl.traffic.client import Api, ClientFactory
+from opsctl.traffic.drivers import SweepDriver
+from opsctl.traffic.served import local_tokenizer
 from opsctl.traffic.smoke import SmokeOptions, run_smoke
 from opsctl.traffic.smoke_evals import DatasetLoader, EvalRequest, plan_evals
 from opsctl.traffic.smoke_report import SmokeReport, write_report
 from opsctl.traffic.smoke_report import verdict_error as smoke_verdict
 from opsctl.traffic.workloads import WorkloadSpec, build
+from opsctl.verify.checks import flag_values
 
 # profile name -> (base URL of its running server, the variant it runs or None).
 # Raises LaunchError (exit 4) when no server of the profile runs.
@@ -110,6 +114,7 @@ class BenchRequest:
     request_rate: float | None = None  # Poisson arrivals per second; None: closed loop
     duration_s: float | None = None  # seconds per level instead of a request count
     workload: WorkloadSpec | None = None  # None: word prompts of input_words/output_tokens
+    client_workers: int | None = None  # client processes per level; None: automatic
 
 
 @dataclass(frozen=True)
@@ -180,11 +185,24 @@ def resolve_smoke_target(
 def bench(
     request: BenchRequest, *, launcher: LauncherFactory, push: PushReport, plot: PlotWriter,
     client_factory: ClientFactory, progress: ProgressView | None = None,
+    driver: SweepDriver | None = None,
 ) -> BenchResult:
-    """Resolve the targets, sweep each (launching profile variants), write the files, push."""
+    """Resolve the targets, sweep each (launching profile variants), write the files, push.
+    `driver` sends the load instead of opsctl's client (`--driver`, opsctl.traffic.drivers)."""
     loaded, targets, active = _bench_plan(request, launcher)
     spec = request.workload or WorkloadSpec(input_len=request.input_words,
                                             output_len=request.output_tokens)
+    served_tokenizer = None
+    if driver is None and loaded is not None and spec.name == "random" and spec.tokenizer is None:
+        served_tokenizer = _served_tokenizer(loaded, request.variants)
+        spec = replace(spec, tokenizer=local_tokenizer(served_tokenizer,
+                                                       loaded.model.container_path,
+                                                       loaded.model.host_path))
+    workload = (driver.workload(spec, request.api, request.requests_per_level, request.duration_s)
+                if driver else build(spec))  # a bad dataset or tokenizer: exit 2 before any launch
+    if served_tokenizer is not None:
+        workload.note = (f"tokenizer {spec.tokenizer}: this host's side of the server's "
+                         f"{served_tokenizer} (the profile's model mount)")
     options = BenchOptions(
         concurrency=request.concurrency, requests_per_level=request.requests_per_level,
         input_words=request.input_words, output_tokens=request.output_tokens, api=request.api,
@@ -193,16 +211,38 @@ def bench(
         deadline_s=request.deadline_s, ignore_eos=request.ignore_eos,
         arrival=Arrival(rate=request.request_rate, duration_s=request.duration_s,
                         seed=spec.seed),
-        slo=loaded.slo if loaded else None, workload=build(spec),  # a bad dataset: exit 2 now
+        slo=loaded.slo if loaded else None, workload=workload, driver=driver,
+        client_workers=request.client_workers,
     )
     out = request.out_dir or default_bench_dir()
     with progress() if progress else nullcontext(None) as on_progress:
         report = run_bench(targets, options, profile_name=loaded.name if loaded else None,
                            launcher=active, progress=on_progress, client_factory=client_factory)
+    if served_tokenizer is not None:
+        _check_tokenizer(report, served_tokenizer)
     written = write_report_files(report, out) + plot(report, out)
     pushed = _push(push, "bench", report, request.gateway)
     return BenchResult(report=report, out_dir=out, written=written, pushed=pushed,
                        error=bench_verdict(report, out))
+
+
+def _served_tokenizer(profile: Profile, variants: tuple[str, ...]) -> str:
+    """The tokenizer path the profile's server loads, as /model_info will report it: the
+    `--tokenizer-path` of its argv, else the model path (sglang's default: 0.5.9
+    server_args.py:847-848, 0.5.23 arg_groups/serving_hook.py:636)."""
+    deployment = profile.resolve(variants[0] if variants else None)
+    return flag_values(deployment.server.extra_args).get("--tokenizer-path",
+                                                         profile.model.container_path)
+
+
+def _check_tokenizer(report: BenchReport, served_tokenizer: str) -> None:
+    """Say so where a server's /model_info names another tokenizer than the prompts used."""
+    for run in report.variants:
+        model = run.model
+        if model and model.tokenizer_path and (posixpath.normpath(model.tokenizer_path)
+                                               != posixpath.normpath(served_tokenizer)):
+            model.notes.append(f"/model_info reports tokenizer {model.tokenizer_path!r}; the "
+                               f"prompts were tokenized with the profile's {served_tokenizer!r}")
 
 
 def _bench_plan(

@@ -14,6 +14,11 @@ time, and failures by kind. ITL gaps are
 pooled over all requests of the level; TPOT is per request, (e2e - ttft) / (output_tokens - 1),
 with output tokens from the server's usage chunk when it sends one, else counted chunks.
 
+The level itself (warm-up, measured phase, client CPU) is opsctl.traffic.levels; at high
+concurrency its phases are split across client worker processes (opsctl.traffic.workers,
+`client_workers`; by default one per STREAMS_PER_WORKER streams, at most the usable cores less
+one).
+
 Bounded in time: each target's sweep has a wall-clock deadline (`--deadline`; by default the
 most its levels could take with every request at its timeout, capped at `DEADLINE_CAP_S`), and
 a level whose warm-up fails entirely is aborted, with the levels after it: a server that answers
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import itertools
+import functools
 import math
 import os
 import platform
@@ -40,22 +45,22 @@ from opsctl.core.errors import LaunchError, OpsctlError, UsageError, stop_reason
 from opsctl.core.httpcap import checked_base_url
 from opsctl.core.redact import mask_secret, redact, redact_model, redact_userinfo
 from opsctl.deploy.sloconfig import Slo
-from opsctl.traffic.arrival import Arrival, Batch, drive
+from opsctl.traffic.arrival import Arrival
 from opsctl.traffic.bench_report import (
     BenchConfig,
     BenchReport,
     ClientInfo,
-    LevelResult,
     VariantResult,
 )
-from opsctl.traffic.client import (
-    API_KEY_ENV,
-    Api,
-    ClientFactory,
-    RequestResult,
-    make_client,
-    request_body,
-    stream_generate,
+from opsctl.traffic.client import API_KEY_ENV, Api, ClientFactory, make_client
+from opsctl.traffic.drivers import OPSCTL, SweepDriver
+from opsctl.traffic.levels import (
+    CUT_SHORT,
+    InProcess,
+    RequestSpec,
+    client_workers,
+    run_level,
+    usable_cores,
 )
 from opsctl.traffic.served import (
     ModelResolution,
@@ -64,17 +69,16 @@ from opsctl.traffic.served import (
     read_model_info,
     tokenizer_from_model_info,
 )
-from opsctl.traffic.stats import summarize, with_client_cpu
+from opsctl.traffic.server_sampler import sample_level
+from opsctl.traffic.workers import WorkerPool, WorkerSetup
 from opsctl.traffic.workloads import Workload, WorkloadSpec, build
 
 DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
 # A level opens this many connections and sends this many warm-up requests at once: far above
 # what one 8-GPU server admits, so a larger one is a typo (an extra digit), refused up front.
 MAX_CONCURRENCY = 10_000
-CUT_SHORT = "cut short"
 # The default deadline of one target's sweep never exceeds this (pass --deadline for more).
 DEADLINE_CAP_S = 3600.0
-
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,9 @@ class BenchOptions:
     arrival: Arrival = Arrival()
     slo: Slo | None = None  # the profile's; goodput is judged by it
     workload: Workload | None = None  # None: word prompts of input_words, output_tokens
+    client_workers: int | None = None  # client processes per level; None: levels.client_workers
+    driver: SweepDriver | None = None  # None: opsctl's client (`sweep`)
+    server_figures: bool = True  # sample the server's /metrics (and local GPUs) per level
 
     def work(self) -> Workload:
         return self.workload or build(WorkloadSpec(input_len=self.input_words,
@@ -140,6 +147,7 @@ class BenchOptions:
             dataset_name=self.work().name, workload_note=self.work().note,
             slo_ttft_ms=self.slo.ttft.threshold_ms if self.slo and self.slo.ttft else None,
             slo_tpot_ms=self.slo.tpot.threshold_ms if self.slo and self.slo.tpot else None,
+            driver=self.driver.name if self.driver else OPSCTL,
         )
 
 
@@ -240,24 +248,40 @@ async def sweep(
     label: str, base_url: str, options: BenchOptions, progress: Progress | None = None,
     client_factory: ClientFactory = make_client, result: VariantResult | None = None,
 ) -> VariantResult:
-    """Every concurrency level against one server, in one event loop and one client.
+    """Every concurrency level against one server: from this event loop and client, or split
+    across client worker processes where a level needs several (started once, after the model
+    name is known, and always stopped before this returns).
 
     Levels are appended to `result` as they finish, so a caller that is interrupted still holds
     what was measured.
     """
     result = result or VariantResult(variant=label, base_url=redact_userinfo(base_url))
     deadline = options.deadline()
+    cores = usable_cores()
+    workers = {c: client_workers(c, options.client_workers, cores) for c in options.concurrency}
     async with client_factory(base_url, options.api_key, max_connections=max(options.concurrency),
                               timeout_s=options.request_timeout_s) as client:
+        pool: WorkerPool | None = None
         try:
             async with asyncio.timeout(deadline):
                 result.model = await _resolve_model(client, options,
                                                      min(60.0, options.request_timeout_s))
+                spec = RequestSpec(options.api, result.model.served_name, options.temperature,
+                                   options.ignore_eos, options.request_timeout_s, options.work())
+                local = InProcess(client, spec)
+                if max(workers.values()) > 1:
+                    pool = WorkerPool(WorkerSetup(base_url, options.api_key,
+                                                  options.request_timeout_s,
+                                                  max(options.concurrency), spec, client_factory),
+                                      max(workers.values()))
+                sample = (functools.partial(sample_level, base_url, options.api_key)
+                          if options.server_figures else None)
                 next_index = 0
                 for concurrency in options.concurrency:
-                    next_index = await _run_level(client, label, concurrency,
-                                                  result.model.served_name, options, next_index,
-                                                  progress, result.levels)
+                    runner = (pool.runner(workers[concurrency])
+                              if pool is not None and workers[concurrency] > 1 else local)
+                    next_index = await run_level(runner, label, concurrency, options, next_index,
+                                                 progress, result.levels, sample)
                     if result.levels[-1].aborted:
                         result.stopped = (f"stopped at concurrency {concurrency}: "
                                           f"{result.levels[-1].aborted}")
@@ -270,64 +294,11 @@ async def sweep(
                 result.levels[-1].aborted = f"the {deadline:g}s deadline was reached"
             result.stopped = (f"the sweep's deadline of {deadline:g}s was reached after "
                               f"{len(result.levels)} level(s)")
+        finally:
+            if pool is not None:
+                pool.close()
     result.failed_requests = sum(level.failed + level.warmup_failed for level in result.levels)
     return result
-
-
-async def _run_level(
-    client: httpx.AsyncClient, label: str, concurrency: int, model: str, options: BenchOptions,
-    first_index: int, progress: Progress | None, levels: list[LevelResult],
-) -> int:
-    """Warm-up then the measured phase; appends the level to `levels` (also when cancelled by
-    the deadline or Ctrl-C, with what finished) and returns the next prompt index."""
-    timed = options.arrival.duration_s is not None
-    total = options.requests_at(concurrency)
-    warmup, measured = Batch(), Batch()
-    start_index = first_index + concurrency
-    started, cpu_started = time.perf_counter(), time.process_time()
-    done = 0
-    work = options.work()
-
-    async def send(index: int) -> RequestResult:
-        item = work.item(index)
-        body = request_body(options.api, model, item.prompt, max_tokens=item.output_tokens,
-                            stream=True, temperature=options.temperature,
-                            ignore_eos=options.ignore_eos)
-        return await stream_generate(client, options.api, body,
-                                     timeout_s=options.request_timeout_s)
-
-    def one_done() -> None:
-        nonlocal done
-        done += 1
-        if progress:
-            progress(label, concurrency, done, 0 if timed else total)
-
-    def level(aborted: str | None = None) -> LevelResult:
-        wall = time.perf_counter() - started
-        result = summarize(concurrency, measured.results, warmup.results, wall,
-                           options.api_key, aborted=aborted,
-                           in_flight_cut=warmup.in_flight + measured.in_flight, slo=options.slo)
-        return with_client_cpu(result, time.process_time() - cpu_started, wall)
-
-    try:
-        await drive(send, range(first_index, start_index), concurrency, Arrival(), warmup)
-        if warmup.results and not any(r.ok for r in warmup.results):
-            first = warmup.results[0]
-            levels.append(level(f"warm-up failed: none of {len(warmup.results)} request(s) "
-                                f"succeeded ({first.error_kind}: {first.error})"))
-            return start_index
-        if progress:
-            progress(label, concurrency, 0, 0 if timed else total)
-        started, cpu_started = time.perf_counter(), time.process_time()
-        indexes = (itertools.count(start_index)
-                   if timed and options.requests_per_level is None
-                   else range(start_index, start_index + total))
-        await drive(send, indexes, concurrency, options.arrival, measured, one_done)
-    except asyncio.CancelledError:
-        levels.append(level(CUT_SHORT))  # the caller says by what
-        raise
-    levels.append(level())
-    return start_index + measured.sent
 
 
 # --- several variants ------------------------------------------------------------------------
@@ -390,8 +361,8 @@ def _bench_target(
             if launcher is None:
                 raise UsageError(f"target {target.label!r} has no URL and nothing can launch it")
             result.base_url = launcher.up(target.label)
-        asyncio.run(sweep(target.label, result.base_url, options, progress, client_factory,
-                          result))
+        run = options.driver.sweep if options.driver else sweep
+        asyncio.run(run(target.label, result.base_url, options, progress, client_factory, result))
     except OpsctlError as exc:
         result.error = redact(f"{type(exc).__name__}: {exc.message}", options.api_key)
         result.error_exit_code = exc.exit_code

@@ -26,9 +26,10 @@ from opsctl.core.reports import BENCH_JSON, BENCH_MARKDOWN, BENCH_SERVING_JSONL
 from opsctl.traffic.client import Api
 from opsctl.traffic.markdown import markdown_table
 from opsctl.traffic.served import ModelResolution
+from opsctl.traffic.server_sampler import ServerFigures
 
 SCHEMA_VERSION = 1
-CLIENT_BOUND_SHARE = 0.9  # of one core: the event loop is single-threaded
+CLIENT_BOUND_SHARE = 0.9  # of one core per client process: each event loop is single-threaded
 
 
 class Pcts(BaseModel):
@@ -82,15 +83,23 @@ class LevelResult(BaseModel):
     itl_note: str | None = None  # why ITL is per chunk, split, or not measurable
     usage_flagged: int = 0  # requests whose usage disagreed with their stream (chunks counted)
     usage_notes: list[str] = []
+    notes: list[str] = []  # what the load generator did not measure, and why (other drivers)
     aborted: str | None = None  # why the level stopped early (warm-up failed, deadline, Ctrl-C)
     in_flight_cut: int = 0  # requests cut by opsctl when the level stopped; not counted above
     goodput: Goodput | None = None  # None: the run had no SLO to judge by
-    # opsctl's own CPU seconds (all its threads) in the measured phase, and as a share of one
-    # core over its wall time; above CLIENT_BOUND_SHARE the client, not the server, may be
-    # what limited the level, and `client_bound` says so.
+    # opsctl's own CPU seconds in the measured phase (every client process: the sweep's and
+    # its `client_workers`), as a share of one core over its wall time (above 1 with several
+    # workers) and per streamed output token; `client_bound` when the busiest client process
+    # used more than CLIENT_BOUND_SHARE of a core, or all of them that share of the usable
+    # cores: then the client, not the server, may be what limited the level.
     client_cpu_s: float | None = None
     client_cpu_share: float | None = None
     client_bound: bool = False
+    client_workers: int = 1
+    client_cpu_us_per_token: float | None = None
+    # What the server's /metrics (and this host's nvidia-smi) said during the measured phase;
+    # None: not sampled (reports written before the sampler existed load unchanged).
+    server: ServerFigures | None = None
 
 
 class VariantResult(BaseModel):
@@ -123,6 +132,7 @@ class BenchConfig(BaseModel):
     workload_note: str | None = None  # e.g. why prompts are words, not exact tokens
     slo_ttft_ms: float | None = None  # the limits goodput was judged by
     slo_tpot_ms: float | None = None
+    driver: str = "opsctl"  # what sent the load: opsctl's client, or sglang-bench
 
 
 class ClientInfo(BaseModel):

@@ -9,12 +9,19 @@ Streams as the ecosystem defines them: a stream is complete at `data: [DONE]`, o
 connection closes cleanly after a chunk carrying a finish_reason (servers that never send
 `[DONE]` exist, and the OpenAI SDK accepts them); closing before any finish_reason is a cut.
 
-Timing uses `time.perf_counter()` at the moment each SSE line is read. ITL gaps are measured
-between successive chunks that carry generated text. A chunk that carries k > 1 tokens is split
-into k equal gaps only when the server says how many it carried (a cumulative usage count in
-every chunk, as sglang's and vLLM's `continuous_usage_stats` send); otherwise gaps stay per
-chunk and the result records chunks against tokens. With fewer than two text chunks there is no
-gap to measure: ITL and TPOT are then "not measurable", not zero.
+Generation goes through opsctl.traffic.wire (aiohttp, a C HTTP parser); the control plane
+(model list, /model_info, readiness, /metrics) through httpx: `TrafficClient` is an httpx
+AsyncClient that also owns the generation session. One stream state machine (`_Stream`, fed
+lines by the wire, each chunk checked by opsctl.traffic.payload.parse_piece) judges every stream.
+
+Timing uses `time.perf_counter()`: a request's clock starts when its headers are written (after
+its connection is obtained), and each SSE line is timed when the read that completed it
+returned. ITL gaps are measured between successive chunks that carry generated text. A chunk
+that carries k > 1 tokens is split into k equal gaps only when the server says how many it
+carried (a cumulative usage count in every chunk, as sglang's and vLLM's
+`continuous_usage_stats` send); otherwise gaps stay per chunk and the result records chunks
+against tokens. With fewer than two text chunks there is no gap to measure: ITL and TPOT are
+then "not measurable", not zero.
 
 Usage counts are believed only when the stream agrees (the tolerant rule): completion_tokens
 must not exceed the request's max_tokens, must be at least the number of chunks that carried
@@ -30,23 +37,22 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, Literal, Protocol
 
 import httpx
 
 from opsctl.core.errors import LaunchError, UsageError
-from opsctl.core.httpcap import IDENTITY, BodyTooLarge, CappedAsyncTransport, sse_lines
+from opsctl.core.httpcap import IDENTITY, CappedAsyncTransport
 from opsctl.core.redact import API_KEY_ENV as API_KEY_ENV  # re-exported: the traffic room's name
 from opsctl.core.redact import api_key_from_env as api_key_from_env
 from opsctl.core.redact import auth_headers
 from opsctl.core.redact import mask_secret as mask_secret
 from opsctl.core.redact import redact as redact
 from opsctl.traffic.payload import Api, Malformed, Piece, body_message, decode_json, parse_piece
+from opsctl.traffic.wire import ErrorKind as ErrorKind  # re-exported: results name their kind
+from opsctl.traffic.wire import Failed, Wire
 
-ErrorKind = Literal[
-    "connect", "timeout", "http_status", "stream_cut", "stream_error", "bad_response", "empty",
-    "too_large", "deadline",
-]
 TokenSource = Literal["usage", "chunks"]
 
 # Finish reasons a healthy completion may end with; "abort" or a missing one is a failure.
@@ -105,34 +111,64 @@ class RequestResult:
         return self
 
 
+class TrafficClient(httpx.AsyncClient):
+    """httpx for the control plane; `wire()` is the aiohttp session generation goes through.
+
+    The session is made on first use, inside the event loop that uses it, and closed with the
+    client. Every answer is read under opsctl's byte caps (CappedAsyncTransport here, the wire's
+    own reads there). Proxies from the environment are ignored: opsctl talks to a server it
+    deployed or was given by URL, and a corporate proxy in between would distort every latency
+    it measures.
+    """
+
+    def __init__(self, base_url: str, api_key: str | None, *, max_connections: int,
+                 timeout_s: float) -> None:
+        limits = httpx.Limits(max_connections=max_connections,
+                              max_keepalive_connections=max_connections)
+        super().__init__(
+            base_url=base_url.rstrip("/"), headers={**IDENTITY, **auth_headers(api_key)},
+            timeout=httpx.Timeout(timeout_s), trust_env=False,
+            transport=CappedAsyncTransport(httpx.AsyncHTTPTransport(limits=limits,
+                                                                    trust_env=False)),
+        )
+        self._wire_args = (base_url, api_key, max_connections)
+        self._wire: Wire | None = None
+
+    def wire(self) -> Wire:
+        if self._wire is None:
+            base_url, api_key, max_connections = self._wire_args
+            self._wire = Wire(base_url, api_key, max_connections=max_connections)
+        return self._wire
+
+    async def _close_wire(self) -> None:
+        if self._wire is not None:
+            wire, self._wire = self._wire, None
+            await wire.close()
+
+    async def aclose(self) -> None:
+        await self._close_wire()
+        await super().aclose()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None = None,
+                        exc_value: BaseException | None = None,
+                        traceback: TracebackType | None = None) -> None:
+        await self._close_wire()
+        await super().__aexit__(exc_type, exc_value, traceback)
+
+
 class ClientFactory(Protocol):
-    """How smoke and bench get their HTTP client: `make_client`, or a stand-in in a test."""
+    """How smoke and bench get their client: `make_client`, or a stand-in in a test."""
 
     def __call__(
         self, base_url: str, api_key: str | None, *, max_connections: int = ..., timeout_s: float = ...
-    ) -> httpx.AsyncClient: ...
+    ) -> TrafficClient: ...
 
 
 def make_client(
     base_url: str, api_key: str | None, *, max_connections: int = 16, timeout_s: float = 60.0
-) -> httpx.AsyncClient:
-    """An AsyncClient with enough pooled connections for the requested concurrency.
-
-    Every answer is read under opsctl's byte caps (CappedAsyncTransport). Proxies from the
-    environment are ignored: opsctl talks to a server it deployed or was given by URL, and a
-    corporate proxy in between would distort every latency it measures.
-    """
-    limits = httpx.Limits(
-        max_connections=max_connections, max_keepalive_connections=max_connections
-    )
-    transport = CappedAsyncTransport(httpx.AsyncHTTPTransport(limits=limits, trust_env=False))
-    return httpx.AsyncClient(
-        base_url=base_url.rstrip("/"),
-        headers={**IDENTITY, **auth_headers(api_key)},
-        timeout=httpx.Timeout(timeout_s),
-        transport=transport,
-        trust_env=False,
-    )
+) -> TrafficClient:
+    """A client with enough pooled connections for the requested concurrency."""
+    return TrafficClient(base_url, api_key, max_connections=max_connections, timeout_s=timeout_s)
 
 
 def request_body(
@@ -170,7 +206,7 @@ def endpoint(api: Api) -> str:
 
 
 async def stream_generate(
-    client: httpx.AsyncClient,
+    client: TrafficClient,
     api: Api,
     body: dict[str, Any],
     *,
@@ -178,43 +214,28 @@ async def stream_generate(
 ) -> RequestResult:
     """Send one streaming request; time every text chunk; classify any failure."""
     result = RequestResult(ok=False)
-    stream = _Stream(result, time.perf_counter())
+    stream = _Stream(result, api, time.perf_counter())
     try:
         async with asyncio.timeout(timeout_s):
-            async with client.stream("POST", endpoint(api), json=body) as response:
-                result.status = response.status_code
-                if response.status_code != 200:
-                    raw = await response.aread()
-                    return result.fail("http_status",
-                                       f"HTTP {response.status_code}: {body_message(raw)}")
-                async for line in sse_lines(response):
-                    now = time.perf_counter()
-                    if not line.startswith(b"data:"):
-                        continue  # comments, event names, blank separators
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        stream.done = True
-                        break
-                    try:
-                        piece = parse_piece(api, decode_json(data), stream=True)
-                    except Malformed as exc:
-                        return result.fail("bad_response", f"SSE chunk: {exc}")
-                    if piece.error is not None:
-                        return result.fail("stream_error", piece.error)
-                    stream.add(piece, now)
+            await client.wire().stream(endpoint(api), body, stream)
     except TimeoutError:
         return result.fail("timeout", f"no complete response within {timeout_s:g}s")
-    except httpx.HTTPError as exc:
-        return _transport_failure(result, exc, timeout_s, streaming=True)
-    return stream.finish(time.perf_counter(), body.get("max_tokens"))
+    except Failed as exc:
+        result.status = stream.status
+        return result.fail(exc.kind, exc.message)
+    return stream.finish(body.get("max_tokens"))
 
 
 class _Stream:
-    """What a stream has delivered so far, and its verdict once it ends."""
+    """What a stream has delivered so far, and its verdict once it ends: the one state machine
+    every transport feeds (an opsctl.traffic.wire.LineSink)."""
 
-    def __init__(self, result: RequestResult, start: float) -> None:
+    def __init__(self, result: RequestResult, api: Api, start: float) -> None:
         self.result = result
-        self.start = start
+        self.api = api
+        self.start = start  # reset by the wire when the request's headers are written
+        self.end: float | None = None  # [DONE] read, or the body closed
+        self.status: int | None = None
         self.done = False
         self.parts: list[str] = []
         self.kept = 0  # characters in `parts`
@@ -223,6 +244,28 @@ class _Stream:
         self.last_text_at: float | None = None
         self.count_at_last_text: int | None = None  # the server's running token count then
         self.usage_tokens: int | None = None
+
+    def feed(self, lines: list[bytes], now: float) -> bool:
+        """The lines one read completed; True at `data: [DONE]`. Raises Failed for a chunk that
+        is not what the API defines, or that carries an error."""
+        for line in lines:
+            if not line.startswith(b"data:"):
+                continue  # comments, event names, blank separators
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                self.done, self.end = True, now
+                return True
+            try:
+                piece = parse_piece(self.api, decode_json(data), stream=True)
+            except Malformed as exc:
+                raise Failed("bad_response", f"SSE chunk: {exc}") from None
+            if piece.error is not None:
+                raise Failed("stream_error", piece.error)
+            self.add(piece, now)
+        return False
+
+    def closed(self, now: float) -> None:
+        self.end = now
 
     def add(self, piece: Piece, now: float) -> None:
         result = self.result
@@ -254,13 +297,14 @@ class _Stream:
         if piece.finish_reason:
             result.finish_reason = piece.finish_reason
 
-    def finish(self, now: float, max_tokens: Any) -> RequestResult:
+    def finish(self, max_tokens: Any) -> RequestResult:
         result = self.result
+        result.status = self.status
         result.text = "".join(self.parts)
         if not self.done and result.finish_reason is None:
             return result.fail("stream_cut",
                                "stream closed before any finish_reason (and without data: [DONE])")
-        result.e2e_s = now - self.start
+        result.e2e_s = (self.end if self.end is not None else time.perf_counter()) - self.start
         result.output_tokens = result.content_chunks
         if self.usage_tokens is not None:
             note = implausible_usage(self.usage_tokens, max_tokens, self.text_bytes,
@@ -292,25 +336,13 @@ def implausible_usage(tokens: int, max_tokens: Any, text_bytes: int, chunks: int
     return None
 
 
-def _transport_failure(result: RequestResult, exc: httpx.HTTPError, timeout_s: float,
-                       *, streaming: bool) -> RequestResult:
-    """The one-line failure for an exception raised while talking to the server."""
-    if isinstance(exc, BodyTooLarge):
-        return result.fail("too_large", str(exc))
-    if isinstance(exc, httpx.ConnectError):
-        return result.fail("connect", f"cannot connect: {exc}")
-    if isinstance(exc, httpx.TimeoutException):
-        return result.fail("timeout", f"{type(exc).__name__} after {timeout_s:g}s")
-    if isinstance(exc, httpx.DecodingError):
-        return result.fail("bad_response", f"undecodable answer: {exc}")
-    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
-        what = "stream ended early" if streaming else "no whole answer"
-        return result.fail("stream_cut", f"{what}: {type(exc).__name__}: {exc}")
-    return result.fail("stream_cut", f"{type(exc).__name__}: {exc}")
+@dataclass(slots=True)
+class _Clock:
+    start: float
 
 
 async def generate(
-    client: httpx.AsyncClient,
+    client: TrafficClient,
     api: Api,
     body: dict[str, Any],
     *,
@@ -318,21 +350,20 @@ async def generate(
 ) -> RequestResult:
     """Send one non-streaming request and parse text, finish_reason and usage."""
     result = RequestResult(ok=False)
-    start = time.perf_counter()
+    clock = _Clock(time.perf_counter())
     try:
         async with asyncio.timeout(timeout_s):
-            response = await client.post(endpoint(api), json=body)
+            status, raw = await client.wire().post(endpoint(api), body, clock)
     except TimeoutError:
         return result.fail("timeout", f"no response within {timeout_s:g}s")
-    except httpx.HTTPError as exc:
-        return _transport_failure(result, exc, timeout_s, streaming=False)
-    result.e2e_s = time.perf_counter() - start
-    result.status = response.status_code
-    if response.status_code != 200:
-        return result.fail("http_status",
-                           f"HTTP {response.status_code}: {body_message(response.content)}")
+    except Failed as exc:
+        return result.fail(exc.kind, exc.message)
+    result.e2e_s = time.perf_counter() - clock.start
+    result.status = status
+    if status != 200:
+        return result.fail("http_status", f"HTTP {status}: {body_message(raw)}")
     try:
-        piece = parse_piece(api, decode_json(response.content), stream=False)
+        piece = parse_piece(api, decode_json(raw), stream=False)
     except Malformed as exc:
         return result.fail("bad_response", f"not a completion: {exc}")
     if piece.error is not None:

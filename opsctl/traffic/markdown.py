@@ -10,7 +10,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from opsctl.traffic.bench_report import BenchReport, LevelResult
+    from opsctl.traffic.bench_report import BenchReport, LevelResult, VariantResult
+    from opsctl.traffic.server_sampler import LatencyFigure
 
 # (label, how to read it from a level, format)
 _ROWS: tuple[tuple[str, Callable[[LevelResult], float | None], str], ...] = (
@@ -26,6 +27,82 @@ _ROWS: tuple[tuple[str, Callable[[LevelResult], float | None], str], ...] = (
     ("within SLO (%)", lambda lv: _share(lv), "{:.1f}"),
     ("failed", lambda lv: float(lv.failed + lv.warmup_failed), "{:.0f}"),
 )
+
+
+# Client vs server, one row per level: (header, client figure, server histogram field, stat).
+_SIDE_BY_SIDE: tuple[tuple[str, Callable[[LevelResult], float | None], str, str], ...] = (
+    ("ITL mean", lambda lv: lv.itl_ms.mean, "itl_ms", "mean"),
+    ("ITL p50", lambda lv: lv.itl_ms.p50, "itl_ms", "p50"),
+    ("ITL p99", lambda lv: lv.itl_ms.p99, "itl_ms", "p99"),
+    ("TTFT mean", lambda lv: lv.ttft_ms.mean, "ttft_ms", "mean"),
+    ("TTFT p50", lambda lv: lv.ttft_ms.p50, "ttft_ms", "p50"),
+)
+SERVER_HEADER = ("conc", *(f"{h} client / server (ms)" for h, *_ in _SIDE_BY_SIDE),
+                 "running mean/max", "queued mean/max", "KV max", "GPU util mean",
+                 "GPU mem max (MiB)")
+SERVER_NOTE = ("Server columns: the server's own /metrics during the measured phase (histograms "
+               "end minus start; gauges sampled periodically); `~` marks a percentile estimated "
+               "from histogram buckets, `>=` one beyond the top bucket. GPU: this host's "
+               "nvidia-smi, utilisation averaged over GPUs and samples, the highest memory used.")
+
+
+def _server_value(server: LatencyFigure | None, stat: str) -> str:
+    value = getattr(server, stat) if server else None
+    if value is None or server is None:
+        return "n/a"
+    mark = ">=" if stat in server.lower_bounds else "" if stat == "mean" else "~"
+    return f"{mark}{value:.2f}"
+
+
+def server_cells(level: LevelResult) -> list[str]:
+    """The SERVER_HEADER cells of one level; one explaining cell when nothing was sampled."""
+    server = level.server
+    if server is None or server.unavailable:
+        why = server.unavailable if server else "not sampled"
+        return [str(level.concurrency), f"server figures: unavailable ({why})"]
+    cells = [str(level.concurrency)]
+    for _, read, field, stat in _SIDE_BY_SIDE:
+        cells.append(f"{fmt(read(level), '{:.2f}')} / {_server_value(getattr(server, field), stat)}")
+    for gauge in (server.running, server.queued):
+        cells.append(f"{gauge.mean:.1f}/{gauge.max:g}" if gauge else "n/a")
+    cells.append(f"{server.kv_usage.max * 100:.1f}%" if server.kv_usage else "n/a")
+    utils = [g.util_mean_pct for g in server.gpus if g.util_mean_pct is not None]
+    mems = [g.mem_used_max_mib for g in server.gpus if g.mem_used_max_mib is not None]
+    cells.append(f"{sum(utils) / len(utils):.0f}% ({len(utils)} GPU)" if utils
+                 else f"n/a ({server.gpu_unavailable or 'no reading'})")
+    cells.append(f"{max(mems):.0f}" if mems else "n/a")
+    return cells
+
+
+def server_problems(run: VariantResult) -> list[str]:
+    """Why a server figure of a sampled level is missing, one line each."""
+    lines = []
+    for level in run.levels:
+        server = level.server
+        if server is None or server.unavailable:
+            continue
+        for name in ("itl_ms", "ttft_ms", "tpot_ms", "e2e_ms"):
+            figure = getattr(server, name)
+            if figure is not None and figure.unavailable:
+                lines.append(f"{run.variant} c={level.concurrency}: server "
+                             f"{name[:-3].upper()}: {figure.unavailable}")
+        if server.scrape_failures:
+            lines.append(f"{run.variant} c={level.concurrency}: {server.scrape_failures} of "
+                         f"{server.scrapes} /metrics scrapes failed ({server.last_failure})")
+    return lines
+
+
+def _server_section(report: BenchReport) -> list[str]:
+    runs = [v for v in report.variants if v.error is None]
+    if not any(level.server for run in runs for level in run.levels):
+        return []
+    lines = ["", "Client vs server:", "", "| variant | " + " | ".join(SERVER_HEADER) + " |",
+             "|" + "---|" * (len(SERVER_HEADER) + 1)]
+    for run in runs:
+        lines += [f"| {run.variant} | " + " | ".join(server_cells(lv)) + " |" for lv in run.levels]
+    lines += ["", SERVER_NOTE]
+    lines += [f"- {problem}" for run in runs for problem in server_problems(run)]
+    return lines
 
 
 def _share(level: LevelResult) -> float | None:
@@ -87,4 +164,4 @@ def markdown_table(report: BenchReport) -> str:
         elif run.model:
             notes.append(f"- {run.variant}: {run.base_url}, model {run.model.served_name!r} "
                          f"({run.model.served_name_source})")
-    return "\n".join(lines + notes) + "\n"
+    return "\n".join(lines + notes + _server_section(report)) + "\n"

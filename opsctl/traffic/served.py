@@ -8,11 +8,14 @@ where each answer came from in a `ModelResolution`.
 from __future__ import annotations
 
 import asyncio
+import posixpath
+from pathlib import Path
 from typing import Any
 
 import httpx
 from pydantic import BaseModel
 
+from opsctl.core.errors import UsageError
 from opsctl.traffic.client import API_KEY_ENV, ServerUnreachable
 from opsctl.traffic.payload import Malformed, body_message, decode_json, model_ids
 
@@ -122,3 +125,41 @@ def tokenizer_from_model_info(info: dict[str, Any]) -> tuple[str | None, str]:
     if info.get("model_path"):
         return str(info["model_path"]), "/model_info model_path"
     return None, "/model_info has neither tokenizer_path nor model_path"
+
+
+TOKENIZER_HINT = ("pass --tokenizer with this host's path of the model directory or its "
+                  "tokenizer.json")
+
+
+def host_path_of(container_path: str, mount_target: str, mount_source: str) -> Path | None:
+    """`container_path` as this host sees it through a bind mount of `mount_source` at
+    `mount_target`; None when it is not an absolute path under the mount (a hub id, another
+    directory, or `..` climbing out of it)."""
+    if not container_path.startswith("/") or not mount_target.startswith("/"):
+        return None
+    path, root = posixpath.normpath(container_path), posixpath.normpath(mount_target).rstrip("/")
+    if path == (root or "/"):
+        return Path(mount_source)
+    if not path.startswith(root + "/"):
+        return None
+    return Path(mount_source) / path[len(root) + 1:]
+
+
+def local_tokenizer(container_path: str, model_container_path: str,
+                    model_host_path: str | None) -> Path:
+    """The tokenizer.json of the server's tokenizer (a container path, as /model_info reports
+    it), read from the host's model directory that the profile mounts there. UsageError when
+    it cannot be mapped or the file is not there."""
+    if model_host_path is None:
+        raise UsageError(f"the server's tokenizer {container_path!r} cannot be found on this "
+                         "host: the profile mounts no model.host_path", hint=TOKENIZER_HINT)
+    host = host_path_of(container_path, model_container_path, model_host_path)
+    if host is None:
+        raise UsageError(f"the server's tokenizer {container_path!r} is not under the model "
+                         f"mount {model_container_path} (model.host_path {model_host_path})",
+                         hint=TOKENIZER_HINT)
+    file = host / "tokenizer.json" if host.is_dir() else host
+    if file.name != "tokenizer.json" or not file.is_file():
+        raise UsageError(f"no tokenizer.json at {host} (this host's side of the server's "
+                         f"tokenizer {container_path!r})", hint=TOKENIZER_HINT)
+    return file

@@ -30,6 +30,7 @@ from opsctl.traffic.client import (
     ClientFactory,
     RequestResult,
     ServerUnreachable,
+    TrafficClient,
     endpoint,
     generate,
     make_client,
@@ -297,7 +298,7 @@ async def _auth(run: _Run, client: httpx.AsyncClient) -> tuple[CheckStatus, str]
     return "fail", f"unauthenticated POST {path}: {response.status_code}; the key is not enforced"
 
 
-async def _generations(run: _Run, client: httpx.AsyncClient) -> tuple[CheckStatus, str]:
+async def _generations(run: _Run, client: TrafficClient) -> tuple[CheckStatus, str]:
     if run.model is None:
         return "skip", "no model name: cannot send requests"
     options = run.options
@@ -333,7 +334,7 @@ def _usage_problem(result: RequestResult, max_tokens: int) -> str | None:
     return None
 
 
-async def _streaming(run: _Run, client: httpx.AsyncClient) -> tuple[CheckStatus, str]:
+async def _streaming(run: _Run, client: TrafficClient) -> tuple[CheckStatus, str]:
     if run.model is None:
         return "skip", "no model name: cannot send requests"
     options = run.options
@@ -376,7 +377,7 @@ async def _compare(run: _Run, reference: SmokeReport | None) -> tuple[CheckStatu
     return status, detail
 
 
-async def _gsm8k(run: _Run, client: httpx.AsyncClient, plan: Gsm8kPlan
+async def _gsm8k(run: _Run, client: TrafficClient, plan: Gsm8kPlan
                  ) -> tuple[CheckStatus, str]:
     if run.model is None:
         return "skip", "no model name: cannot send requests"
@@ -386,7 +387,7 @@ async def _gsm8k(run: _Run, client: httpx.AsyncClient, plan: Gsm8kPlan
     return status, detail
 
 
-async def _long_context(run: _Run, client: httpx.AsyncClient, plan: LongContextPlan
+async def _long_context(run: _Run, client: TrafficClient, plan: LongContextPlan
                         ) -> tuple[CheckStatus, str]:
     if run.model is None:
         return "skip", "no model name: cannot send requests"

@@ -14,11 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from opsctl.core.errors import UsageError
 from opsctl.deploy.evalconfig import EvalConfig, Gsm8kConfig, resolve_path
-from opsctl.traffic.client import Api
+from opsctl.traffic.client import Api, TrafficClient
 from opsctl.traffic.evals.dataset import Dataset
 from opsctl.traffic.evals.gsm8k import DEFAULT_QUESTIONS, DEFAULT_SHOTS, EvalResult, run_gsm8k
 from opsctl.traffic.evals.probes import ProbeResult, run_long_context_probes
@@ -128,7 +126,7 @@ def _plan_gsm8k(request: EvalRequest, config: Gsm8kConfig | None,
                      threshold=threshold)
 
 
-async def gsm8k_check(client: httpx.AsyncClient, plan: Gsm8kPlan, *, model: str, api: Api,
+async def gsm8k_check(client: TrafficClient, plan: Gsm8kPlan, *, model: str, api: Api,
                       request_timeout_s: float, remaining_s: float
                       ) -> tuple[CheckStatus, str, EvalResult]:
     """Ask the planned questions greedily; pass when the accuracy reaches the threshold."""
@@ -139,7 +137,7 @@ async def gsm8k_check(client: httpx.AsyncClient, plan: Gsm8kPlan, *, model: str,
     return ("pass" if result.score.passed else "fail"), result.score.verdict, result
 
 
-async def long_context_check(client: httpx.AsyncClient, plan: LongContextPlan, *, model: str,
+async def long_context_check(client: TrafficClient, plan: LongContextPlan, *, model: str,
                              api: Api, request_timeout_s: float, remaining_s: float
                              ) -> tuple[CheckStatus, str, list[ProbeResult] | None]:
     """The needle probes at each size, then the prefix pair; every one must pass."""

@@ -111,14 +111,24 @@ def summarize(
     )
 
 
-def with_client_cpu(level: LevelResult, cpu_s: float, wall_s: float) -> LevelResult:
-    """The level with opsctl's own CPU time, and whether it used most of a core (then its
-    latencies may be the client's queueing, not the server's)."""
+def with_client_cpu(level: LevelResult, cpu_s: float, wall_s: float, *,
+                    busiest_share: float | None = None, workers: int = 1,
+                    cores: int | None = None) -> LevelResult:
+    """The level with the client's own CPU time (every client process: the sweep's and its
+    workers'), per streamed output token, and whether the client may have been the limit: its
+    busiest process used more than CLIENT_BOUND_SHARE of a core (its event loop was then late to
+    the chunks it timed), or all of them that share of the `cores` they may run on.
+    `busiest_share` defaults to the one process's share."""
     share = cpu_s / wall_s if wall_s > 0 else None
+    busiest = share if busiest_share is None else busiest_share
     return level.model_copy(update={
+        "client_workers": workers,
         "client_cpu_s": round(cpu_s, 4),
         "client_cpu_share": None if share is None else round(share, 4),
-        "client_bound": share is not None and share > CLIENT_BOUND_SHARE,
+        "client_cpu_us_per_token": round(cpu_s / level.output_tokens * 1e6, 2)
+        if level.output_tokens else None,
+        "client_bound": (busiest is not None and busiest > CLIENT_BOUND_SHARE)
+        or (share is not None and cores is not None and share > CLIENT_BOUND_SHARE * cores),
     })
 
 

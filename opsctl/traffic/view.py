@@ -20,7 +20,7 @@ from opsctl.traffic.app import BenchResult, Pushed, SmokeResult
 from opsctl.traffic.bench import Progress
 from opsctl.traffic.bench_report import BenchReport, LevelResult
 from opsctl.traffic.evals.probes import ProbeResult
-from opsctl.traffic.markdown import fmt
+from opsctl.traffic.markdown import SERVER_HEADER, SERVER_NOTE, fmt, server_cells, server_problems
 from opsctl.traffic.smoke_report import SmokeReport
 
 _STATUS_COLOUR = {"pass": "green", "fail": "bold red", "skip": "yellow"}
@@ -163,6 +163,25 @@ def render_bench(report: BenchReport, console: Console) -> None:
                 fmt(lv.goodput.rate_per_s if lv.goodput else None, "{:.3f}"),
             )
     console.print(table)
+    render_server(report, console)
+
+
+def render_server(report: BenchReport, console: Console) -> None:
+    """The client's ITL/TTFT beside the server's own, per level (only when it was sampled)."""
+    runs = [run for run in report.variants if run.error is None]
+    if not any(lv.server for run in runs for lv in run.levels):
+        return
+    table = Table(title="client vs server")
+    for column in ("variant", *SERVER_HEADER):
+        table.add_column(column, justify="left" if column == "variant" else "right")
+    for run in runs:
+        for lv in run.levels:
+            table.add_row(Text(run.variant), *(Text(cell) for cell in server_cells(lv)))
+    console.print(table)
+    _line(console, SERVER_NOTE)
+    for run in runs:
+        for problem in server_problems(run):
+            _warning(console, problem)
 
 
 @contextmanager

@@ -1,8 +1,8 @@
 """smoke and bench against a real OpenAI-compatible server that is not sglang: `transformers serve`.
 
 Hugging Face's server (installed from PyPI by scripts/setup.sh) streams without `data: [DONE]`
-and has no /health_generate, /model_info or sglang metrics. The model is built here: a one-layer
-Llama with random weights and a word-level tokenizer made with the `tokenizers` library, saved
+and has no /health_generate, /model_info or sglang metrics. The model is built by tests/tinymodel.py:
+a one-layer Llama with random weights and a word-level tokenizer made with the `tokenizers` library, saved
 to a temporary directory and served offline on loopback, so nothing is downloaded.
 """
 
@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import OpsctlRunner
+from tinymodel import build_tiny_model
 
 START_TIMEOUT_S = 120.0
-VOCAB = ["<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(61)]
 
 
 def _have_transformers_serve() -> bool:
@@ -39,29 +39,6 @@ if not _have_transformers_serve():
         raise RuntimeError("CI: transformers[serving] is missing; scripts/setup.sh installs it")
     pytest.skip("transformers[serving] not installed (scripts/setup.sh installs it)",
                 allow_module_level=True)
-
-
-def build_tiny_model(out: Path) -> Path:
-    """A random one-layer Llama and its tokenizer; special tokens are suppressed so every
-    answer is text and runs to max_tokens."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(VOCAB)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
-                                   eos_token="</s>")
-    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
-    fast.save_pretrained(out)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(VOCAB), hidden_size=16, intermediate_size=32,
-                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
-                         max_position_embeddings=4096, bos_token_id=1, eos_token_id=2)
-    model = LlamaForCausalLM(config)
-    model.generation_config.suppress_tokens = [0, 1, 2]
-    model.save_pretrained(out)
-    return out
 
 
 @pytest.fixture(scope="module")

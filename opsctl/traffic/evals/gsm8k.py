@@ -26,11 +26,10 @@ import time
 from collections.abc import Sequence
 from typing import Literal
 
-import httpx
 from pydantic import BaseModel
 
 from opsctl.core.errors import UsageError
-from opsctl.traffic.client import Api, RequestResult, generate, request_body
+from opsctl.traffic.client import Api, RequestResult, TrafficClient, generate, request_body
 from opsctl.traffic.evals.dataset import Dataset, Gsm8kItem
 from opsctl.traffic.evals.extract import extract_answer
 from opsctl.traffic.evals.score import Score, check_threshold, score
@@ -98,7 +97,7 @@ def select(dataset: Dataset, shots_from: Dataset, num_questions: int, num_shots:
 
 
 async def run_gsm8k(
-    client: httpx.AsyncClient,
+    client: TrafficClient,
     *,
     model: str,
     dataset: Dataset,

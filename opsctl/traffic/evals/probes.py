@@ -34,11 +34,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import httpx
 from pydantic import BaseModel
 
 from opsctl.core.errors import UsageError
-from opsctl.traffic.client import Api, RequestResult, generate, request_body
+from opsctl.traffic.client import Api, RequestResult, TrafficClient, generate, request_body
 
 DEFAULT_SIZES = (4096, 16384, 65536)
 DEFAULT_PREFIX_PAIR_TOKENS = 16384
@@ -128,7 +127,7 @@ def size_name(tokens: int) -> str:
     return f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens)
 
 
-async def _ask(client: httpx.AsyncClient, api: Api, model: str, prompt: str, max_tokens: int,
+async def _ask(client: TrafficClient, api: Api, model: str, prompt: str, max_tokens: int,
                timeout_s: float) -> RequestResult:
     body = request_body(api, model, prompt, max_tokens=max_tokens, stream=False, temperature=0.0)
     return await generate(client, api, body, timeout_s=timeout_s)
@@ -138,7 +137,7 @@ def _failure(result: RequestResult) -> str | None:
     return None if result.ok else f"{result.error_kind}: {result.error}"
 
 
-async def needle_probe(client: httpx.AsyncClient, *, model: str, target_tokens: int,
+async def needle_probe(client: TrafficClient, *, model: str, target_tokens: int,
                        depth: float = 0.5, seed: int = 0, api: Api = "completions",
                        max_tokens: int = DEFAULT_MAX_TOKENS, timeout_s: float = 300.0,
                        count_tokens: TokenCounter = approx_tokens) -> ProbeResult:
@@ -157,7 +156,7 @@ async def needle_probe(client: httpx.AsyncClient, *, model: str, target_tokens: 
         duration_s=round(time.monotonic() - start, 3), detail=detail, error=_failure(result))
 
 
-async def prefix_pair_probe(client: httpx.AsyncClient, *, model: str,
+async def prefix_pair_probe(client: TrafficClient, *, model: str,
                             target_tokens: int = DEFAULT_PREFIX_PAIR_TOKENS, depth: float = 0.5,
                             seed: int = 1, api: Api = "completions",
                             max_tokens: int = DEFAULT_MAX_TOKENS, timeout_s: float = 300.0,
@@ -181,7 +180,7 @@ async def prefix_pair_probe(client: httpx.AsyncClient, *, model: str,
 
 
 async def run_long_context_probes(
-    client: httpx.AsyncClient,
+    client: TrafficClient,
     *,
     model: str,
     sizes: Sequence[int] = DEFAULT_SIZES,

@@ -1,0 +1,74 @@
+"""What one `render k8s` renders for: the resolved variant, the image, where, how many; and the
+names and metadata every object derives from it.
+
+Object metadata carries opsctl's own label keys (core/labels.py), as the containers `up`
+starts do, minus the two that mean nothing in a cluster: the Docker host's base URL, and the
+image's patch-set label, which only an image on a Docker host can show. A value a label cannot
+hold goes to an annotation of the same key (meta.split_metadata).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from opsctl import __version__
+from opsctl.core import labels
+from opsctl.deploy.profiles import Deployment
+from opsctl.deploy.runspec import deployment_labels
+from opsctl.render import meta
+
+_NOT_IN_A_CLUSTER = (labels.BASE_URL, labels.PATCH_SHA256)
+
+
+@dataclass(frozen=True)
+class Target:
+    deployment: Deployment
+    image: str
+    router_image: str
+    replicas: int
+    namespace: str
+    name: str  # every object's name starts with it
+    model_pvc: str | None = None
+    cache_pvc: str | None = None
+
+    @property
+    def profile_name(self) -> str:
+        return self.deployment.profile.name
+
+    @property
+    def secret_name(self) -> str:
+        """The Secret the user creates when the profile names secrets (docs/kubernetes.md)."""
+        return f"{self.name}-secrets"
+
+    def secret_vars(self) -> list[str]:
+        """Variables the profile names but never values: they come from the Secret."""
+        server, container = self.deployment.server, self.deployment.profile.container
+        named = [server.api_key_env, server.admin_api_key_env, *container.env_from_host]
+        return [name for name in named if name]
+
+    def selector(self, role: str) -> dict[str, str]:
+        """Labels that select this variant's pods of one role; each must be a label value."""
+        wanted = {labels.MANAGED: labels.TRUE, labels.ROLE: role,
+                  labels.PROFILE: self.profile_name, labels.VARIANT: self.deployment.variant}
+        return {key: meta.check_label(key, value) for key, value in wanted.items()}
+
+    def _values(self, role: str) -> dict[str, str]:
+        if role == labels.ROLE_SERVER:
+            every = deployment_labels(self.deployment, self.image, {})
+            return {key: value for key, value in every.items() if key not in _NOT_IN_A_CLUSTER}
+        return {**self.selector(role), labels.IMAGE: self.router_image, labels.VERSION: __version__}
+
+    def metadata(self, name: str, role: str) -> dict[str, Any]:
+        """name, namespace, labels and (for what no label can hold) annotations."""
+        fitting, rest = meta.split_metadata({**self._values(role), **self.selector(role)})
+        out: dict[str, Any] = {"name": name, "namespace": self.namespace,
+                               "labels": dict(sorted(fitting.items()))}
+        if rest:
+            out["annotations"] = dict(sorted(rest.items()))
+        return out
+
+    def template_metadata(self, role: str) -> dict[str, Any]:
+        """A pod template's labels and annotations (no name or namespace)."""
+        found = self.metadata("", role)
+        return {key: value for key, value in found.items() if key in {"labels", "annotations"}}

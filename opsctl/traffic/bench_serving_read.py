@@ -1,0 +1,105 @@
+"""One level of `bench --driver sglang-bench`: sglang.bench_serving's result row as a LevelResult.
+
+The keys are the ones both pinned releases write to `--output-file` (0.5.9's
+`sglang/bench_serving.py`, 0.5.23's `sglang/benchmark/serving.py`; opsctl.traffic.bench_serving
+writes the same shape): `completed`, `duration`, `total_input_tokens`, `total_output_tokens`,
+`request_throughput`, `output_throughput` and `<stat>_<figure>_ms` for the figures ttft, tpot,
+itl and e2e_latency. Only what the row holds is taken; a statistic a release does not write
+(0.5.9 has no p90/p95 of TTFT or TPOT, neither writes a max) stays None and the level's `notes`
+say so, as for every figure bench_serving does not give (warm-up failures, goodput, client CPU).
+
+bench_serving writes 0 for a statistic of an empty sample (`np.mean(x or 0)`): with no
+completed request, or no ITL/TPOT gap at all (answers of one chunk), those zeros are dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from opsctl.traffic.bench_report import LevelResult, Pcts
+from opsctl.traffic.payload import Malformed, decode_json, snippet
+
+# (LevelResult field, bench_serving's figure stem): e.g. mean_ttft_ms, p99_e2e_latency_ms.
+_FIGURES = (("ttft_ms", "ttft"), ("tpot_ms", "tpot"), ("itl_ms", "itl"), ("e2e_ms", "e2e_latency"))
+# (Pcts field, bench_serving's statistic prefix); numpy's median is the linear p50.
+_STATS = (("mean", "mean"), ("p50", "median"), ("std", "std"), ("p90", "p90"), ("p95", "p95"),
+          ("p99", "p99"), ("max", "max"))
+SOURCE = "sglang.bench_serving"
+
+
+def parse_row(data: bytes) -> dict[str, Any]:
+    """The one JSON object a fresh `--output-file` holds; Malformed (one line) otherwise."""
+    lines = [line for line in data.splitlines() if line.strip()]
+    if len(lines) != 1:
+        raise Malformed(f"{len(lines)} result lines, not one")
+    row = decode_json(lines[0])
+    if not isinstance(row, dict):
+        raise Malformed(f"the result line is not a JSON object: {snippet(lines[0])}")
+    return row
+
+
+def level_from_row(row: dict[str, Any], concurrency: int, requests: int,
+                   notes: list[str]) -> LevelResult:
+    """The level bench_serving measured at `concurrency`, asked for `requests` requests;
+    `notes` (what the driver knows about the run) come first in the level's notes."""
+    asked = _number(row, "max_concurrency")
+    if asked != concurrency:
+        raise Malformed(f"the row is for max_concurrency {asked!r}, not {concurrency}")
+    completed = _count(row, "completed")
+    duration = _number(row, "duration", required=True) or 0.0
+    output_tokens = _count(row, "total_output_tokens")
+    input_tokens = _number(row, "total_input_tokens")
+    figures: dict[str, Pcts] = {}
+    missing: list[str] = []
+    empty: list[str] = []
+    for field, stem in _FIGURES:
+        values = {attr: _number(row, f"{prefix}_{stem}_ms") for attr, prefix in _STATS}
+        missing += [f"{prefix}_{stem}_ms" for attr, prefix in _STATS if values[attr] is None]
+        present = {attr: round(value, 4) for attr, value in values.items() if value is not None}
+        if completed == 0 or (present and not any(present.values())):
+            empty.append(stem)
+            present = {}
+        figures[field] = Pcts(**present)
+    failed = max(0, requests - completed)
+    level_notes = list(notes)
+    if missing:
+        level_notes.append(f"not in {SOURCE}'s row (left empty): {', '.join(missing)}")
+    if empty and completed:
+        level_notes.append(f"{', '.join(empty)}: {SOURCE} wrote 0 for an empty sample (answers "
+                           "of one chunk); left empty")
+    return LevelResult(
+        concurrency=concurrency, requests=requests, completed=completed, failed=failed,
+        warmup_requests=0, warmup_failed=0,
+        errors={"unreported": failed} if failed else {},
+        error_examples=[f"{failed} of {requests} request(s) did not complete; {SOURCE}'s row "
+                        "does not say why"] if failed else [],
+        duration_s=round(duration, 4), output_tokens=output_tokens,
+        prompt_tokens_mean=round(input_tokens / completed, 2)
+        if input_tokens is not None and completed else None,
+        input_tokens=int(input_tokens) if input_tokens is not None and completed else None,
+        output_tokens_per_s=round(_number(row, "output_throughput", required=True) or 0.0, 3),
+        requests_per_s=round(_number(row, "request_throughput", required=True) or 0.0, 4),
+        token_count_source=SOURCE, itl_note=f"per chunk, as {SOURCE} measures it",
+        notes=level_notes, ttft_ms=figures["ttft_ms"], tpot_ms=figures["tpot_ms"],
+        itl_ms=figures["itl_ms"], e2e_ms=figures["e2e_ms"],
+    )
+
+
+def _number(row: dict[str, Any], key: str, *, required: bool = False) -> float | None:
+    value = row.get(key)
+    if value is None:
+        if required:
+            raise Malformed(f"no {key!r} in the result row")
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or value < 0:
+        raise Malformed(f"{key!r} is {snippet(repr(value))}, not a non-negative number")
+    return float(value)
+
+
+def _count(row: dict[str, Any], key: str) -> int:
+    value = _number(row, key, required=True)
+    if value is None or value != int(value):
+        raise Malformed(f"{key!r} is {value!r}, not a count")
+    return int(value)

@@ -1,0 +1,46 @@
+"""What `bench --driver` puts in place of opsctl's own client: the whole sweep of one target.
+
+A driver's `sweep` takes the same arguments as `opsctl.traffic.bench.sweep` and fills the same
+VariantResult, so the report, the A/B table and the verdict do not depend on which one sent the
+load; `workload` refuses, before any launch, what the driver cannot run; `name` is what the
+report's config records. opsctl.traffic.driver_sglang is the one besides opsctl's own.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from opsctl.core.errors import UsageError
+from opsctl.traffic.bench_report import VariantResult
+from opsctl.traffic.client import Api, ClientFactory
+from opsctl.traffic.workloads import Workload, WorkloadSpec
+
+if TYPE_CHECKING:
+    from opsctl.traffic.bench import BenchOptions, Progress
+
+OPSCTL = "opsctl"  # opsctl's own client (opsctl.traffic.bench.sweep)
+SGLANG_BENCH = "sglang-bench"  # sglang.bench_serving in the serving container
+DRIVERS = (OPSCTL, SGLANG_BENCH)
+
+
+class SweepDriver(Protocol):
+    name: str
+
+    def workload(self, spec: WorkloadSpec, api: Api, requests_per_level: int | None,
+                 duration_s: float | None) -> Workload:
+        """The workload as the report records it; UsageError for what this driver cannot run
+        (checked before any target is launched)."""
+        ...
+
+    async def sweep(
+        self, label: str, base_url: str, options: BenchOptions, progress: Progress | None = ...,
+        client_factory: ClientFactory = ..., result: VariantResult | None = ...,
+    ) -> VariantResult: ...
+
+
+def parse_driver(value: str) -> str:
+    if value not in DRIVERS:
+        raise UsageError(f"--driver {value!r}: choose one of {', '.join(DRIVERS)}",
+                         hint=f"--driver {SGLANG_BENCH} runs sglang.bench_serving in the serving "
+                              "container; the default is opsctl's own client")
+    return value
