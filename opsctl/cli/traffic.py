@@ -174,6 +174,9 @@ def bench(
         "--client-workers", min=1, max=1024, help="Client processes sending each level, each "
         "with its own event loop (never more than the level's concurrency). Default: one per "
         "64 concurrent streams, at most the usable cores less one.")] = None,
+    goodput: Annotated[list[str] | None, typer.Option(
+        "--goodput", help="A good request's limit, ttft:MS or tpot:MS (repeatable; "
+        "sglang.bench_serving's keys). Default: the profile's SLO; neither: no goodput.")] = None,
 ) -> None:
     """Concurrency sweep per variant: TTFT/ITL/TPOT/E2E percentiles, goodput, throughput.
 
@@ -188,7 +191,12 @@ def bench(
     from opsctl.observe.metrics import push_report
     from opsctl.traffic import app as traffic
     from opsctl.traffic import view
-    from opsctl.traffic.bench import DEFAULT_CONCURRENCY, parse_concurrency, parse_variants
+    from opsctl.traffic.bench import (
+        DEFAULT_CONCURRENCY,
+        parse_concurrency,
+        parse_goodput,
+        parse_variants,
+    )
     from opsctl.traffic.client import api_key_from_env, make_client, parse_api
     from opsctl.traffic.driver_sglang import SglangBench
     from opsctl.traffic.drivers import SGLANG_BENCH, parse_driver
@@ -210,7 +218,7 @@ def bench(
         request_timeout_s=request_timeout, out_dir=Path(out) if out else None,
         gateway=pushgateway or os.environ.get(PUSHGATEWAY_ENV), deadline_s=deadline,
         ignore_eos=ignore_eos, request_rate=request_rate, duration_s=duration, workload=workload,
-        client_workers=client_workers,
+        client_workers=client_workers, slo=parse_goodput(goodput or []),
     )
     result = traffic.bench(request, launcher=ProfileLauncher, push=push_report,
                            plot=view.write_plots, client_factory=make_client,

@@ -115,6 +115,7 @@ class BenchRequest:
     duration_s: float | None = None  # seconds per level instead of a request count
     workload: WorkloadSpec | None = None  # None: word prompts of input_words/output_tokens
     client_workers: int | None = None  # client processes per level; None: automatic
+    slo: Slo | None = None  # --goodput thresholds; None: the profile's SLO
 
 
 @dataclass(frozen=True)
@@ -211,7 +212,7 @@ def bench(
         deadline_s=request.deadline_s, ignore_eos=request.ignore_eos,
         arrival=Arrival(rate=request.request_rate, duration_s=request.duration_s,
                         seed=spec.seed),
-        slo=loaded.slo if loaded else None, workload=workload, driver=driver,
+        slo=request.slo or (loaded.slo if loaded else None), workload=workload, driver=driver,
         client_workers=request.client_workers,
     )
     out = request.out_dir or default_bench_dir()

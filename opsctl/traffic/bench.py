@@ -183,6 +183,28 @@ def parse_concurrency(text: str) -> tuple[int, ...]:
     return levels
 
 
+def parse_goodput(items: Sequence[str]) -> Slo | None:
+    """`--goodput ttft:MS --goodput tpot:MS` (sglang.bench_serving's `--goodput` keys) as the
+    thresholds a good request meets; None when none is given (the profile's SLO then applies)."""
+    thresholds: dict[str, float] = {}
+    for item in items:
+        key, _, value = item.partition(":")
+        try:
+            limit = float(value)
+        except ValueError:
+            limit = math.nan
+        if key not in ("ttft", "tpot") or not math.isfinite(limit) or limit <= 0 \
+                or key in thresholds:
+            raise UsageError(f"--goodput {item!r}: expected ttft:MS or tpot:MS, each once, "
+                             "with a positive number of milliseconds",
+                             hint="e.g. --goodput ttft:2000 --goodput tpot:80")
+        thresholds[key] = limit
+    if not thresholds:
+        return None
+    return Slo.model_validate({key: {"quantile": 0.5, "threshold_ms": limit}
+                               for key, limit in thresholds.items()})
+
+
 def parse_variants(text: str | None) -> tuple[str, ...]:
     """`--variants a,b`: the names in order, blanks dropped. Absent: () (every variant); given
     but naming none (`--variants ,`) is a UsageError, not a silent "run every variant"."""

@@ -145,7 +145,10 @@ def delta(start: Mapping[Labels, Histogram], end: Mapping[Labels, Histogram]) ->
         totals = [t + s for t, s in zip(totals, steps, strict=True)]
         total_sum += added
         total_count += count
-    return Histogram(tuple(zip(next(iter(edges)), totals, strict=True)), total_sum, total_count)
+    level = Histogram(tuple(zip(next(iter(edges)), totals, strict=True)), total_sum, total_count)
+    if not _finite(level):  # finite figures whose differences or sums overflow
+        raise HistogramError("NaN or infinite values")
+    return level
 
 
 def bucket_quantile(q: float, histogram: Histogram) -> tuple[float | None, bool]:

@@ -121,6 +121,22 @@ def test_cli_request_rate_with_the_profile_slo(sim_server: StartSim, opsctl: Ops
     assert (out / "bench_serving.jsonl").read_text().count("\n") == 1
 
 
+def test_cli_goodput_thresholds_without_a_profile(sim_server: StartSim, opsctl: OpsctlRunner,
+                                                  tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    common = ("bench", "--base-url", f"sim={sim(sim_server)}", "--concurrency", "4",
+              "--requests", "8", "--input-words", "16", "--output-tokens", "8")
+    done = opsctl(*common, "--goodput", "ttft:600", "--goodput", "tpot:60", "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    level = json.loads((out / "bench.json").read_text())["variants"][0]["levels"][0]
+    assert level["goodput"]["ttft_ms"] == 600 and level["goodput"]["tpot_ms"] == 60
+    assert level["goodput"]["good"] == 8
+    for bad in ("ttft", "ttft:0", "e2e:100", "tpot:nan"):
+        refused = opsctl(*common, "--goodput", bad, "--out", str(tmp_path / "no"))
+        assert refused.returncode == 2 and "--goodput" in refused.stderr, refused.stderr
+    assert not (tmp_path / "no").exists()
+
+
 def test_duration_mode_against_the_simulator(sim_server: StartSim) -> None:
     options = BenchOptions(concurrency=(2,), input_words=8, output_tokens=4,
                            request_timeout_s=10.0, arrival=Arrival(duration_s=1.0))

@@ -100,6 +100,10 @@ def test_delta_is_end_minus_start_summed_over_label_sets() -> None:
     ({(("a", "1"),): h(1, 1, 1)}, {(("a", "2"),): h(2, 2, 2)}, "reset"),  # a series vanished
     ({}, {(): h(1, math.nan, 2)}, "NaN"),
     ({}, {}, "no series"),
+    # finite values whose difference overflows: the level's count would be infinite
+    ({(): h(-1e308, -1e308, -1e308)}, {(): h(1e308, 1e308, 1e308)}, "infinite"),
+    ({}, {(("a", "1"),): h(1e308, 1e308, 1e308), (("a", "2"),): h(1e308, 1e308, 1e308)},
+     "infinite"),
     ({}, {(("a", "1"),): h(1, 1, 1), (("a", "2"),): Histogram(((1.0, 1), (math.inf, 1)), 1, 1)},
      "different buckets"),
 ])
