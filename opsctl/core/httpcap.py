@@ -15,7 +15,8 @@ through them (`client.get(...)`, `response.aread()`) is capped; `SseLines` split
 lines of a stream whatever transport read it (the traffic room's generation path is aiohttp,
 which applies `cap_for` and `exceeds` itself), and `read_capped` adds a total deadline for
 synchronous probes. Clients ask for an uncompressed answer (`IDENTITY`), so the cap counts what
-is held in memory.
+is held in memory; the httpx transports refuse an encoded answer, which httpx would decode whole
+past the cap (aiohttp decodes incrementally, under the wire's caps).
 """
 
 from __future__ import annotations
@@ -57,9 +58,21 @@ def _too_large(request: httpx.Request, cap: int) -> BodyTooLarge:
     return BodyTooLarge(exceeds(request.method, request.url.path, cap), request=request)
 
 
-def _declared_over(headers: Mapping[str, str], cap: int) -> bool:
+def _refused(request: httpx.Request, headers: Mapping[str, str]) -> httpx.RequestError | None:
+    """Why an answer is refused before its body is read: a declared length over the cap, or
+    a content encoding opsctl did not ask for (httpx would decode it whole, past the cap: a
+    few MiB of gzip are gigabytes)."""
+    cap = cap_for(headers)
     length = headers.get("content-length", "")
-    return length.isdigit() and int(length) > cap
+    if length.isdigit() and int(length) > cap:
+        return _too_large(request, cap)
+    encoding = headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("identity", ""):
+        return httpx.DecodingError(
+            f"{request.method} {request.url.path}: the answer is {encoding[:40]!r}-encoded, "
+            "though opsctl asked for identity (decoded, it would escape the byte cap)",
+            request=request)
+    return None
 
 
 class _CappedAsyncStream(httpx.AsyncByteStream):
@@ -102,13 +115,12 @@ class CappedAsyncTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         response = await self._inner.handle_async_request(request)
-        cap = cap_for(response.headers)
-        if _declared_over(response.headers, cap):
+        if (refused := _refused(request, response.headers)) is not None:
             await response.aclose()
-            raise _too_large(request, cap)
+            raise refused
         inner = response.stream
         if isinstance(inner, httpx.AsyncByteStream):
-            response.stream = _CappedAsyncStream(inner, request, cap)
+            response.stream = _CappedAsyncStream(inner, request, cap_for(response.headers))
         return response
 
     async def aclose(self) -> None:
@@ -123,13 +135,12 @@ class CappedTransport(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         response = self._inner.handle_request(request)
-        cap = cap_for(response.headers)
-        if _declared_over(response.headers, cap):
+        if (refused := _refused(request, response.headers)) is not None:
             response.close()
-            raise _too_large(request, cap)
+            raise refused
         inner = response.stream
         if isinstance(inner, httpx.SyncByteStream):
-            response.stream = _CappedStream(inner, request, cap)
+            response.stream = _CappedStream(inner, request, cap_for(response.headers))
         return response
 
     def close(self) -> None:

@@ -100,7 +100,7 @@ def _follow(stream: Any, target: str, on_event: Callable[[BuildEvent], None]) ->
             detail = (chunk.get("errorDetail") or {}).get("message") or chunk.get("error")
             raise push_error(target, str(detail))
         aux = chunk.get("aux") or {}
-        if DIGEST_PATTERN.match(str(aux.get("Digest", ""))):
+        if DIGEST_PATTERN.fullmatch(str(aux.get("Digest", ""))):
             digest = str(aux["Digest"])
         status = str(chunk.get("status") or "")
         found = _STATUS_DIGEST.search(status)

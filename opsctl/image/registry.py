@@ -57,7 +57,7 @@ def record_path() -> Path:
 
 def check_repository(value: str) -> str:
     """`--push`'s REGISTRY/REPO, refused (exit 2) before anything is built when it is not one."""
-    if len(value) <= 255 and _REPOSITORY.match(value):
+    if len(value) <= 255 and _REPOSITORY.fullmatch(value):
         return value
     if "@" in value:
         hint = ("no digest or credentials in it: the registry answers the digest, and "
@@ -65,7 +65,7 @@ def check_repository(value: str) -> str:
     else:
         hint = ("e.g. registry.example.com:5000/team/opsctl-sglang: lower case, no tag (each "
                 "image is pushed under its own tag)")
-    raise UsageError(f"--push {value}: not a repository name (REGISTRY/REPO)", hint=hint)
+    raise UsageError(f"--push {value!r}: not a repository name (REGISTRY/REPO)", hint=hint)
 
 
 def tag_of(ref: str) -> str:
@@ -85,7 +85,7 @@ def push(engine: Engine, result: BuildResult, repository: str,
     target = f"{repository}:{tag_of(result.tag)}"
     on_event(BuildEvent(text=f"pushing {result.tag} as {target}"))
     digest = engine.push(result.image_id, target, on_event)
-    if not DIGEST_PATTERN.match(digest):
+    if not DIGEST_PATTERN.fullmatch(digest):
         raise BuildError(f"the push of {target} answered no sha256 digest ({digest[:80]!r})",
                          hint="push again; `docker push` shows the registry's whole answer")
     pushed = PushResult(result.tag, result.image_id, target, digest)
@@ -126,6 +126,6 @@ def pushed_reference(ref: str, repository: str | None = None) -> str | None:
 def _reference(repo: str, entry: dict[str, Any]) -> str | None:
     """A well-formed reference from a record, or None (a hand-edited file is never trusted)."""
     digest = str(entry.get("digest", ""))
-    if not DIGEST_PATTERN.match(digest) or not _REPOSITORY.match(repo):
+    if not DIGEST_PATTERN.fullmatch(digest) or not _REPOSITORY.fullmatch(repo):
         return None
     return f"{repo}@{digest}"

@@ -17,6 +17,9 @@ from typing import Any
 from opsctl.core.files import atomic_write_text
 
 RECORD = Path("images") / "verified.json"
+# A record of a few hundred bytes per image: thousands of images fit; a larger file is not
+# opsctl's writing and is not read (nor held in memory) at all.
+MAX_RECORD_BYTES = 8 << 20
 
 
 def record_path() -> Path:
@@ -28,8 +31,10 @@ def record_path() -> Path:
 def read_records(path: Path) -> dict[str, dict[str, Any]]:
     """A JSON object of objects keyed by image id; {} when absent or unreadable."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_RECORD_BYTES + 1)
+        data = json.loads(raw) if len(raw) <= MAX_RECORD_BYTES else None
+    except (OSError, ValueError, RecursionError):  # RecursionError: nesting too deep to parse
         return {}  # none yet, or unreadable: nothing is trusted, so everything is verified again
     return {key: value for key, value in data.items() if isinstance(value, dict)} \
         if isinstance(data, dict) else {}

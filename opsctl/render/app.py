@@ -24,6 +24,7 @@ objects as one YAML file each, written to --out all at once (core/files.atomic_w
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +100,7 @@ def render_k8s(deployment: Deployment, *, image_ref: ImageRef, out: Path, replic
                cache_pvc: str | None = None, name: str | None = None,
                router_image: str | None = None, force: bool = False) -> RenderResult:
     """Render and write; --out is refused before any work when it cannot be (re)written."""
+    out = _out_dir(out)
     check_output_path(out, "--out", directory=True)
     _check_replaceable(out, force)
     image, pushed = image_ref(deployment)
@@ -113,6 +115,20 @@ def render_k8s(deployment: Deployment, *, image_ref: ImageRef, out: Path, replic
     return RenderResult(out=out, files=files, image=image, pushed=pushed,
                         objects=[(obj["kind"], obj["metadata"]["name"]) for obj in objects],
                         notes=_notes(target, router_image))
+
+
+def _out_dir(out: Path) -> Path:
+    """--out as an absolute path without `.`/`..`, refused where replacing it whole would not
+    give what was asked: a symbolic link (the link itself would be renamed away, its target
+    left stale) or the directory this command runs in (or one above it)."""
+    absolute = Path(os.path.abspath(out))
+    if absolute.is_symlink():
+        raise UsageError(f"--out {out} is a symbolic link; the directory is replaced whole",
+                         hint=f"name the directory itself: --out {absolute.resolve()}")
+    if absolute == Path.cwd() or absolute in Path.cwd().parents:
+        raise UsageError(f"--out {out} holds the current directory; it would be replaced whole",
+                         hint="name a directory of its own, e.g. --out k8s")
+    return absolute
 
 
 def _check_replaceable(out: Path, force: bool) -> None:
@@ -132,7 +148,8 @@ def _check_replaceable(out: Path, force: bool) -> None:
 
 def _rendered(path: Path) -> bool:
     with path.open(encoding="utf-8", errors="replace") as handle:
-        return handle.readline().rstrip("\n") == f"# {GENERATED}"
+        first = f"# {GENERATED}"  # read no further: a foreign file may be one huge line
+        return handle.readline(len(first) + 1).rstrip("\n") == first
 
 
 def _notes(target: Target, router_image: str | None) -> list[str]:

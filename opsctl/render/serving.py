@@ -67,12 +67,13 @@ def _refuse_what_cannot_run(target: Target) -> None:
         raise UsageError(f"profile {target.profile_name!r}: server.host {server.host} is not "
                          "every interface; pods are reached on their own IP",
                          hint="set server.host: 0.0.0.0 in the profile")
-    # Kubernetes expands $(NAME) in args and env values: text that only looks like a reference
-    # would change meaning on the way.
+    # Kubernetes expands $(NAME) in args and env values and turns `$$` into `$`: text that
+    # only looks like either would change meaning on the way.
     expanded = [*to_argv(deployment), *deployment.env.values()]
-    if any("$(" in text for text in expanded):
-        raise UsageError(f"profile {target.profile_name!r} has '$(' in an argument or env "
-                         "value, which Kubernetes would expand as a variable",
+    found = next((mark for mark in ("$(", "$$") for text in expanded if mark in text), None)
+    if found:
+        raise UsageError(f"profile {target.profile_name!r} has {found!r} in an argument or env "
+                         "value, which Kubernetes would expand",
                          hint="remove it from the profile")
     if server.nnodes > 1:
         spec = sglang_args.load_spec(deployment.image.sglang_version)

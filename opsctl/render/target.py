@@ -45,7 +45,7 @@ class Target:
         """Variables the profile names but never values: they come from the Secret."""
         server, container = self.deployment.server, self.deployment.profile.container
         named = [server.api_key_env, server.admin_api_key_env, *container.env_from_host]
-        return [name for name in named if name]
+        return list(dict.fromkeys(name for name in named if name))  # one env entry each
 
     def selector(self, role: str) -> dict[str, str]:
         """Labels that select this variant's pods of one role; each must be a label value."""

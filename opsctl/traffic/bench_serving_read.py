@@ -47,6 +47,9 @@ def level_from_row(row: dict[str, Any], concurrency: int, requests: int,
     if asked != concurrency:
         raise Malformed(f"the row is for max_concurrency {asked!r}, not {concurrency}")
     completed = _count(row, "completed")
+    if completed > requests:
+        raise Malformed(f"the row has {completed} completed requests, more than the {requests} "
+                        "asked for")
     duration = _number(row, "duration", required=True) or 0.0
     output_tokens = _count(row, "total_output_tokens")
     input_tokens = _number(row, "total_input_tokens")
@@ -92,10 +95,14 @@ def _number(row: dict[str, Any], key: str, *, required: bool = False) -> float |
         if required:
             raise Malformed(f"no {key!r} in the result row")
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-            or value < 0:
+    try:  # an int too large for a float is no figure either
+        number = math.nan if isinstance(value, bool) or not isinstance(value, int | float) \
+            else float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number) or number < 0:
         raise Malformed(f"{key!r} is {snippet(repr(value))}, not a non-negative number")
-    return float(value)
+    return number
 
 
 def _count(row: dict[str, Any], key: str) -> int:

@@ -20,9 +20,11 @@ on Linux perf_counter is `clock_gettime(CLOCK_MONOTONIC)` (`time.get_clock_info`
 for the whole system. CPU is each worker's `time.process_time()` over its phase, plus the
 parent's; the level reports the sum and the busiest process's share.
 
-Stopping: Ctrl-C reaches every process of the terminal's group, so workers ignore SIGINT and
-the parent decides: on cancellation (Ctrl-C, the sweep's deadline) it tells each busy worker to
-stop, gives them STOP_GRACE_S to report what finished, and re-raises. `close` asks the workers
+Stopping: workers run in a process group of their own, so a terminal's Ctrl-C reaches only the
+parent (a worker still importing would otherwise print a KeyboardInterrupt traceback; a running
+one also ignores SIGINT), and the parent decides: on cancellation (Ctrl-C, the sweep's
+deadline) it tells each busy worker to stop, gives them STOP_GRACE_S to report what finished,
+and re-raises. `close` asks the workers
 to exit, then terminates and kills what is left; a worker whose parent is gone (killed, or
 exited without `close`) sees its socket close and exits.
 """
@@ -189,7 +191,7 @@ class WorkerPool:
                     process = subprocess.Popen(
                         [sys.executable, "-c", _CHILD, str(theirs.fileno())],
                         pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
-                        stdout=subprocess.DEVNULL)
+                        stdout=subprocess.DEVNULL, process_group=0)
                 self._workers.append(_Worker(f"client worker {index}", process,
                                              Connection(ours.detach())))
             for worker in self._workers:  # all started first: they import side by side

@@ -10,11 +10,13 @@ written, not while it waits for a pooled connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -113,6 +115,39 @@ def test_ctrl_c_stops_every_worker_and_keeps_what_finished(tmp_path: Path) -> No
     level = _level(tmp_path)
     assert level["aborted"] == "interrupted (Ctrl-C)"
     assert (level["completed"], level["in_flight_cut"], level["client_workers"]) == (2, 2, 2)
+
+
+def _starting_worker(marker: str) -> bool:
+    """Whether a client worker of the run marked `marker` is importing: Python's SIGINT handler
+    is installed (SigCgt), and the worker has not yet ignored SIGINT."""
+    for pid in _workers_of(marker):
+        with contextlib.suppress(OSError):
+            if b"worker_main" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                continue
+            masks = dict(line.split(":\t", 1) for line in
+                         Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+            if int(masks["SigCgt"], 16) & (1 << (signal.SIGINT - 1)):
+                return True
+    return False
+
+
+def test_ctrl_c_while_workers_start_prints_no_traceback(tmp_path: Path) -> None:
+    # The workers are still importing (before they could ignore SIGINT): the Ctrl-C is the
+    # parent's alone to handle.
+    with HostileServer("ok", max_seconds=60) as server:
+        process = _bench(server, tmp_path)
+        try:
+            deadline = time.monotonic() + 30
+            while not _starting_worker(process.marker) and time.monotonic() < deadline:  # type: ignore[attr-defined]
+                time.sleep(0.001)
+            os.killpg(process.pid, signal.SIGINT)
+            out, err = process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, out + err
+    assert "Traceback" not in out + err and "KeyboardInterrupt" not in out + err
+    assert _workers_of(process.marker) == []  # type: ignore[attr-defined]
 
 
 def test_the_deadline_stops_every_worker(tmp_path: Path) -> None:

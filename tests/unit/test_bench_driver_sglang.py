@@ -101,6 +101,8 @@ def test_zeros_of_empty_samples_are_not_taken_for_measurements() -> None:
     (json.dumps(_row(duration=True)).encode(), "'duration'"),
     (json.dumps(_row(mean_itl_ms=float("nan"))).encode(), "'mean_itl_ms'"),
     (json.dumps(_row(max_concurrency=4)).encode(), "max_concurrency 4.0, not 2"),
+    (json.dumps(_row(total_output_tokens=10 ** 400)).encode(), "'total_output_tokens'"),
+    (json.dumps(_row(completed=9)).encode(), "more than the 8 asked for"),
     (json.dumps({k: v for k, v in _row().items() if k != "duration"}).encode(), "no 'duration'"),
 ])
 def test_malformed_rows_are_one_line_errors(data: bytes, said: str) -> None:

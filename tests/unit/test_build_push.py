@@ -105,6 +105,28 @@ def test_a_tag_resolves_to_its_latest_push_and_a_broken_record_to_none() -> None
     assert registry.pushed_reference(LOCAL) is None
 
 
+@pytest.mark.parametrize("broken", ["deep", "huge"])
+def test_a_hostile_record_file_reads_as_no_record(broken: str) -> None:
+    """Deeper than json can parse (was a RecursionError traceback), or larger than opsctl ever
+    writes (was read whole into memory, however large): no record."""
+    padded = {"sha256:" + "1" * 64: {"local_tag": LOCAL, "pushes": {REPO: {"digest": DIGEST}},
+                                     "padding": "y" * (9 << 20)}}
+    registry.record_path().parent.mkdir(parents=True, exist_ok=True)
+    registry.record_path().write_text("[" * 100_000 if broken == "deep" else json.dumps(padded))
+    assert registry.pushed_reference(LOCAL) is None and trust.read_records(
+        registry.record_path()) == {}
+
+
+def test_a_digest_or_repository_with_a_trailing_newline_is_not_a_reference() -> None:
+    """`$` matches before a final newline: such a record would put a broken image into a manifest."""
+    good = {"digest": DIGEST}
+    for repo, entry in [(REPO, {"digest": DIGEST + "\n"}), (REPO + "\n", good)]:
+        records = {"sha256:" + "1" * 64: {"local_tag": LOCAL, "pushes": {repo: entry}}}
+        registry.record_path().parent.mkdir(parents=True, exist_ok=True)
+        registry.record_path().write_text(json.dumps(records))
+        assert registry.pushed_reference(LOCAL) is None
+
+
 @pytest.mark.parametrize("value", ["registry.example.com/team/opsctl", "127.0.0.1:5000/opsctl/sim",
                                    "localhost:5000/a", "team/opsctl-sglang", "[::1]:5000/x/y"])
 def test_repositories_docker_accepts(value: str) -> None:
@@ -114,7 +136,7 @@ def test_repositories_docker_accepts(value: str) -> None:
 @pytest.mark.parametrize(("value", "hint"), [
     ("127.0.0.1:5000/opsctl/sim:v1", "no tag"), ("Registry.example.com/Team", "lower case"),
     ("user:secret@registry.example.com/x", "docker login"), ("reg/x@sha256:" + "d" * 64, "digest"),
-    ("", "lower case"), ("reg.example.com/", "lower case")])
+    ("", "lower case"), ("reg.example.com/", "lower case"), ("reg.example.com/x\n", "lower case")])
 def test_repositories_refused_before_any_build(value: str, hint: str) -> None:
     with pytest.raises(UsageError) as raised:
         registry.check_repository(value)
@@ -202,6 +224,11 @@ def test_a_refused_push_is_one_line_with_what_to_do_and_leaves_no_tag(said: str,
     assert raised.value.message == f"push of 127.0.0.1:5000/o/sim:t1 failed: {said}"
     assert hint in raised.value.hint
     assert api.untagged == ["127.0.0.1:5000/o/sim:t1"] and api.timeout == 10
+
+
+def test_an_aux_digest_with_a_trailing_newline_is_no_digest() -> None:
+    with pytest.raises(BuildError, match="without the registry's digest"):
+        push_through([{"aux": {"Tag": "t1", "Digest": DIGEST + "\n", "Size": 1574}}])
 
 
 def test_a_stream_without_a_digest_is_a_failure_not_a_guess() -> None:

@@ -224,10 +224,19 @@ def test_refusals() -> None:
     assert "no model.host_path" in _refused(glm.model_copy(update={"profile": no_weights}))
     render.render_objects(glm.model_copy(update={"profile": no_weights}), IMAGE, model_pvc="weights")
     assert "'$('" in _refused(glm.model_copy(update={"env": {**glm.env, "X": "$(HOME)"}}))
+    # Kubernetes turns `$$` into `$`: the pod would not get the profile's value.
+    assert "'$$'" in _refused(glm.model_copy(update={"env": {**glm.env, "X": "a$$b"}}))
     two = _deployment(TWO_HOSTS, "gathercast")
     assert "--node-r" in _refused(_with_server(two, extra_args=["--node-r", "1"]))
     with pytest.raises(UsageError, match="no variant"):
         load_profile(GLM).resolve("nope")
+
+
+def test_a_secret_named_twice_is_one_env_entry_and_one_key() -> None:
+    glm = _deployment(GLM, "gathercast")
+    twice = _with_server(glm, api_key_env="OPSCTL_KEY", admin_api_key_env="OPSCTL_KEY")
+    env = _pod_specs(render.render_objects(twice, IMAGE))[0]["containers"][0]["env"]
+    assert [entry["name"] for entry in env].count("OPSCTL_KEY") == 1
 
 
 def test_model_pvc_replaces_the_host_path() -> None:
@@ -267,6 +276,27 @@ def test_out_is_replaced_only_with_force_and_only_when_it_holds_a_render(tmp_pat
     with pytest.raises(UsageError, match="did not write"):
         _write(out, force=True)
     assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_out_that_a_whole_replace_would_betray_is_refused(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A symbolic link would be renamed away (its target left stale, the link left behind);
+    the current directory (`.`, or `x/..`) would be replaced under the shell standing in it."""
+    target = tmp_path / "real"
+    _write(target)
+    (tmp_path / "link").symlink_to(target)
+    with pytest.raises(UsageError, match="symbolic link"):
+        _write(tmp_path / "link", force=True)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    for out in (Path("."), Path("x/.."), Path("..")):
+        with pytest.raises(UsageError, match="current directory"):
+            _write(out, force=True)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["link", "real", "work"]
+    assert not any((tmp_path / "work").iterdir())
+    written = _write(Path("sub/../k8s"))
+    assert written.out == tmp_path / "work" / "k8s" and sorted(
+        path.name for path in (tmp_path / "work").iterdir()) == ["k8s"]
 
 
 def test_a_failed_write_leaves_the_earlier_render(tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -4,6 +4,7 @@ several label sets, the sampler's failure modes, GPU readings, and the report's 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import math
 from collections.abc import Iterator
 
@@ -250,6 +251,9 @@ def mock_client(handler) -> httpx.AsyncClient:  # type: ignore[no-untyped-def]
     (httpx.Response(404), "sglang serves it only with --enable-metrics"),
     (httpx.Response(503, text="loading"), "HTTP 503"),
     (httpx.Response(200, content=b"x" * (MAX_BODY_BYTES + 1)), "exceeds the 8 MiB cap"),
+    # httpx would decode it whole, past the cap: 8 MiB of gzip are gigabytes
+    (httpx.Response(200, content=gzip.compress(b"sglang:num_running_reqs 1\n"),
+                    headers={"Content-Encoding": "gzip"}), "'gzip'-encoded"),
 ])
 def test_fetch_metrics_turns_every_failure_into_one_line(response: httpx.Response, why: str) -> None:
     async def go() -> str:
