@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from opsctl.traffic.bench_report import BenchReport, LevelResult, Pcts, VariantResult
+from opsctl.traffic.drivers import backend_name
 
 # (sglang's metric stem, the level's field): e.g. mean_ttft_ms, p99_e2e_latency_ms.
 _FIGURES = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("itl", "itl_ms"),
@@ -29,7 +30,7 @@ def level_row(report: BenchReport, variant: VariantResult, level: LevelResult) -
     duration = level.duration_s
     row: dict[str, Any] = {
         "tag": variant.variant,
-        "backend": f"opsctl-{config.api}",
+        "backend": backend_name(config.driver, config.api),
         "dataset_name": config.dataset_name,
         "request_rate": config.request_rate,  # null: closed loop (sglang writes inf)
         "max_concurrency": level.concurrency,

@@ -35,15 +35,11 @@ from opsctl.traffic.bench import BenchOptions, Progress, _resolve_model
 from opsctl.traffic.bench_report import LevelResult, Pcts, VariantResult
 from opsctl.traffic.bench_serving_read import SOURCE, level_from_row, parse_row
 from opsctl.traffic.client import Api, ClientFactory, make_client
-from opsctl.traffic.drivers import SGLANG_BENCH
+from opsctl.traffic.drivers import BACKENDS, SGLANG_BENCH
 from opsctl.traffic.levels import CUT_SHORT
 from opsctl.traffic.payload import Malformed
 from opsctl.traffic.workloads import Workload, WorkloadSpec
 
-# bench_serving's backend per opsctl --api: both send the OpenAI body to the path opsctl uses
-# (0.5.9 bench_serving.py: run_benchmark's api_url; 0.5.23 benchmark/serving.py:
-# _BACKEND_API_PATHS): /v1/completions and /v1/chat/completions.
-BACKENDS: dict[Api, str] = {"completions": "sglang-oai", "chat": "sglang-oai-chat"}
 _DATASETS = {"random": "random-ids", "sharegpt": "sharegpt",
              "generated-shared-prefix": "generated-shared-prefix"}
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}

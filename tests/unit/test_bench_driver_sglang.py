@@ -248,6 +248,7 @@ def test_a_sweep_runs_bench_serving_in_each_targets_container_into_one_ab_report
     assert "b (Δ vs a)" in table and "sglang.bench_serving" in table
     rows = [json.loads(line) for line in (tmp_path / "bench_serving.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and len(written) == 3
+    assert {row["backend"] for row in rows} == {"sglang-oai"}  # what measured them, not opsctl
 
 
 def test_a_failing_bench_serving_fails_its_level_with_the_redacted_tail(engine: FakeEngine) -> None:
