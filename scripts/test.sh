@@ -9,8 +9,14 @@ cd "$(dirname "$0")/.."
 if ! [ -x .venv/bin/pytest ] || ! docker info >/dev/null 2>&1; then
   bash scripts/setup.sh
 fi
+# The Ctrl-C tests send SIGINT to what they start. A runner that starts this script with SIGINT
+# ignored (a background job of a non-interactive shell, `nohup ... &`) passes SIG_IGN on to every
+# child, and a process that inherits it never sees a Ctrl-C: pytest runs with SIGINT's default.
+sigint_default=(.venv/bin/python -c 'import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.execv(sys.argv[1], sys.argv[1:])')
 if [ "$#" -eq 0 ]; then
   ./scripts/lint.sh
-  exec .venv/bin/pytest -m "not gpu" tests/unit tests/component tests/integration
+  exec "${sigint_default[@]}" .venv/bin/pytest -m "not gpu" tests/unit tests/component tests/integration
 fi
-exec .venv/bin/pytest -m "not gpu" "$@"
+exec "${sigint_default[@]}" .venv/bin/pytest -m "not gpu" "$@"

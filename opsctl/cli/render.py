@@ -18,13 +18,28 @@ app.add_typer(render_app, name="render")
 
 
 def _image_ref(deployment: Deployment) -> tuple[str, bool]:
-    """The registry's digest reference once `opsctl build --push` recorded one, else the local
-    tag `opsctl build` makes (not pushed)."""
+    """The registry's digest reference once `opsctl build --push` recorded one for the image
+    the local tag names now, else the local tag `opsctl build` makes (not pushed).
+
+    The push record is looked up by image id when the engine answers, so an image rebuilt
+    under the same tag and not pushed again is not named by the older push's digest; without
+    the engine, by tag (the last push under it), and a note says it was not checked."""
+    from opsctl.core.errors import DaemonUnreachable
+    from opsctl.engine.dockerpy import connect
     from opsctl.image.plan import expected_image
     from opsctl.image.registry import pushed_reference
 
     local = expected_image(deployment)
-    pushed = pushed_reference(local)
+    try:
+        image_id = connect().image_id(local)
+    except DaemonUnreachable:
+        pushed = pushed_reference(local)
+        if pushed:
+            err_console.print(f"note: Docker is unreachable: {pushed} is the last push of "
+                              f"{local}, not checked against the image that tag names now",
+                              markup=False, highlight=False, soft_wrap=True)
+        return (pushed, True) if pushed else (local, False)
+    pushed = pushed_reference(image_id) if image_id else None
     return (pushed, True) if pushed else (local, False)
 
 

@@ -1,6 +1,6 @@
 """`opsctl build --push`: only verified images are pushed, the registry's digest is recorded and
 answered by `pushed_reference`, every failure is one line (fake engine; the real registry is in
-tests/integration/test_build_push.py)."""
+tests/integration/test_push_registry.py)."""
 
 from __future__ import annotations
 
@@ -240,3 +240,30 @@ def test_an_image_gone_before_the_push_is_named() -> None:
     with pytest.raises(LaunchError, match="not present on this engine"):
         dockerimages.push(StubClient(StubAPI([], missing=True)),  # type: ignore[arg-type]
                           "opsctl/sim:gone", "127.0.0.1:5000/o/sim:t1", lambda e: None)
+
+
+def test_render_names_the_push_of_the_image_the_tag_names_now(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from opsctl.cli import render as render_cli
+    from opsctl.core.errors import DaemonUnreachable
+    from opsctl.deploy.profiles import load_profile
+    from opsctl.engine import dockerpy
+    from opsctl.image.plan import expected_image
+
+    deployment = load_profile("sim").resolve("gathercast")
+    tag = expected_image(deployment)
+    engine = FakeEngine()
+    result = built(engine, tag=tag)
+    engine.push_digests[f"{REPO}:{tag.split(':', 1)[1]}"] = DIGEST
+    registry.push(engine, result, REPO, lambda event: None)
+    monkeypatch.setattr(dockerpy, "connect", lambda: engine)
+    assert render_cli._image_ref(deployment) == (f"{REPO}@{DIGEST}", True)
+    engine.add_image(tag)  # rebuilt under the same tag, not pushed again
+    assert render_cli._image_ref(deployment) == (tag, False)
+
+    def unreachable() -> FakeEngine:
+        raise DaemonUnreachable("Docker daemon unreachable: test")
+
+    monkeypatch.setattr(dockerpy, "connect", unreachable)
+    assert render_cli._image_ref(deployment) == (f"{REPO}@{DIGEST}", True)
+    assert "not checked against the image that tag names now" in capsys.readouterr().err
