@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -373,13 +374,19 @@ class DockerEngine:
         self, image: str, command: list[str], timeout_seconds: float = 120
     ) -> tuple[int, str]:
         """Run a throwaway container (no network, no GPU) and return (exit code, output)."""
+        # Named up front: a Ctrl-C while the daemon creates it leaves no id in hand, only the name.
+        name = f"opsctl-verify-{secrets.token_hex(6)}"
         try:
             container = self._client.containers.create(
-                image=image, command=command, network_disabled=True, detach=True,
+                image=image, command=command, network_disabled=True, detach=True, name=name,
                 labels={MANAGED: TRUE, ROLE: ROLE_VERIFY},
             )
         except docker.errors.ImageNotFound:
             raise BuildError(f"image {image} vanished before verification", hint="rebuild") from None
+        except BaseException:  # created after all, or not: either way nothing is left
+            with contextlib.suppress(docker.errors.DockerException, requests.RequestException):
+                self._remove_quietly(name)
+            raise
         try:
             container.start()
             result = container.wait(timeout=max(1, int(timeout_seconds)))

@@ -64,6 +64,10 @@ def test_a_stray_module_is_not_baked_in_and_trust_needs_a_verification(copy: dic
             break
     proc.communicate(timeout=120)
     assert proc.returncode == 130
+    # ... and the throwaway container is gone, even when the Ctrl-C came while it was created.
+    left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=opsctl.role=verify"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert left == []
     again = build(fresh)
     assert again.returncode == 0, again.stderr
     assert "verified again" in again.stderr and "up to date" not in again.stderr
