@@ -243,7 +243,7 @@ def _host_port(url: str) -> str:
 
 # --- one sweep --------------------------------------------------------------------------------
 
-async def _resolve_model(
+async def resolve_model(
     client: httpx.AsyncClient, options: BenchOptions, timeout_s: float
 ) -> ModelResolution:
     try:
@@ -266,6 +266,18 @@ async def _resolve_model(
     return resolution
 
 
+def deadline_reached(result: VariantResult, base_url: str, deadline: float) -> None:
+    """What a sweep's deadline means, whoever sent the load: LaunchError when the model was not
+    even resolved, else the last level and the sweep say they were cut by it."""
+    if result.model is None:
+        raise LaunchError(f"{redact_userinfo(base_url)}: the model could not be resolved "
+                          f"within the {deadline:g}s deadline") from None
+    if result.levels:
+        result.levels[-1].aborted = f"the {deadline:g}s deadline was reached"
+    result.stopped = (f"the sweep's deadline of {deadline:g}s was reached after "
+                      f"{len(result.levels)} level(s)")
+
+
 async def sweep(
     label: str, base_url: str, options: BenchOptions, progress: Progress | None = None,
     client_factory: ClientFactory = make_client, result: VariantResult | None = None,
@@ -286,7 +298,7 @@ async def sweep(
         pool: WorkerPool | None = None
         try:
             async with asyncio.timeout(deadline):
-                result.model = await _resolve_model(client, options,
+                result.model = await resolve_model(client, options,
                                                      min(60.0, options.request_timeout_s))
                 spec = RequestSpec(options.api, result.model.served_name, options.temperature,
                                    options.ignore_eos, options.request_timeout_s, options.work())
@@ -309,13 +321,7 @@ async def sweep(
                                           f"{result.levels[-1].aborted}")
                         break
         except TimeoutError:
-            if result.model is None:
-                raise LaunchError(f"{redact_userinfo(base_url)}: the model could not be resolved "
-                                  f"within the {deadline:g}s deadline") from None
-            if result.levels:
-                result.levels[-1].aborted = f"the {deadline:g}s deadline was reached"
-            result.stopped = (f"the sweep's deadline of {deadline:g}s was reached after "
-                              f"{len(result.levels)} level(s)")
+            deadline_reached(result, base_url, deadline)
         finally:
             if pool is not None:
                 pool.close()

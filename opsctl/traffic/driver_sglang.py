@@ -29,9 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from opsctl.core.errors import LaunchError, OpsctlError, UsageError
+from opsctl.core.errors import OpsctlError, UsageError
 from opsctl.core.redact import redact, redact_userinfo
-from opsctl.traffic.bench import BenchOptions, Progress, _resolve_model
+from opsctl.traffic.bench import BenchOptions, Progress, deadline_reached, resolve_model
 from opsctl.traffic.bench_report import LevelResult, Pcts, VariantResult
 from opsctl.traffic.bench_serving_read import SOURCE, level_from_row, parse_row
 from opsctl.traffic.client import Api, ClientFactory, make_client
@@ -172,7 +172,7 @@ class SglangBench:
             async with asyncio.timeout(deadline):
                 async with client_factory(base_url, options.api_key, max_connections=1,
                                           timeout_s=options.request_timeout_s) as client:
-                    result.model = await _resolve_model(client, options,
+                    result.model = await resolve_model(client, options,
                                                         min(60.0, options.request_timeout_s))
                 tokenizer = result.model.tokenizer_path
                 if tokenizer is None:
@@ -193,13 +193,7 @@ class SglangBench:
                         result.stopped = f"stopped at concurrency {concurrency}: {level.aborted}"
                         break
         except TimeoutError:
-            if result.model is None:
-                raise LaunchError(f"{redact_userinfo(base_url)}: the model could not be resolved "
-                                  f"within the {deadline:g}s deadline") from None
-            if result.levels:
-                result.levels[-1].aborted = f"the {deadline:g}s deadline was reached"
-            result.stopped = (f"the sweep's deadline of {deadline:g}s was reached after "
-                              f"{len(result.levels)} level(s)")
+            deadline_reached(result, base_url, deadline)
         result.failed_requests = sum(level.failed for level in result.levels)
         return result
 

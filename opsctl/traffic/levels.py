@@ -21,7 +21,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -192,13 +192,10 @@ async def run_level(
             progress(label, concurrency, 0, 0 if timed else total)
         count = None if timed and options.requests_per_level is None else total
         plan = PhasePlan(start_index, count, concurrency, options.arrival)
-        if sample is None:
+        # The sampler's end scrape falls after the phase's wall time.
+        async with sample() if sample is not None else nullcontext() as sampler:
             measured.started = time.perf_counter()  # the wall time a cut-short level reports
             await runner.run(plan, measured, one_done)
-        else:
-            async with sample() as sampler:  # its end scrape falls after the phase's wall time
-                measured.started = time.perf_counter()
-                await runner.run(plan, measured, one_done)
     except BaseException:
         levels.append(level(CUT_SHORT))  # Ctrl-C, the deadline, or a client worker that died
         raise
