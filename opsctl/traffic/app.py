@@ -88,8 +88,6 @@ class SmokeTarget:
     profile: str | None
     variant: str | None
     profile_alias: str | None
-    tpot_p50_ms: float | None
-    ttft_p50_ms: float | None
     eval_config: EvalConfig | None = None  # the profile's `eval:` section
     slo: Slo | None = None  # the profile's objectives: the one SLO meaning (deploy/sloconfig.py)
 
@@ -139,8 +137,7 @@ def smoke(
     evals = plan_evals(request.evals, target.eval_config, load_dataset)
     options = SmokeOptions(
         base_url=target.base_url, profile=target.profile, variant=target.variant,
-        profile_alias=target.profile_alias, tpot_p50_ms=target.tpot_p50_ms,
-        ttft_p50_ms=target.ttft_p50_ms, api_key=request.api_key, model=request.model,
+        profile_alias=target.profile_alias, api_key=request.api_key, model=request.model,
         api=request.api, request_timeout_s=request.request_timeout_s,
         overall_timeout_s=request.overall_timeout_s, compare_with=request.compare_with,
         evals=evals, slo=target.slo,
@@ -161,8 +158,7 @@ def resolve_smoke_target(
     the `eval:` settings.
     """
     if base_url and not profile:
-        return SmokeTarget(base_url=base_url, profile=None, variant=variant, profile_alias=None,
-                           tpot_p50_ms=None, ttft_p50_ms=None)
+        return SmokeTarget(base_url=base_url, profile=None, variant=variant, profile_alias=None)
     loaded = load_profile(profile)
     loaded.resolve(variant)  # UsageError when the profile has no such variant
     if base_url:
@@ -178,7 +174,6 @@ def resolve_smoke_target(
     return SmokeTarget(
         base_url=url, profile=loaded.name, variant=running,
         profile_alias=loaded.model.served_name,
-        tpot_p50_ms=loaded.slo.tpot_p50_ms, ttft_p50_ms=loaded.slo.ttft_p50_ms,
         eval_config=loaded.eval, slo=loaded.slo,
     )
 
