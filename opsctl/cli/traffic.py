@@ -255,7 +255,6 @@ def serving_container(base_url: str) -> ServingContainer:
     commands run in it through the engine: `bench --driver sglang-bench`'s collaborator."""
     from opsctl.deploy.urlserver import server_for_url
     from opsctl.engine.dockerpy import connect
-    from opsctl.traffic.app import LocatedServer
     from opsctl.traffic.driver_sglang import ServingContainer
 
     engine = connect()

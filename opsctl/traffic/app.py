@@ -36,7 +36,7 @@ from opsctl.traffic.smoke_report import verdict_error as smoke_verdict
 from opsctl.traffic.workloads import WorkloadSpec, build
 from opsctl.verify.checks import flag_values
 
-# profile name -> (base URL of its running server, the variant it runs or None).
+
 # Raises LaunchError (exit 4) when no server of the profile runs.
 @dataclass(frozen=True)
 class LocatedServer:
