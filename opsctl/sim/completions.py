@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from opsctl.sim import shapes
 from opsctl.sim.config import SimArgs
 from opsctl.sim.engine import Engine, RequestTimes, TokenEvent
 from opsctl.sim.evalmode import eval_plan
@@ -54,18 +55,6 @@ def _sse(payload: Any) -> bytes:
     return b"data: " + _json_bytes(payload) + b"\n\n"
 
 
-def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-    """UsageInfo.model_dump() as UsageProcessor.calculate_token_usage fills it (no cache report)."""
-    return {
-        "prompt_tokens": prompt_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-        "completion_tokens": completion_tokens,
-        "prompt_tokens_details": None,
-        "reasoning_tokens": 0,
-        "completion_tokens_details": None,
-    }
-
-
 def _matched(finish: dict[str, Any] | None) -> Any:
     return finish.get("matched") if finish else None
 
@@ -95,13 +84,18 @@ class Generation:
         lifecycle: Lifecycle,
         engine: Engine,
         metrics: SglangMetrics | None,
+        release: str,
     ) -> None:
         self._args = args
+        self._release = release
         self._box = box
         self._life = lifecycle
         self._engine = engine
         self._metrics = metrics
         self._error_counter = 0  # generation requests seen under error_rate (deterministic)
+
+    def _usage(self, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+        return shapes.usage(self._release, prompt_tokens, completion_tokens)
 
     def _admit_generation(self, request: Request) -> dict[str, Any]:
         """Body of a generation request, or ApiError for warm-up, faults and bad JSON."""
@@ -171,13 +165,12 @@ class Generation:
             "model": gen.model,
             "choices": [{
                 "index": 0,
-                "message": {"role": "assistant", "content": "".join(e.text for e in events),
-                            "reasoning_content": None},
+                "message": shapes.chat_message(self._release, "".join(e.text for e in events)),
                 "logprobs": None,
                 "finish_reason": last.finish_reason["type"] if last.finish_reason else None,
                 "matched_stop": _matched(last.finish_reason),
             }],
-            "usage": _usage(gen.prompt_tokens, last.completion_tokens),
+            "usage": self._usage(gen.prompt_tokens, last.completion_tokens),
             "metadata": {"weight_version": self._args.weight_version},
         })
 
@@ -185,14 +178,12 @@ class Generation:
                            ) -> AsyncIterator[bytes]:
         rid = uuid.uuid4().hex
         created = int(time.time())
+        head = {"id": rid, "object": "chat.completion.chunk", "created": created,
+                "model": gen.model}
 
         def chunk(delta: dict[str, Any], finish: str | None = None, matched: Any = None
                   ) -> bytes:
-            return _sse({"id": rid, "object": "chat.completion.chunk", "created": created,
-                         "model": gen.model,
-                         "choices": [{"index": 0, "delta": {"reasoning_content": None, **delta},
-                                      "logprobs": None, "finish_reason": finish,
-                                      "matched_stop": matched}]})
+            return _sse(shapes.chat_chunk(self._release, head, delta, finish, matched))
 
         last: TokenEvent | None = None
         async for event in self._events(gen, times):
@@ -205,9 +196,8 @@ class Generation:
         yield chunk({}, finish["type"] if finish else None, _matched(finish))
         if gen.include_usage:
             completion = last.completion_tokens if last else 0
-            yield _sse({"id": rid, "object": "chat.completion.chunk", "created": created,
-                        "model": gen.model, "choices": [],
-                        "usage": _usage(gen.prompt_tokens, completion)})
+            yield _sse({**head, "choices": [],
+                        "usage": self._usage(gen.prompt_tokens, completion)})
         yield SSE_DONE
 
     def _completion_prompt(self, body: dict[str, Any]) -> tuple[Any, int]:
@@ -250,7 +240,7 @@ class Generation:
                 "finish_reason": last.finish_reason["type"] if last.finish_reason else None,
                 "matched_stop": _matched(last.finish_reason),
             }],
-            "usage": _usage(gen.prompt_tokens, last.completion_tokens),
+            "usage": self._usage(gen.prompt_tokens, last.completion_tokens),
             "metadata": {"weight_version": self._args.weight_version},
         })
 
@@ -269,7 +259,7 @@ class Generation:
                         "usage": None})
             last = event
         if gen.include_usage:
-            usage = _usage(gen.prompt_tokens, last.completion_tokens if last else 0)
+            usage = self._usage(gen.prompt_tokens, last.completion_tokens if last else 0)
             # The completions usage chunk is dumped with exclude_none=True.
             yield _sse({"id": rid, "object": "text_completion", "created": created,
                         "model": gen.model, "choices": [],
