@@ -158,6 +158,16 @@ def sglang_serialisation(kind: str, endpoint: str, model: Any) -> Any:
     return json.loads(model.model_dump_json())
 
 
+def coerced(cls: Any, text: str) -> list[str]:
+    """Values sglang accepts only by converting them (a string for a number, ...)."""
+    try:
+        cls.model_validate_json(text, strict=True)
+    except pydantic.ValidationError as exc:
+        return [f"coerced {_path(tuple(e['loc']))}: {e['msg']} (input {json.dumps(e.get('input'))})"
+                for e in exc.errors(include_url=False)]
+    return []
+
+
 def check(kind: str, endpoint: str, body: Any) -> dict[str, Any]:
     if kind == "chunk" and isinstance(body, dict) and set(body) == {"error"}:
         kind, body = "error", body["error"]  # a streamed error: json.dumps({"error": dump})
@@ -177,7 +187,9 @@ def check(kind: str, endpoint: str, body: Any) -> dict[str, Any]:
             f"invalid {_path(tuple(e['loc']))}: {e['msg']} (input {json.dumps(e.get('input'))})"
             for e in exc.errors(include_url=False)]}
     problems = undefined_fields(model, body)
-    if kind != "request":
+    if kind == "request":
+        problems += coerced(cls, text)
+    else:
         problems += differences(body, sglang_serialisation(kind, endpoint, model))
     return {"model": f"{{error: {name}}}" if wrapped else name, "problems": problems}
 

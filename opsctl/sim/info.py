@@ -46,6 +46,13 @@ def _place(payload: dict[str, Any], key: tuple[str, ...], value: Any) -> None:
     node[key[-1]] = value
 
 
+def _hicache_disabled(page_size: Any) -> dict[str, Any]:
+    """0.5.23 scheduler.get_init_info's layout without a hierarchical cache
+    (``mem_cache/hicache_storage.py`` ``disabled_l3_layout``), in every /server_info."""
+    return {"enabled": False, "backend": None, "page_size": page_size,
+            "hicache_object_layout": {"pools": []}, "reason": "Hierarchical cache is disabled"}
+
+
 @dataclass(frozen=True)
 class ServerView:
     """What the info endpoints report: fixed at start-up except for the live parts passed in."""
@@ -121,8 +128,9 @@ class ServerView:
             **fields,
             "launch_command": " ".join(args.argv),
             **scheduler,
-            "kv_events": None,
             "startup_time": startup,
+            "hicache_object_layout": _hicache_disabled(fields.get("page_size")),
+            "kv_events": None,
             "internal_states": [state],
             "version": self.release,
             "frontend": "python",

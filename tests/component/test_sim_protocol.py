@@ -114,6 +114,15 @@ def test_checker_uses_each_releases_own_models(protocols: dict[str, SglangProtoc
     assert any("completion_tokens_details" in p for p in old), old
 
 
+def test_checker_flags_requests_sglang_would_convert_or_drop(
+        protocols: dict[str, SglangProtocol]) -> None:
+    body = {"model": MODEL, "prompt": "x", "max_tokens": "4", "top_q": 1}
+    for proto in protocols.values():
+        problems = proto.check("request", "/v1/completions", body)
+        assert any(p.startswith("coerced .max_tokens") for p in problems), problems
+        assert any(p.startswith("undefined field .top_q") for p in problems), problems
+
+
 # --- the simulator's responses -------------------------------------------------------------------
 
 @pytest.mark.parametrize("release", RELEASES)
