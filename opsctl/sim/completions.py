@@ -1,9 +1,10 @@
 """The generation endpoints: /v1/chat/completions, /v1/completions and native /generate.
 
-Shapes follow ``srt/entrypoints/openai/`` and ``srt/entrypoints/http_server.py`` of the 0.5.23
-wheel: chat chunks are built like ``sse_utils.build_sse_content`` (msgspec, ``reasoning_content``
-always present in a delta), usage/other objects like the pydantic models' ``model_dump_json()``;
-request ids are bare uuid4 hex, as ``OpenAIServingBase._generate_request_id_base`` returns None.
+Shapes follow ``srt/entrypoints/openai/`` and ``srt/entrypoints/http_server.py`` of the pinned
+release: the pydantic models' ``model_dump_json()`` (the completions usage chunk with
+``exclude_none=True``), where the releases differ (usage, the chat message, chat chunks: 0.5.23
+builds them with msgspec's ``sse_utils.build_sse_content``) ``opsctl.sim.shapes``; request ids
+are bare uuid4 hex, as ``OpenAIServingBase._generate_request_id_base`` returns None.
 Every request's output is decided up front by ``_plan`` (opsctl.sim.generate).
 """
 
@@ -30,7 +31,7 @@ from opsctl.sim.generate import (
     prompt_key,
 )
 from opsctl.sim.metrics import SglangMetrics
-from opsctl.sim.state import ApiError, BehaviourBox, Lifecycle
+from opsctl.sim.state import INVALID_REQUEST, ApiError, BehaviourBox, Lifecycle
 from opsctl.sim.wire import CutStream, Request, Response, StreamingResponse, json_response
 
 SSE_DONE = b"data: [DONE]\n\n"
@@ -59,18 +60,24 @@ def _matched(finish: dict[str, Any] | None) -> Any:
     return finish.get("matched") if finish else None
 
 
-def _positive_int(body: dict[str, Any], key: str, default: int | None) -> int | None:
+def _positive_int(body: dict[str, Any], key: str, default: int | None,
+                  model_checks_sign: bool = False) -> int | None:
+    """A token limit; not an integer is the request model's rejection, below 1 is the model's
+    where it has a validator for it (``model_checks_sign``: CompletionRequest.max_tokens)."""
     value = body.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ApiError(400, f"{key} must be a positive integer")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(400, f"{key} must be a positive integer", INVALID_REQUEST)
+    if value < 1:
+        raise ApiError(400, f"{key} must be a positive integer",
+                       INVALID_REQUEST if model_checks_sign else "BadRequestError")
     return value
 
 
 def _number(value: Any, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ApiError(400, f"{key} must be a number")
+        raise ApiError(400, f"{key} must be a number", INVALID_REQUEST)
     return float(value)
 
 
@@ -105,9 +112,9 @@ class Generation:
         try:
             body = request.json()
         except (ValueError, UnicodeDecodeError) as exc:
-            raise ApiError(400, f"Invalid JSON body: {exc}") from None
+            raise ApiError(400, f"Invalid JSON body: {exc}", INVALID_REQUEST) from None
         if not isinstance(body, dict):
-            raise ApiError(400, "The request body must be a JSON object.")
+            raise ApiError(400, "The request body must be a JSON object.", INVALID_REQUEST)
         behaviour = self._box.get()
         if behaviour.fault == "error_rate":
             before = int(self._error_counter * behaviour.error_rate)
@@ -136,10 +143,12 @@ class Generation:
     async def chat(self, request: Request) -> Response | StreamingResponse:
         body = self._admit_generation(request)
         messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise ApiError(400, "Messages cannot be empty.")
+        if not isinstance(messages, list):
+            raise ApiError(400, "messages: a list is required", INVALID_REQUEST)
+        if not messages:
+            raise ApiError(400, "Messages cannot be empty.")  # serving_chat._validate_request
         if not all(isinstance(m, dict) for m in messages):
-            raise ApiError(400, "Each message must be an object.")
+            raise ApiError(400, "Each message must be an object.", INVALID_REQUEST)
         if body.get("n", 1) != 1:
             raise ApiError(400, "The simulator supports n=1 only.")
         max_new = _positive_int(body, "max_completion_tokens", None)
@@ -209,8 +218,10 @@ class Generation:
         if isinstance(prompt, list) and prompt and all(
                 isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             return prompt, len(prompt)
-        if prompt in (None, "", []):
-            raise ApiError(400, "Prompt cannot be empty")
+        if prompt is None or not isinstance(prompt, (str, list)):
+            raise ApiError(400, "prompt: a string or a list is required", INVALID_REQUEST)
+        if prompt in ("", []):
+            raise ApiError(400, "Prompt cannot be empty")  # serving_completions._validate_request
         raise ApiError(400, "The simulator takes one prompt: a string or a list of token ids.")
 
     async def completions(self, request: Request) -> Response | StreamingResponse:
@@ -218,7 +229,8 @@ class Generation:
         prompt, prompt_tokens = self._completion_prompt(body)
         if body.get("n", 1) != 1:
             raise ApiError(400, "The simulator supports n=1 only.")
-        max_new = _positive_int(body, "max_tokens", 16)  # CompletionRequest.max_tokens = 16
+        # CompletionRequest.max_tokens = 16, and its validator wants it positive.
+        max_new = _positive_int(body, "max_tokens", 16, model_checks_sign=True)
         temperature = _temperature(body)
         gen = GenerationInput(
             model=str(body.get("model", "default")),

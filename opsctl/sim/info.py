@@ -4,9 +4,12 @@
 is ``dataclasses.asdict(server_args)`` plus the scheduler's status, token limits, the internal
 states and the version. 0.5.23 (``http_server.py:812-893``, ``utils/common.py:3584-3593``):
 /model_info also carries the served name, parsers and load format; /server_info is
-``server_args.resolved_dict()`` plus ``launch_command``, ``kv_events``, ``startup_time`` and
-``frontend``. The fields ``opsctl verify`` checks carry what the release resolves
-(``opsctl.sim.releases``); every other given flag is echoed as given.
+``server_args.resolved_dict()`` plus ``launch_command``, the scheduler's ready message
+(``managers/scheduler.py`` ``get_init_info``: status, token limits, ``startup_time``,
+``hicache_object_layout``), ``kv_events``, ``startup_time`` and ``frontend``. The key sets are
+checked against the wheels' source by ``tests/component/test_sim_info_keys.py``. The fields
+``opsctl verify`` checks carry what the release resolves (``opsctl.sim.releases``); every other
+given flag is echoed as given.
 """
 
 from __future__ import annotations

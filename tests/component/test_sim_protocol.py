@@ -196,6 +196,39 @@ def test_error_bodies_are_sglangs(protocols: dict[str, SglangProtocol],
     assert_sglang(protocols[release], "error", path, answer.json())
 
 
+CHAT_OK = {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
+REJECTED = [
+    pytest.param("/v1/chat/completions", {"model": MODEL}, id="chat-messages-missing"),
+    pytest.param("/v1/chat/completions", {"model": MODEL, "messages": "x"}, id="chat-messages-str"),
+    pytest.param("/v1/chat/completions", {"model": MODEL, "messages": [1]}, id="chat-message-int"),
+    pytest.param("/v1/chat/completions", {"model": MODEL, "messages": []}, id="chat-messages-empty"),
+    pytest.param("/v1/chat/completions", {**CHAT_OK, "max_tokens": 1.5}, id="chat-max-tokens-float"),
+    pytest.param("/v1/chat/completions", {**CHAT_OK, "temperature": "hot"}, id="chat-temperature"),
+    pytest.param("/v1/completions", {"model": MODEL}, id="completion-prompt-missing"),
+    pytest.param("/v1/completions", {"model": MODEL, "prompt": 5}, id="completion-prompt-int"),
+    pytest.param("/v1/completions", {"model": MODEL, "prompt": ""}, id="completion-prompt-empty"),
+    pytest.param("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 0},
+                 id="completion-max-tokens-0"),
+    pytest.param("/v1/completions", [1, 2], id="completion-body-list"),
+]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize(("path", "body"), REJECTED)
+def test_rejections_name_the_stage_sglang_rejects_at(protocols: dict[str, SglangProtocol],
+                                                     sims: dict[str, localsim.LocalSim],
+                                                     release: str, path: str, body: Any) -> None:
+    """A body the release's request model rejects is answered by http_server's validation
+    handler (type "Bad Request"); one it accepts but the serving layer refuses, by
+    create_error_response (type "BadRequestError"). The model decides which, not a list here."""
+    verdict = protocols[release].check("request", path, body)
+    by_model = any(p.startswith("invalid") for p in verdict)
+    answer = httpx.post(sims[release].url + path, json=body, timeout=30)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["type"] == ("Bad Request" if by_model else "BadRequestError"), verdict
+    assert_sglang(protocols[release], "error", path, answer.json())
+
+
 @pytest.mark.parametrize("release", RELEASES)
 def test_server_error_body_is_sglangs(protocols: dict[str, SglangProtocol],
                                       sims: dict[str, localsim.LocalSim], release: str) -> None:
