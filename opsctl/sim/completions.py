@@ -149,6 +149,8 @@ class Generation:
             raise ApiError(400, "Messages cannot be empty.")  # serving_chat._validate_request
         if not all(isinstance(m, dict) for m in messages):
             raise ApiError(400, "Each message must be an object.", INVALID_REQUEST)
+        if not all(shapes.role_accepted(self._release, m.get("role")) for m in messages):
+            raise ApiError(400, "A message's role is not one the release accepts.", INVALID_REQUEST)
         if body.get("n", 1) != 1:
             raise ApiError(400, "The simulator supports n=1 only.")
         max_new = _positive_int(body, "max_completion_tokens", None)

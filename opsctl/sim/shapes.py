@@ -11,6 +11,9 @@ by ``tests/component/test_sim_protocol.py``:
   delta field, ``usage: null``); 0.5.23 builds them with msgspec (``sse_utils.build_sse_content``:
   ``reasoning_content`` always, ``role``/``content`` only when set, no ``usage`` key).
   Both releases write the usage chunk with ``model_dump_json()``.
+- message roles: ``ChatCompletionMessageUserParam`` takes ``user``, and
+  ``ChatCompletionMessageGenericParam`` the roles below, case-insensitively (its
+  ``_normalize_role``); 0.5.23 added ``latest_reminder`` and ``root``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,13 @@ from __future__ import annotations
 from typing import Any
 
 OLD_SHAPES = frozenset({"0.5.9"})  # releases with the 0.5.9 shapes above
+_GENERIC_ROLES = ("system", "assistant", "tool", "function", "developer")
+GENERIC_ROLES = {"0.5.9": _GENERIC_ROLES, "0.5.23": (*_GENERIC_ROLES, "latest_reminder", "root")}
+
+
+def role_accepted(release: str, role: object) -> bool:
+    """Whether the release's chat request model takes a message with this role."""
+    return role == "user" or (isinstance(role, str) and role.lower() in GENERIC_ROLES[release])
 
 
 def usage(release: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:

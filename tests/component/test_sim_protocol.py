@@ -229,6 +229,24 @@ def test_rejections_name_the_stage_sglang_rejects_at(protocols: dict[str, Sglang
     assert_sglang(protocols[release], "error", path, answer.json())
 
 
+ROLES = ["user", "User", "system", "SYSTEM", "developer", "tool", "function", "latest_reminder",
+         "root", "bogus", 5, None]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize("role", ROLES)
+def test_message_roles_are_taken_as_sglang_takes_them(protocols: dict[str, SglangProtocol],
+                                                     sims: dict[str, localsim.LocalSim],
+                                                     release: str, role: Any) -> None:
+    body = {**CHAT_OK, "max_tokens": 2, "messages": [{"role": role, "content": "x"}]}
+    verdict = protocols[release].check("request", "/v1/chat/completions", body)
+    accepted = not any(p.startswith("invalid") for p in verdict)
+    answer = httpx.post(sims[release].url + "/v1/chat/completions", json=body, timeout=30)
+    assert answer.status_code == (200 if accepted else 400), (verdict, answer.text)
+    if not accepted:
+        assert answer.json()["type"] == "Bad Request"
+
+
 @pytest.mark.parametrize("release", RELEASES)
 def test_server_error_body_is_sglangs(protocols: dict[str, SglangProtocol],
                                       sims: dict[str, localsim.LocalSim], release: str) -> None:
