@@ -169,3 +169,23 @@ def sse_payloads(text: str) -> list[Any]:
             data = line[len("data: "):]
             out.append(data if data == "[DONE]" else json.loads(data))
     return out
+
+
+def check_record(proto: SglangProtocol, record: dict[str, Any]) -> list[str]:
+    """The problems of one recorded answer (tests/sglangprotocol_record.py writes them):
+    ``{"kind", "endpoint", "body"}`` (+ ``status``); a ``stream`` body is the raw SSE text,
+    checked chunk by chunk; ``info`` records (/model_info, /server_info) have no model here."""
+    kind, path, body = record["kind"], record["endpoint"], record["body"]
+    status = record.get("status")
+    expected = 400 if kind == "error" else 200
+    problems = [] if status in (None, expected) else [f"HTTP {status}, expected {expected}"]
+    if kind == "info":
+        return problems
+    if kind != "stream":
+        return problems + proto.check(kind, path, body)
+    chunks = sse_payloads(body)
+    if not chunks or chunks[-1] != "[DONE]":
+        problems.append("the stream does not end with data: [DONE]")
+    for index, chunk in enumerate(c for c in chunks if c != "[DONE]"):
+        problems += [f"chunk {index}: {p}" for p in proto.check("chunk", path, chunk)]
+    return problems

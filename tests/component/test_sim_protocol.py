@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 import pytest
 from conftest import REPO_ROOT
-from sglangprotocol import SglangProtocol, sse_payloads
+from sglangprotocol import SglangProtocol, check_record, sse_payloads
+from sglangprotocol_record import record
 
 from opsctl.deploy import localsim
 from opsctl.deploy.evalconfig import resolve_path
@@ -320,24 +321,30 @@ def test_opsctl_requests_are_what_sglang_accepts(protocols: dict[str, SglangProt
 
 # --- recorded answers of a real sglang server ------------------------------------------------------
 
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_recorder_and_record_checks_pass_on_the_simulator(
+        protocols: dict[str, SglangProtocol], sims: dict[str, localsim.LocalSim], release: str,
+        tmp_path: Path) -> None:
+    """The records tests/sglangprotocol_record.py writes (the tool to run next to a real server)
+    go through the checks below; the simulator's pass them."""
+    written = record(sims[release].url, MODEL, tmp_path)
+    assert {json.loads(p.read_text())["kind"] for p in written} == {
+        "response", "stream", "error", "info"}
+    for path in written:
+        assert check_record(protocols[release], json.loads(path.read_text())) == [], path.name
+
+
 def _recorded() -> list[Any]:
-    """tests/fixtures/real-sglang-<version>/*.json: {"kind", "endpoint", "body"} each (see
-    docs/testing.md); a "stream" record's body is the raw SSE text, checked chunk by chunk."""
+    """tests/fixtures/real-sglang-<version>/*.json, as tests/sglangprotocol_record.py writes them
+    (docs/architecture.md)."""
     return [pytest.param(path, id=f"{path.parent.name}/{path.name}")
             for path in sorted(FIXTURES.glob("real-sglang-*/*.json"))]
 
 
-@pytest.mark.parametrize("record", _recorded() or [pytest.param(None, id="none-recorded-yet")])
-def test_recorded_real_answers_pass_the_same_checks(record: Path | None) -> None:
-    if record is None:
+@pytest.mark.parametrize("recorded", _recorded() or [pytest.param(None, id="none-recorded-yet")])
+def test_recorded_real_answers_pass_the_same_checks(recorded: Path | None) -> None:
+    if recorded is None:
         pytest.skip("no tests/fixtures/real-sglang-*/ records yet")
-    version = record.parent.name.removeprefix("real-sglang-")
-    data = json.loads(record.read_text())
+    version = recorded.parent.name.removeprefix("real-sglang-")
     with SglangProtocol(version) as proto:
-        if data["kind"] == "stream":
-            chunks = [c for c in sse_payloads(data["body"]) if c != "[DONE]"]
-            assert chunks
-            for chunk in chunks:
-                assert_sglang(proto, "chunk", data["endpoint"], chunk)
-        else:
-            assert_sglang(proto, data["kind"], data["endpoint"], data["body"])
+        assert check_record(proto, json.loads(recorded.read_text())) == []
