@@ -1,11 +1,12 @@
 """Check JSON bodies against a pinned sglang release's own OpenAI protocol models (pydantic).
 
 ``SglangProtocol(version)`` stages the real files once per release into the wheel cache
-(``$OPSCTL_WHEEL_CACHE/opsctl-protocol/sglang-<version>/``): from the sglang wheel
-``srt/entrypoints/openai/protocol.py`` (+ ``sse_utils.py`` where the release has it) and
-``utils.py``; from PyPI the exact ``openai`` release the sglang wheel's METADATA pins, msgspec
-(as ``opsctl.argspec.extract`` pins it) and distro (openai needs it; this venv lacks it). A worker
-subprocess (``tests/sglangprotocol_worker.py``) imports them and answers one body at a time:
+(``$OPSCTL_WHEEL_CACHE/opsctl-protocol/sglang-<version>-stage<N>/``, N the stage format):
+from the sglang wheel ``srt/entrypoints/openai/protocol.py`` (+ ``sse_utils.py`` where the
+release has it) and ``utils.py``; from PyPI the exact ``openai`` release the sglang wheel's
+METADATA pins, msgspec (as ``opsctl.argspec.extract`` pins it) and distro (openai needs it; this
+venv lacks it). A worker subprocess (``tests/sglangprotocol_worker.py``) imports them and
+answers one body at a time:
 
     with SglangProtocol("0.5.23") as proto:
         proto.check("response", "/v1/chat/completions", body)   # -> list of problems, [] = same
@@ -30,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
 from pathlib import Path
 from types import TracebackType
@@ -45,6 +47,7 @@ SGLANG_MEMBERS = (f"{PROTOCOL_DIR}/protocol.py", f"{PROTOCOL_DIR}/sse_utils.py",
 # the version pip resolved for that range on PyPI.
 EXTRA_DEPENDENCIES = ("distro==1.9.0",)
 STAGE_FORMAT = "1"
+ANSWER_TIMEOUT_S = 120  # start-up (imports) or one answer
 
 
 def _msgspec() -> str:
@@ -60,20 +63,19 @@ def openai_pin(metadata: str) -> str:
     return f"openai=={pins[0]}"
 
 
-def _unpack(wheel: Path, dest: Path, members: tuple[str, ...] | None = None) -> list[str]:
+def _unpack(wheel: Path, dest: Path, members: tuple[str, ...] | None = None) -> None:
+    """The whole wheel, or only `members` and the wheel's METADATA."""
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
-        chosen = [n for n in names if members is None or n in members
-                  or n.endswith(".dist-info/METADATA") and members is not None
-                  and n.startswith("sglang-")]
-        archive.extractall(dest, chosen)
-    return chosen
+        if members is not None:
+            names = [n for n in names if n in members or n.endswith(".dist-info/METADATA")]
+        archive.extractall(dest, names)
 
 
 def stage(version: str, cache: Path | None = None) -> Path:
     """The staged files of one release (made once, atomically, inside the wheel cache)."""
     cache = cache or wheels.cache_dir()
-    target = cache / "opsctl-protocol" / f"sglang-{version}"
+    target = cache / "opsctl-protocol" / f"sglang-{version}-stage{STAGE_FORMAT}"
     if (target / "stage.json").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -83,12 +85,14 @@ def stage(version: str, cache: Path | None = None) -> Path:
         _unpack(sglang, work / "src", SGLANG_MEMBERS)
         (metadata,) = (work / "src").glob("sglang-*.dist-info/METADATA")
         deps = [openai_pin(metadata.read_text()), _msgspec(), *EXTRA_DEPENDENCIES]
-        recorded = {"format": STAGE_FORMAT, "sglang_wheel": sglang.name, "dependencies": {}}
+        dependencies: dict[str, str] = {}
         for requirement in deps:
             name, pinned = requirement.split("==")
             wheel = wheels.fetch(name, pinned, cache)
             _unpack(wheel, work / "deps")
-            recorded["dependencies"][name] = wheel.name
+            dependencies[name] = wheel.name
+        recorded = {"format": STAGE_FORMAT, "sglang_wheel": sglang.name,
+                    "dependencies": dependencies}
         (work / "stage.json").write_text(json.dumps(recorded, indent=1) + "\n")
         try:
             os.replace(work, target)
@@ -139,7 +143,13 @@ class SglangProtocol:
     def _read(self) -> dict[str, Any]:
         proc = self._proc
         assert proc is not None and proc.stdout is not None
-        line = proc.stdout.readline()
+        # A stuck worker is killed, so readline returns and the caller fails instead of hanging.
+        watchdog = threading.Timer(ANSWER_TIMEOUT_S, proc.kill)
+        watchdog.start()
+        try:
+            line = proc.stdout.readline()
+        finally:
+            watchdog.cancel()
         if not line:
             err = proc.stderr.read() if proc.stderr is not None else ""
             raise RuntimeError(f"protocol worker for sglang {self.version} died:\n{err[-4000:]}")

@@ -31,6 +31,7 @@ from opsctl.traffic.client import endpoint, generate, make_client, request_body,
 from opsctl.traffic.evals.dataset import load_gsm8k
 from opsctl.traffic.evals.gsm8k import run_gsm8k
 from opsctl.traffic.evals.probes import run_long_context_probes
+from opsctl.traffic.payload import Api
 
 RELEASES = ("0.5.9", "0.5.23")
 MODEL = "glm-5"
@@ -147,9 +148,9 @@ GENERATIONS = [
 @pytest.mark.parametrize(("api", "ignore_eos"), GENERATIONS)
 def test_completion_bodies_are_sglangs(protocols: dict[str, SglangProtocol],
                                        sims: dict[str, localsim.LocalSim], release: str,
-                                       api: str, ignore_eos: bool) -> None:
-    path = endpoint(api)  # type: ignore[arg-type]
-    body = request_body(api, MODEL, "Tell me about the sea.",  # type: ignore[arg-type]
+                                       api: Api, ignore_eos: bool) -> None:
+    path = endpoint(api)
+    body = request_body(api, MODEL, "Tell me about the sea.",
                         max_tokens=8 if ignore_eos else 2048, stream=False, ignore_eos=ignore_eos)
     answer = httpx.post(sims[release].url + path, json=body, timeout=30)
     assert answer.status_code == 200, answer.text
@@ -162,10 +163,10 @@ def test_completion_bodies_are_sglangs(protocols: dict[str, SglangProtocol],
 @pytest.mark.parametrize("include_usage", [True, False], ids=["usage", "no-usage"])
 @pytest.mark.parametrize(("api", "ignore_eos"), GENERATIONS)
 def test_stream_chunks_are_sglangs(protocols: dict[str, SglangProtocol],
-                                   sims: dict[str, localsim.LocalSim], release: str, api: str,
+                                   sims: dict[str, localsim.LocalSim], release: str, api: Api,
                                    ignore_eos: bool, include_usage: bool) -> None:
-    path = endpoint(api)  # type: ignore[arg-type]
-    body = request_body(api, MODEL, "Tell me about the sea.",  # type: ignore[arg-type]
+    path = endpoint(api)
+    body = request_body(api, MODEL, "Tell me about the sea.",
                         max_tokens=6 if ignore_eos else 2048, stream=True, ignore_eos=ignore_eos)
     if not include_usage:
         body.pop("stream_options")
@@ -290,20 +291,21 @@ async def _opsctl_traffic(url: str, release: str) -> None:
     gsm8k = profile.eval.gsm8k
     assert gsm8k is not None and gsm8k.shots_from is not None and gsm8k.shots_sha256 is not None
     async with make_client(url, None) as client:
-        for api in ("completions", "chat"):
+        apis: tuple[Api, ...] = ("completions", "chat")
+        for api in apis:
             for ignore_eos in (False, True):
-                body = request_body(api, MODEL, "hello", max_tokens=4,  # type: ignore[arg-type]
+                body = request_body(api, MODEL, "hello", max_tokens=4,
                                     stream=True, ignore_eos=ignore_eos)
-                assert (await stream_generate(client, api, body, timeout_s=30)).ok  # type: ignore[arg-type]
-                body = request_body(api, MODEL, "hello", max_tokens=4,  # type: ignore[arg-type]
+                assert (await stream_generate(client, api, body, timeout_s=30)).ok
+                body = request_body(api, MODEL, "hello", max_tokens=4,
                                     stream=False, ignore_eos=ignore_eos)
-                assert (await generate(client, api, body, timeout_s=30)).ok  # type: ignore[arg-type]
-            await run_gsm8k(client, model=MODEL, api=api,  # type: ignore[arg-type]
+                assert (await generate(client, api, body, timeout_s=30)).ok
+            await run_gsm8k(client, model=MODEL, api=api,
                             dataset=load_gsm8k(resolve_path(gsm8k.dataset), gsm8k.sha256),
                             shots_from=load_gsm8k(resolve_path(gsm8k.shots_from),
                                                  gsm8k.shots_sha256),
                             threshold=0.0, num_questions=2, num_shots=2)
-            await run_long_context_probes(client, model=MODEL, sizes=[256], api=api,  # type: ignore[arg-type]
+            await run_long_context_probes(client, model=MODEL, sizes=[256], api=api,
                                           prefix_pair_tokens=256)
 
 
