@@ -9,7 +9,7 @@ the transformers the wheel's METADATA pins with `==`.
 `opsctl sglang-args stack --version V` records, from the real wheels and by running the real code:
 the release's `==` pins, and for each model config opsctl ships (a GLM-5-shaped `config.json`,
 tests/fixtures/glm5) what that transformers' `AutoConfig` makes of it. The record is
-`sglang-args/<version>/stack.json`; profile validation reads it (deploy/releases.py) and CI makes
+`sglang-args/<version>/stack.json`; profile validation reads it (config/profiles.py) and CI makes
 it again from the wheels and compares (tests/integration/test_stack_records.py).
 """
 

@@ -11,11 +11,11 @@ import typer
 from opsctl.cli.app import ProfileOpt, VariantOpt, app, command_group, console, err_console, within
 
 if TYPE_CHECKING:
+    from opsctl.config.profiles import Deployment
     from opsctl.deploy.app import ImageFor
-    from opsctl.deploy.gate import SmokeAsk
-    from opsctl.deploy.profiles import Deployment
     from opsctl.deploy.state import StateDir
     from opsctl.engine.api import Engine
+    from opsctl.gate.gate import SmokeAsk
     from opsctl.traffic.app import SmokeRequest
     from opsctl.traffic.smoke_report import SmokeReport
     from opsctl.verify.app import VerifyResult
@@ -30,8 +30,9 @@ app.add_typer(host_app, name="host")
 def profile_show(profile: ProfileOpt = None, variant: VariantOpt = None) -> None:
     """Validate a profile; print a variant's sglang argv, then each variant's release, what it
     computes on the model and its release's warnings."""
-    from opsctl.deploy import review, view
-    from opsctl.deploy.profiles import load_profile
+    from opsctl.config import review
+    from opsctl.config.profiles import load_profile
+    from opsctl.deploy import view
 
     shown = review.show(load_profile(profile), variant)
     console.print(view.profile_text(shown), highlight=False, soft_wrap=True, markup=False)
@@ -40,7 +41,7 @@ def profile_show(profile: ProfileOpt = None, variant: VariantOpt = None) -> None
 @profile_app.command("schema")
 def profile_schema() -> None:
     """Print the JSON schema of a deployment profile."""
-    from opsctl.deploy.profiles import profile_schema as schema
+    from opsctl.config.profiles import profile_schema as schema
 
     console.print_json(json.dumps(schema()))
 
@@ -60,7 +61,7 @@ def _image_for(image: str | None) -> ImageFor:
 
 def _profile_name(profile: str | None) -> str | None:
     """The name a profile option (a name or a YAML path) stands for; None means every profile."""
-    from opsctl.deploy.profiles import load_profile
+    from opsctl.config.profiles import load_profile
 
     return load_profile(profile).name if profile else None
 
@@ -116,11 +117,11 @@ def up(
     --replace) has its whole log saved to out/logs/ first. Another opsctl run changing the same
     profile makes this one refuse at once (exit 4).
     """
+    from opsctl.config.profiles import load_profile
+    from opsctl.config.review import summary
     from opsctl.core.errors import UsageError
     from opsctl.deploy import app as deploy_app
     from opsctl.deploy import view
-    from opsctl.deploy.profiles import load_profile
-    from opsctl.deploy.review import summary
     from opsctl.deploy.state import StateDir
     from opsctl.engine.dockerpy import connect
 
@@ -165,8 +166,10 @@ def _run_gate(deployment: Deployment, profile: str | None, engine: Engine, image
     import os
 
     from opsctl.cli.traffic import PUSHGATEWAY_ENV
-    from opsctl.deploy import gate, view
+    from opsctl.deploy import view
     from opsctl.deploy.ownership import profile_locks
+    from opsctl.gate import gate
+    from opsctl.gate import view as gate_view
     from opsctl.observe.metrics import push_report
 
     gateway = pushgateway or os.environ.get(PUSHGATEWAY_ENV)
@@ -176,9 +179,9 @@ def _run_gate(deployment: Deployment, profile: str | None, engine: Engine, image
             deployment, engine=engine, image_for=_image_for(image), state=state,
             verify=_verify_server, smoke=GateSmoke(profile, gateway), timeout_seconds=timeout,
             progress=lambda shown: view.up_progress(console, shown),
-            on_step=view.gate_step(console), push=push_report, gateway=gateway,
+            on_step=gate_view.gate_step(console), push=push_report, gateway=gateway,
         )
-    view.print_gate(console, result)
+    gate_view.print_gate(console, result)
     if result.error is not None:
         raise result.error
 

@@ -105,7 +105,7 @@ def build_command(
         "registry's digest for `opsctl render`.")] = None,
 ) -> None:
     """Build and verify the images `opsctl up` runs (exit 3 on any failure, 6 without a daemon)."""
-    from opsctl.deploy.profiles import load_profile
+    from opsctl.config.profiles import load_profile
     from opsctl.engine.dockerpy import connect
     from opsctl.image import app as image_app
     from opsctl.image import view

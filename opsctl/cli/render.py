@@ -10,7 +10,7 @@ import typer
 from opsctl.cli.app import ProfileOpt, VariantOpt, app, command_group, console, err_console, within
 
 if TYPE_CHECKING:
-    from opsctl.deploy.profiles import Deployment
+    from opsctl.config.profiles import Deployment
 
 render_app = command_group("Render a validated profile for another engine.")
 app.add_typer(render_app, name="render")
@@ -68,7 +68,7 @@ def k8s(
     """Kubernetes manifests of a variant: its servers (a Deployment, or a LeaderWorkerSet when
     the profile spans hosts), the sglang router, PodMonitors, the PrometheusRule and the
     Grafana dashboard (docs/kubernetes.md)."""
-    from opsctl.deploy.profiles import load_profile
+    from opsctl.config.profiles import load_profile
     from opsctl.render import app as render
     from opsctl.render import view
 

@@ -128,10 +128,10 @@ def _url_target(url: str, trace_dir: Path, server_dir: str | None, profile: str 
 
 def _container_target(profile: str | None, server_dir: str | None) -> CaptureTarget:
     """The profile's running server: its URL, the variant it runs, its container's trace dir."""
+    from opsctl.config.profiles import load_profile
     from opsctl.core import labels
     from opsctl.core.errors import LaunchError
     from opsctl.deploy import app as deploy_app
-    from opsctl.deploy.profiles import load_profile
     from opsctl.engine.dockerpy import connect
     from opsctl.trace.app import CaptureTarget, server_trace_dir
     from opsctl.trace.capture import ContainerDir

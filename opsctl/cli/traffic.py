@@ -14,7 +14,7 @@ import typer
 from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, within
 
 if TYPE_CHECKING:
-    from opsctl.deploy.profiles import Profile
+    from opsctl.config.profiles import Profile
     from opsctl.traffic.app import LocatedServer
     from opsctl.traffic.driver_sglang import ServingContainer
 

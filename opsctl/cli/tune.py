@@ -47,12 +47,12 @@ def tune(
     successfully, 130 interrupted (the state is kept: --resume).
     """
     from opsctl.cli.deploy import _image_for, _verify_server
+    from opsctl.config.profiles import load_profile
     from opsctl.core.clock import SYSTEM_CLOCK
     from opsctl.core.errors import SmokeError, UsageError
     from opsctl.core.files import check_output_path
     from opsctl.core.redact import api_key_from_env
     from opsctl.core.reports import REPORTS_DIR, stamp
-    from opsctl.deploy.profiles import load_profile
     from opsctl.deploy.state import StateDir
     from opsctl.engine.dockerpy import connect
     from opsctl.tune import app as tune_app

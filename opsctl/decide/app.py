@@ -23,6 +23,8 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+from opsctl.config.profiles import Deployment, Profile
+from opsctl.config.review import computes
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.errors import (
     EXIT_DAEMON,
@@ -50,11 +52,9 @@ from opsctl.decide.report import (
 from opsctl.decide.verdict import compare_pairs, recommend
 from opsctl.deploy import ownership, readiness
 from opsctl.deploy.app import HttpFactory, ImageFor, Progress, Verifier, down, present_image, up
-from opsctl.deploy.gate import GateSmoke, SmokeAsk, UpProgress, attention_kind
-from opsctl.deploy.profiles import Deployment, Profile
-from opsctl.deploy.review import computes
 from opsctl.deploy.state import StateDir
 from opsctl.engine.api import Engine
+from opsctl.gate.gate import GateSmoke, SmokeAsk, UpProgress, attention_kind
 from opsctl.traffic.bench_report import BenchReport, LevelResult
 from opsctl.traffic.smoke_report import SmokeReport
 from opsctl.traffic.smoke_report import verdict_error as smoke_verdict

@@ -61,7 +61,7 @@ class VariantRecord(BaseModel):
     description: str
     release: str  # the sglang release the variant pins
     image: str
-    computes: str  # deploy.review.computes: what attention it runs on the model
+    computes: str  # config.review.computes: what attention it runs on the model
     attention: str  # dense attention / sparse attention (or the whole line for another model)
     kv_cache_dtype: str | None  # as the variant sets it (None: the release's default)
     directory: str  # its evidence, relative to the run directory

@@ -18,6 +18,9 @@ from pathlib import Path
 
 import httpx
 
+from opsctl.config.profiles import Deployment
+from opsctl.config.review import VariantSummary, summary
+from opsctl.config.runspec import base_url, run_spec, server_labels
 from opsctl.core import labels
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.errors import LaunchError, OpsctlError, UsageError
@@ -26,9 +29,6 @@ from opsctl.deploy import ownership, readiness
 from opsctl.deploy.custody import CLEANUP_GRACE_SECONDS as CLEANUP_GRACE_SECONDS
 from opsctl.deploy.custody import Custody, Note, RunRecord, after_cleanup
 from opsctl.deploy.logsave import LOGS_DIR
-from opsctl.deploy.profiles import Deployment
-from opsctl.deploy.review import VariantSummary, summary
-from opsctl.deploy.runspec import base_url, run_spec, server_labels
 from opsctl.deploy.serverstatus import ServerStatus as ServerStatus
 from opsctl.deploy.serverstatus import StatusResult as StatusResult
 from opsctl.deploy.serverstatus import status as status

@@ -1,5 +1,5 @@
 """How the deploy room's results look: the live readiness line of `up`, the status table, the
-dry-run plan, the steps and outcome of `up --gate`, `profile show` and `host p2p`. The only
+dry-run plan, `profile show` and `host p2p`. The only
 module of opsctl/deploy/ that knows about rich.
 """
 
@@ -15,14 +15,13 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from opsctl.config.profiles import Deployment
+from opsctl.config.review import ProfileShow, VariantSummary
+from opsctl.config.runspec import HEALTH_PATH
 from opsctl.deploy.app import DownResult, DryRun, LogsResult, Progress, StatusResult, UpResult
-from opsctl.deploy.gate import GateResult
 from opsctl.deploy.hostcheck import HostP2pReport
 from opsctl.deploy.logsave import LOGS_DIR
-from opsctl.deploy.profiles import Deployment
 from opsctl.deploy.readiness import Phase
-from opsctl.deploy.review import ProfileShow, VariantSummary
-from opsctl.deploy.runspec import HEALTH_PATH
 
 
 def _variant_lines(summary: VariantSummary, indent: str = "") -> list[str]:
@@ -116,23 +115,6 @@ def print_up(console: Console, result: UpResult) -> None:
         shown = checkpoint.id[:12] if checkpoint.id else f"unavailable ({checkpoint.unavailable})"
         console.print(Text(f"verify: {result.verdict.summary()}; checkpoint {shown}"),
                       highlight=False, soft_wrap=True)
-
-
-def gate_step(console: Console) -> Callable[[str], None]:
-    """Prints each step of `up --gate` as it happens."""
-    return lambda line: console.print(Text.assemble(("gate:", "bold"), " ", line),
-                                      highlight=False, soft_wrap=True)
-
-
-def print_gate(console: Console, result: GateResult) -> None:
-    """The outcome; a failure's one line and hint are the error the CLI prints after this."""
-    if result.push_error:
-        console.print(Text.assemble(("warning:", "bold yellow"), f" {result.push_error}"),
-                      highlight=False, soft_wrap=True)
-    if result.outcome == "passed":
-        console.print(Text.assemble(("gate passed", "bold green"),
-                                    f" {result.profile}/{result.variant}; smoke report "
-                                    f"{result.report}"), highlight=False, soft_wrap=True)
 
 
 def print_down(console: Console, result: DownResult) -> None:

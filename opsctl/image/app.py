@@ -11,8 +11,9 @@ from pathlib import Path
 
 from opsctl.argspec import stack
 from opsctl.argspec.extract import Extraction, extract
+from opsctl.config import patchsets
+from opsctl.config.profiles import Profile
 from opsctl.core.errors import UsageError
-from opsctl.deploy.profiles import Profile
 from opsctl.engine.api import BuildEvent, Engine
 from opsctl.image import baseimage, patchset, registry, upstream
 from opsctl.image import build as builder
@@ -77,7 +78,7 @@ def patch_check(sglang_src: Path | None, sglang_version: str | None,
 
 def patch_apply(sglang_src: Path, version: str | None) -> CheckReport:
     """Verify, then patch a real sglang tree in place (the build's code path)."""
-    return patchset.apply(sglang_src, patchset.patch_set_dir(version or _tree_version(sglang_src)))
+    return patchset.apply(sglang_src, patchsets.patch_set_dir(version or _tree_version(sglang_src)))
 
 
 def sglang_args_extract(version: str, wheel_dir: Path | None, output: Path | None) -> Extraction:

@@ -29,7 +29,7 @@ from opsctl.core.errors import EXIT_SMOKE, OpsctlError
 SMOKE_JOB = "opsctl_smoke"
 BENCH_JOB = "opsctl_bench"
 GATE_JOB = "opsctl_gate"
-GATE_OUTCOMES = ("passed", "failed", "interrupted")  # the values of opsctl.deploy.gate.Outcome
+GATE_OUTCOMES = ("passed", "failed", "interrupted")  # the values of opsctl.gate.gate.Outcome
 UNKNOWN = "unknown"
 PUSH_TIMEOUT_SECONDS = 10.0
 # Bench percentiles pushed per variant and concurrency: report field -> metric stem.

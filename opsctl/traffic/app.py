@@ -16,16 +16,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from opsctl.config.evalconfig import EvalConfig
+from opsctl.config.profiles import Profile, load_profile
+from opsctl.config.releases import flag_values
+from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import OpsctlError, UsageError
 from opsctl.core.redact import redact_userinfo
 from opsctl.core.reports import default_bench_dir, default_smoke_path
-from opsctl.deploy.evalconfig import EvalConfig
-from opsctl.deploy.profiles import Profile, load_profile
-from opsctl.deploy.sloconfig import Slo
 from opsctl.traffic.arrival import Arrival
 from opsctl.traffic.bench import BenchOptions, Launcher, Progress, Target, parse_targets, run_bench
-from opsctl.traffic.bench_report import BenchReport, write_report_files
+from opsctl.traffic.bench_report import BenchReport
 from opsctl.traffic.bench_report import verdict_error as bench_verdict
+from opsctl.traffic.bench_serving import write_report_files
 from opsctl.traffic.client import Api, ClientFactory
 from opsctl.traffic.drivers import SweepDriver
 from opsctl.traffic.served import local_tokenizer
@@ -34,7 +36,6 @@ from opsctl.traffic.smoke_evals import DatasetLoader, EvalRequest, plan_evals
 from opsctl.traffic.smoke_report import SmokeReport, write_report
 from opsctl.traffic.smoke_report import verdict_error as smoke_verdict
 from opsctl.traffic.workloads import WorkloadSpec, build
-from opsctl.verify.checks import flag_values
 
 
 # Raises LaunchError (exit 4) when no server of the profile runs.

@@ -41,10 +41,10 @@ from typing import Protocol
 
 import httpx
 
+from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import LaunchError, OpsctlError, UsageError, stop_reason
 from opsctl.core.httpcap import checked_base_url
 from opsctl.core.redact import mask_secret, redact, redact_model, redact_userinfo
-from opsctl.deploy.sloconfig import Slo
 from opsctl.traffic.arrival import Arrival
 from opsctl.traffic.bench_report import (
     BenchConfig,

@@ -22,8 +22,8 @@ from typing import Any
 
 import httpx
 
+from opsctl.config.sloconfig import Slo
 from opsctl.core.redact import redact_model
-from opsctl.deploy.sloconfig import Slo
 from opsctl.traffic.client import (
     API_KEY_ENV,
     Api,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from opsctl.deploy import sloconfig
+from opsctl.config import sloconfig
 from opsctl.traffic.client import RequestResult, redact
 from opsctl.traffic.smoke_report import CheckStatus, ObjectiveRecord, SloRecord, StreamRecord
 from opsctl.traffic.stats import itl_note, percentile

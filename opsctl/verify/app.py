@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 
+from opsctl.config.profiles import Deployment, to_argv
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.errors import LaunchError, UsageError
-from opsctl.deploy.profiles import Deployment, to_argv
 from opsctl.kernels.kv_gather_cast import parse_marker
 from opsctl.traffic.client import API_KEY_ENV, ServerUnreachable
 from opsctl.verify import checks

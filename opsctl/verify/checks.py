@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from opsctl.deploy.releases import DSA_ARCHITECTURES
+from opsctl.config.releases import DSA_ARCHITECTURES, flag_values
 from opsctl.verify.facts import (
     VERSION_KEY,
     Default,
@@ -49,20 +49,6 @@ class FieldCheck:
     source: str  # where the expectation comes from
     where: str  # where the server reports the value
     reason: str = ""  # why the status is "unknown"
-
-
-def flag_values(argv: Sequence[str]) -> dict[str, str]:
-    """``--flag value`` and ``--flag=value`` pairs of an argv; a later one wins, as in argparse."""
-    values: dict[str, str] = {}
-    for index, token in enumerate(argv):
-        if not token.startswith("--"):
-            continue
-        flag, eq, inline = token.partition("=")
-        if eq:
-            values[flag] = inline
-        elif index + 1 < len(argv) and not argv[index + 1].startswith("--"):
-            values[flag] = argv[index + 1]
-    return values
 
 
 def _typed(value: str, integer: bool) -> Value:

@@ -15,7 +15,7 @@ moves. How the endpoints are built:
   of each field, else its input) plus ``launch_command``, ``startup_time``, ``version``.
 
 The defaults below are those of a DSA model (GLM-5, ``GlmMoeDsaForCausalLM``; the set is
-opsctl.deploy.releases.DSA_ARCHITECTURES) on CUDA; where they depend on the GPU or the
+opsctl.config.releases.DSA_ARCHITECTURES) on CUDA; where they depend on the GPU or the
 checkpoint the entry says on what, and the profile must state the value it expects.
 ``opsctl.sim.releases`` keeps the simulator's copy of this table
 (``tests/unit/test_sim_releases.py`` holds the two together).

@@ -17,9 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from opsctl.config.profiles import load_profile, to_argv
 from opsctl.core import wheels
 from opsctl.deploy import localsim
-from opsctl.deploy.profiles import load_profile, to_argv
 
 SRT = "sglang/srt/"
 # The real profile's variants and the release each pins (read from deploy/*.yaml below).

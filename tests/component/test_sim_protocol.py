@@ -23,9 +23,9 @@ from conftest import REPO_ROOT
 from sglangprotocol import SglangProtocol, check_record, sse_payloads
 from sglangprotocol_record import record
 
+from opsctl.config.evalconfig import resolve_path
+from opsctl.config.profiles import load_profile
 from opsctl.deploy import localsim
-from opsctl.deploy.evalconfig import resolve_path
-from opsctl.deploy.profiles import load_profile
 from opsctl.traffic import wire
 from opsctl.traffic.client import endpoint, generate, make_client, request_body, stream_generate
 from opsctl.traffic.evals.dataset import load_gsm8k

@@ -14,8 +14,8 @@ from typing import Any
 from conftest import OpsctlRunner, SimServer
 from rich.console import Console
 
+from opsctl.config.profiles import Profile
 from opsctl.core.errors import OpsctlError
-from opsctl.deploy.profiles import Profile
 from opsctl.traffic import app, view
 from opsctl.traffic.bench import Launcher
 from opsctl.traffic.client import make_client

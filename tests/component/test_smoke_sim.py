@@ -16,8 +16,8 @@ import httpx
 import pytest
 from conftest import SimServer
 
+from opsctl.config.sloconfig import Objective, Slo
 from opsctl.core.errors import EXIT_LAUNCH, EXIT_SMOKE
-from opsctl.deploy.sloconfig import Objective, Slo
 from opsctl.traffic.smoke import SmokeOptions, run_smoke
 from opsctl.traffic.smoke_report import SmokeReport, verdict_error, write_report
 

@@ -11,8 +11,8 @@ import httpx
 import pytest
 from conftest import OpsctlRunner
 
+from opsctl.config.profiles import Deployment, load_profile, to_argv
 from opsctl.deploy import localsim
-from opsctl.deploy.profiles import Deployment, load_profile, to_argv
 from opsctl.sim.releases import RELEASE_ENV
 from opsctl.verify.app import run_verify
 

@@ -27,8 +27,8 @@ import pytest
 from conftest import wait_http_ok
 from ruletiming import ALERTMANAGER_TEST_TIMING, TEST_TIMING
 
+from opsctl.config.profiles import load_profile
 from opsctl.core.paths import project_root
-from opsctl.deploy.profiles import load_profile
 from opsctl.observe import alertmanager, monitoring
 from opsctl.observe.promconfig import ScrapeTargets
 from opsctl.observe.promnames import slo_rules

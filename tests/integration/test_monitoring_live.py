@@ -31,13 +31,14 @@ import yaml
 from conftest import wait_http_ok
 from ruletiming import TEST_TIMING
 
-from opsctl.deploy.profiles import load_profile
-from opsctl.deploy.sloconfig import Objective, Slo
+from opsctl.config.profiles import load_profile
+from opsctl.config.sloconfig import Objective, Slo
 from opsctl.observe import app, dashboard, monitoring
 from opsctl.observe.metrics import push_report
 from opsctl.observe.promconfig import ScrapeTargets
 from opsctl.observe.promnames import slo_rules
 from opsctl.observe.report import QUERY_TIMEOUT_SECONDS, with_variant
+from opsctl.observe.view import plot_decode_latency
 from opsctl.traffic.bench import BenchOptions, Target, run_bench
 from opsctl.traffic.smoke import SmokeOptions, run_smoke
 
@@ -331,7 +332,8 @@ def test_report_renders_a_png_from_prometheus(stack: Stack, steady_load: None,
                                               tmp_path: Path) -> None:
     stack.eventually("variant:sglang_tpot_seconds:p50_rate5m", lambda r: len(r) == 2)
     with httpx.Client(base_url=stack.prometheus, timeout=QUERY_TIMEOUT_SECONDS) as client:
-        result = app.report(client, tmp_path / "decode.png", since_seconds=120, step=1)
+        result = app.report(client, tmp_path / "decode.png", plot=plot_decode_latency,
+                            since_seconds=120, step=1)
     assert result.path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

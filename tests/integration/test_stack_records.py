@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from opsctl.argspec import stack
+from opsctl.config.profiles import load_profile
 from opsctl.core import wheels
 from opsctl.core.paths import project_root
-from opsctl.deploy.profiles import load_profile
 
 PINNED = sorted(p.parent.name for p in (project_root() / "sglang-args").glob("*/stack.json"))
 GPU_PROFILES = ("glm5-nvfp4-rtx6000",)

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from opsctl.config import patchsets
+from opsctl.config.profiles import PATCH_SWITCH_ENV, Profile, load_profile
 from opsctl.core.errors import EXIT_BUILD, EXIT_USAGE, BuildError, ProfileError, UsageError
-from opsctl.deploy.profiles import PATCH_SWITCH_ENV, Profile, load_profile
 from opsctl.engine.api import BuildEvent
 from opsctl.image import app as image_app
 from opsctl.image import build, imagecheck, lock, patchset, trust
@@ -101,7 +102,7 @@ def passing_report() -> str:
 
 def test_sglang_plan_stages_the_patch_set_and_expects_the_manifest_hashes() -> None:
     the_plan = plan(sglang_profile(), base_image=STANDIN)
-    manifest = patchset.load_manifest("0.5.23")
+    manifest = patchsets.load_manifest("0.5.23")
     assert "opsctl-build/patchset.py" in the_plan.files
     assert "opsctl-build/imagecheck.py" in the_plan.files
     assert "opsctl-build/patches/manifest.json" in the_plan.files

@@ -20,6 +20,7 @@ from fakes import Behaviour, FakeClock, FakeEngine, FakeSglang
 from typer.testing import CliRunner
 
 from opsctl.cli import app
+from opsctl.config.profiles import Deployment, load_profile
 from opsctl.core import labels
 from opsctl.core.errors import (
     EXIT_INTERRUPTED,
@@ -33,19 +34,18 @@ from opsctl.decide import app as decide_app
 from opsctl.decide.app import BenchAsk, DecideRequest, DecideResult
 from opsctl.decide.report import DecideReport, VariantRecord
 from opsctl.deploy.app import ImageFor
-from opsctl.deploy.gate import SmokeAsk
 from opsctl.deploy.ownership import ProfileBusy
-from opsctl.deploy.profiles import Deployment, load_profile
 from opsctl.deploy.state import StateDir
 from opsctl.engine.api import ContainerInfo, RunSpec
+from opsctl.gate.gate import SmokeAsk
 from opsctl.traffic.bench import BenchOptions
 from opsctl.traffic.bench_report import (
     BenchReport,
     ClientInfo,
     LevelResult,
     VariantResult,
-    write_report_files,
 )
+from opsctl.traffic.bench_serving import write_report_files
 from opsctl.traffic.client import RequestResult
 from opsctl.traffic.evals.gsm8k import EvalResult
 from opsctl.traffic.evals.probes import ProbeResult

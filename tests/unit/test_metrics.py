@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
+from opsctl.config.profiles import load_profile
 from opsctl.core.errors import OpsctlError
-from opsctl.deploy.profiles import load_profile
 from opsctl.observe.exporter import (
     DeploymentCollector,
     DeploymentInfo,

@@ -11,10 +11,10 @@ import pytest
 import yaml
 from ruletiming import TEST_TIMING
 
+from opsctl.config.profiles import Profile, load_profile
+from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import ProfileError
 from opsctl.core.paths import project_root
-from opsctl.deploy.profiles import Profile, load_profile
-from opsctl.deploy.sloconfig import Slo
 from opsctl.observe import dashboard, monitoring, promconfig, promrules, view
 from opsctl.observe.promnames import slo_rules
 

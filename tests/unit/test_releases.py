@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from opsctl.deploy import releases
+from opsctl.config import releases
 
 GLM = "GlmMoeDsaForCausalLM"
 FLASHINFER = ["python3", "-m", "sglang.launch_server", "--attention-backend", "flashinfer"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from opsctl.deploy.sloconfig import (
+from opsctl.config.sloconfig import (
     Objective,
     Slo,
     check,

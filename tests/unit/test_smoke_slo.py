@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from opsctl.deploy.sloconfig import Objective, Slo
+from opsctl.config.sloconfig import Objective, Slo
 from opsctl.traffic.smoke_latency import check_slo
 from opsctl.traffic.smoke_report import SloRecord, StreamRecord
 

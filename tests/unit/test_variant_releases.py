@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from opsctl.config import releases, review
+from opsctl.config.profiles import NCCL_P2P_LEVEL_ENV, check_argv, load_profile, release_findings
+from opsctl.config.runspec import run_spec
 from opsctl.core.errors import EXIT_USAGE, ProfileError
 from opsctl.core.paths import project_root
-from opsctl.deploy import releases, review
 from opsctl.deploy.app import dry_run
-from opsctl.deploy.profiles import NCCL_P2P_LEVEL_ENV, check_argv, load_profile, release_findings
-from opsctl.deploy.runspec import run_spec
 from opsctl.deploy.view import dry_run_text, profile_text
 
 GLM = "glm5-nvfp4-rtx6000"

@@ -25,12 +25,10 @@ from pydantic import ValidationError, field_validator, model_validator
 
 from opsctl.argspec import spec as sglang_args
 from opsctl.argspec import stack
-from opsctl.core.errors import ProfileError, UsageError
-from opsctl.core.paths import project_root
-from opsctl.deploy import releases
-from opsctl.deploy.evalconfig import EvalConfig
-from opsctl.deploy.profile_checks import check_name, extra_args_problem
-from opsctl.deploy.profile_models import (
+from opsctl.config import releases
+from opsctl.config.evalconfig import EvalConfig
+from opsctl.config.profile_checks import check_name, extra_args_problem
+from opsctl.config.profile_models import (
     NCCL_P2P_LEVEL_ENV,
     PATCH_SWITCH_ENV,
     ContainerSettings,
@@ -42,8 +40,10 @@ from opsctl.deploy.profile_models import (
     StrictModel,
     Variant,
 )
-from opsctl.deploy.profile_yaml import Lines, parse_yaml, read_profile, schema_error, where
-from opsctl.image.support import variant_support_problem
+from opsctl.config.profile_yaml import Lines, parse_yaml, read_profile, schema_error, where
+from opsctl.config.support import variant_support_problem
+from opsctl.core.errors import ProfileError, UsageError
+from opsctl.core.paths import project_root
 
 DEFAULT_PROFILE_ENV = "OPSCTL_PROFILE"
 DEFAULT_PROFILE = "sim"

@@ -1,7 +1,7 @@
 """The sections of a deployment profile (image, model, server, container, readiness, SLO, a
-variant), as strict pydantic models; `opsctl.deploy.profiles` puts them together.
+variant), as strict pydantic models; `opsctl.config.profiles` puts them together.
 
-Values are checked beyond their types by opsctl.deploy.profile_checks (names, addresses, sizes,
+Values are checked beyond their types by opsctl.config.profile_checks (names, addresses, sizes,
 secrets), so a value Docker or sglang would refuse after opsctl touched something is refused
 when the profile loads.
 """
@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from opsctl.deploy.profile_checks import (
+from opsctl.config.profile_checks import (
     MAX_STOP_GRACE_SECONDS,
     check_address,
     check_env_name,
@@ -20,7 +20,7 @@ from opsctl.deploy.profile_checks import (
     env_names,
     no_literal_secrets,
 )
-from opsctl.deploy.sloconfig import Slo as Slo  # re-exported: profiles.py imports it here
+from opsctl.config.sloconfig import Slo as Slo  # re-exported: profiles.py imports it here
 
 # The runtime switch the gather-then-cast patch reads: "1" takes the patched path, anything
 # else the stock one, so one image serves both `baseline` and `gathercast`. Rendered from the

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from opsctl.config.profiles import Deployment, Profile
+from opsctl.config.review import computes
+from opsctl.config.runspec import base_url
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.errors import LaunchError, OpsctlError, SmokeError, UsageError
 from opsctl.deploy import readiness
 from opsctl.deploy.app import HttpFactory, ImageFor, Progress, Verifier, down, present_image, up
-from opsctl.deploy.profiles import Deployment, Profile
-from opsctl.deploy.review import computes
-from opsctl.deploy.runspec import base_url
 from opsctl.deploy.state import LastGood, StateDir, Verdict, host_checkpoint
 from opsctl.engine.api import Engine
 from opsctl.verify.app import VerifyMismatch

@@ -107,6 +107,20 @@ class Findings:
     warnings: list[str]
 
 
+def flag_values(argv: Sequence[str]) -> dict[str, str]:
+    """``--flag value`` and ``--flag=value`` pairs of an argv; a later one wins, as in argparse."""
+    values: dict[str, str] = {}
+    for index, token in enumerate(argv):
+        if not token.startswith("--"):
+            continue
+        flag, eq, inline = token.partition("=")
+        if eq:
+            values[flag] = inline
+        elif index + 1 < len(argv) and not argv[index + 1].startswith("--"):
+            values[flag] = argv[index + 1]
+    return values
+
+
 def _has_flag(argv: Sequence[str], flag: str) -> bool:
     return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
 

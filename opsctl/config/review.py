@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from opsctl.deploy import releases
-from opsctl.deploy.profiles import Deployment, Profile, check_argv, release_findings
+from opsctl.config import releases
+from opsctl.config.profiles import Deployment, Profile, check_argv, release_findings
 
 
 @dataclass(frozen=True)
