@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -24,6 +25,7 @@ from opsctl.engine.api import (
     BuildEvent,
     ContainerInfo,
     ExecResult,
+    Mount,
     PortBinding,
     RunSpec,
     image_missing,
@@ -32,6 +34,15 @@ from opsctl.engine.api import (
 )
 
 STARTED_AT = "2026-11-29T10:00:00.000000000Z"
+
+
+def preflight_report(*results: tuple[str, bool, str]) -> str:
+    """Output of opsctl's preflight probe with these (check, ok, detail) rows."""
+    rows = [{"check": check, "ok": ok, "detail": detail} for check, ok, detail in results]
+    return json.dumps({"ok": all(r["ok"] for r in rows), "results": rows})
+
+
+PREFLIGHT_PASS = (0, preflight_report(("config.json", True, "stand-in: a fake engine's pass")))
 
 
 @dataclass
@@ -101,6 +112,10 @@ class FakeEngine:
         self.push_digests: dict[str, str] = {}  # what a push of that REGISTRY/REPO:TAG answers
         self.pushed: list[str] = []  # every target pushed, in order
         self.completion: tuple[int, str] = (0, "")  # what run_to_completion returns
+        # What `up`'s preflight finds (a run_to_completion of opsctl's preflight probe): a pass
+        # by default, as a healthy image with a loadable checkpoint answers it.
+        self.preflight_answer: tuple[int, str] = PREFLIGHT_PASS
+        self.preflights: list[tuple[str, list[str], tuple[Mount, ...]]] = []  # image, command, mounts
         self.calls: list[str] = []
         self.archives: dict[tuple[str, str], bytes] = {}  # what `archive` finds
         # What `exec` answers for (container id, command, env); every call is kept in `execs`
@@ -254,11 +269,14 @@ class FakeEngine:
             self.stopped.append((container.name, grace_seconds))
             self.removed.append(container.name)
 
-    def run_to_completion(self, image: str, command: list[str], timeout_seconds: float = 120
-                          ) -> tuple[int, str]:
+    def run_to_completion(self, image: str, command: list[str], timeout_seconds: float = 120,
+                          mounts: tuple[Mount, ...] = ()) -> tuple[int, str]:
         self._enter("run_to_completion")
         if image not in self.images and not any(i.id == image for i in self.images.values()):
             raise BuildError(f"image {image} vanished before verification", hint="rebuild")
+        if command[-1:] and '"model_dir"' in command[-1]:  # the preflight probe's request
+            self.preflights.append((image, list(command), tuple(mounts)))
+            return self.preflight_answer
         return self.completion
 
     # --- images ---

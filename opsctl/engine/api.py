@@ -217,9 +217,11 @@ class Engine(Protocol):
         ...
 
     def run_to_completion(
-        self, image: str, command: list[str], timeout_seconds: float = 120
+        self, image: str, command: list[str], timeout_seconds: float = 120,
+        mounts: tuple[Mount, ...] = (),
     ) -> tuple[int, str]:
-        """Run a throwaway container (no network, no GPU); returns (exit code, output)."""
+        """Run a throwaway container (no network, no GPU, `mounts` bound) and remove it, whatever
+        happens; returns (exit code, output), (124, ...) past `timeout_seconds`."""
         ...
 
     # --- images ---
