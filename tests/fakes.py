@@ -4,6 +4,7 @@
   log; images with labels; `exec` answered by a test's handler; and programmable failures (a port
   taken, any method raising once, a container that exits by itself while loading). It raises the
   same errors as the real engine.
+- `fake_nvidia_smi` writes a sample `nvidia-smi` that prints the driver version a test sets.
 - `FakeClock` implements `opsctl.core.clock.Clock`: sleeping advances it, so no test waits.
 - `FakeSglang` answers the readiness endpoints of an sglang server through httpx.MockTransport.
 """
@@ -96,6 +97,7 @@ class FakeImage:
     id: str
     labels: dict[str, str]
     repo_digests: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # its config's environment
 
 
 class FakeEngine:
@@ -296,6 +298,11 @@ class FakeEngine:
         image = self.images.get(ref)
         return [] if image is None else list(image.repo_digests)
 
+    def image_env(self, ref: str) -> dict[str, str] | None:
+        self._enter("image_env")
+        image = self.images.get(ref)
+        return None if image is None else dict(image.env)
+
     def pull_image(self, ref: str) -> list[str]:
         self._enter("pull_image")
         if ref not in self.registry:
@@ -393,3 +400,16 @@ class FakeSglang:
             listed = [self.served_name] if phase == "ready" else ["another-model"]
             return httpx.Response(200, json={"object": "list", "data": [{"id": n} for n in listed]})
         return httpx.Response(404)
+
+
+def fake_nvidia_smi(folder: Path) -> Path:
+    """A FAKE `nvidia-smi` in `folder` (put it first on PATH): answers the driver query with
+    $OPSCTL_FAKE_DRIVER, a SAMPLE value the test chooses (not a real driver's output), and
+    fails anything else."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "nvidia-smi"
+    script.write_text("#!/bin/sh\n# FAKE nvidia-smi (a test sample, not a real driver's output)\n"
+                      'case "$*" in *--query-gpu=driver_version*) printf "%s" "$OPSCTL_FAKE_'
+                      'DRIVER";; *) exit 9;; esac\n')
+    script.chmod(0o755)
+    return folder

@@ -234,6 +234,11 @@ class Engine(Protocol):
 
     def image_repo_digests(self, ref: str) -> list[str]: ...
 
+    def image_env(self, ref: str) -> dict[str, str] | None:
+        """The environment the image's config sets (CUDA_VERSION in NVIDIA's images), or None
+        when the engine does not have it."""
+        ...
+
     def pull_image(self, ref: str) -> list[str]:
         """Pull a third-party image; returns its repo digests (LaunchError when it cannot)."""
         ...

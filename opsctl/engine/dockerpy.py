@@ -268,10 +268,10 @@ class DockerEngine:
             return None
 
     def image_repo_digests(self, ref: str) -> list[str]:
-        try:
-            return list(self._client.images.get(ref).attrs.get("RepoDigests") or [])
-        except docker.errors.ImageNotFound:
-            return []
+        return dockerimages.repo_digests(self._client, ref)
+
+    def image_env(self, ref: str) -> dict[str, str] | None:
+        return dockerimages.image_env(self._client, ref)
 
     def pull_image(self, ref: str) -> list[str]:
         """Pull a third-party image (monitoring only; opsctl never pulls what it builds).
