@@ -25,12 +25,13 @@ from typing import Any
 from opsctl.core.errors import LaunchError
 from opsctl.deploy import preflight_probe
 from opsctl.deploy.profiles import Deployment, to_argv
-from opsctl.deploy.releases import _flag_value
+from opsctl.deploy.releases import _flag_value, _has_flag
 from opsctl.engine.api import Engine, Mount
 
 PREFLIGHT_TIMEOUT_S = 180.0  # an sglang image imports torch and sglang's config code: seconds
 SPECULATIVE_FLAG = "--speculative-algorithm"
 DRAFT_MODEL_FLAG = "--speculative-draft-model-path"
+TRUST_REMOTE_CODE_FLAG = "--trust-remote-code"  # the probe loads as the server will
 # Speculative algorithms whose draft is the checkpoint's own NextN (MTP) layer when no other
 # draft model is given (sglang's NEXTN is EAGLE on that layer).
 NEXTN_ALGORITHMS = frozenset({"EAGLE", "NEXTN"})
@@ -75,9 +76,10 @@ def skip_reason(deployment: Deployment) -> str | None:
 
 
 def probe_request(deployment: Deployment) -> dict[str, Any]:
-    return {"model_dir": deployment.profile.model.container_path,
-            "mtp": is_mtp(to_argv(deployment)),
-            "strict": deployment.image.kind != "simulator"}
+    argv = to_argv(deployment)
+    return {"model_dir": deployment.profile.model.container_path, "mtp": is_mtp(argv),
+            "strict": deployment.image.kind != "simulator",
+            "trust_remote_code": _has_flag(argv, TRUST_REMOTE_CODE_FLAG)}
 
 
 def probe_command(deployment: Deployment) -> list[str]:

@@ -5,7 +5,7 @@ the checkpoint mounted read-only where the server will read it) as
 `python3 -c <this file's source> <request JSON>`, before the 8-GPU server starts. The request
 (opsctl.deploy.preflight builds it): `model_dir`, `mtp` (the variant decodes speculatively on
 the checkpoint's own NextN layer), `strict` (an sglang image: transformers and sglang must be
-there; the simulator image may lack them).
+there; the simulator image may lack them), `trust_remote_code` (as the server's argv says).
 
 What it checks, each one a `{"check", "ok", "detail"}` row:
   * config.json parses, names a model_type; the image's transformers knows that model_type
@@ -104,8 +104,10 @@ def check_config(report: Report, model_dir: Path) -> dict[str, Any] | None:
     return config
 
 
-def check_transformers(report: Report, model_dir: Path, model_type: str | None, strict: bool,
-                       use_sglang: bool) -> None:
+def check_transformers(report: Report, model_dir: Path, config: dict[str, Any] | None,
+                       request: dict[str, Any], use_sglang: bool) -> None:
+    strict, remote = bool(request.get("strict")), bool(request.get("trust_remote_code"))
+    model_type = config.get("model_type") if config else None
     version = version_of("transformers")
     if version is None:
         report.record("transformers", not strict, "transformers is not installed in this image"
@@ -119,12 +121,14 @@ def check_transformers(report: Report, model_dir: Path, model_type: str | None, 
         report.record("transformers", False, f"transformers {version} does not import: {why(exc)}")
         return
     if model_type is not None:
-        if model_type not in CONFIG_MAPPING:
+        # With --trust-remote-code an `auto_map` in config.json names the checkpoint's own code.
+        if model_type not in CONFIG_MAPPING and not (remote and "auto_map" in (config or {})):
             report.record("transformers config", False,
                           f"model_type {model_type!r} is unknown to transformers {version}")
         else:
             try:
-                loaded = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+                loaded = AutoConfig.from_pretrained(str(model_dir), local_files_only=True,
+                                                    trust_remote_code=remote)
                 report.record("transformers config", True,
                               f"transformers {version} AutoConfig: {type(loaded).__name__}")
             except Exception as exc:
@@ -132,7 +136,8 @@ def check_transformers(report: Report, model_dir: Path, model_type: str | None, 
                               f"transformers {version} cannot load config.json: {why(exc)}")
     if not use_sglang:
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+            tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True,
+                                                      trust_remote_code=remote)
             report.record("tokenizer", True, f"transformers {version} AutoTokenizer: "
                           f"{type(tokenizer).__name__}, {len(tokenizer)} tokens")
         except Exception as exc:
@@ -140,7 +145,7 @@ def check_transformers(report: Report, model_dir: Path, model_type: str | None, 
                           f"transformers {version} cannot load the tokenizer: {why(exc)}")
 
 
-def check_sglang(report: Report, model_dir: Path, config_ok: bool) -> None:
+def check_sglang(report: Report, model_dir: Path, config_ok: bool, remote: bool) -> None:
     """sglang's own loaders, as the server calls them (both pinned releases export them here)."""
     version = version_of("sglang")
     try:
@@ -151,14 +156,14 @@ def check_sglang(report: Report, model_dir: Path, config_ok: bool) -> None:
         return
     if config_ok:
         try:
-            loaded = get_config(str(model_dir), trust_remote_code=False)
+            loaded = get_config(str(model_dir), trust_remote_code=remote)
             report.record("sglang config", True, f"sglang {version} get_config: "
                           f"{type(loaded).__name__}")
         except Exception as exc:
             report.record("sglang config", False,
                           f"sglang {version} cannot load config.json: {why(exc)}")
     try:
-        tokenizer = get_tokenizer(str(model_dir), trust_remote_code=False)
+        tokenizer = get_tokenizer(str(model_dir), trust_remote_code=remote)
         report.record("tokenizer", True, f"sglang {version} get_tokenizer: "
                       f"{type(tokenizer).__name__}, {len(tokenizer)} tokens")
     except Exception as exc:
@@ -266,14 +271,14 @@ def run_checks(request: dict[str, Any]) -> list[dict[str, Any]]:
         report.record("checkpoint", False, f"{model_dir} is not a directory in the container")
         return report.results
     config = check_config(report, model_dir)
-    model_type = config.get("model_type") if config else None
     use_sglang = importlib.util.find_spec("sglang") is not None
     if strict and not use_sglang:
         report.record("sglang", False, "sglang is not installed in this image")
-    check_transformers(report, model_dir, model_type, strict, use_sglang)
+    check_transformers(report, model_dir, config, request, use_sglang)
     if use_sglang and version_of("transformers") is not None:
         check_sglang(report, model_dir, config is not None and all(
-            r["ok"] for r in report.results if r["check"] == "transformers config"))
+            r["ok"] for r in report.results if r["check"] == "transformers config"),
+            bool(request.get("trust_remote_code")))
     weight_map = check_shards(report, model_dir)
     if request.get("mtp"):
         check_nextn(report, config, weight_map)

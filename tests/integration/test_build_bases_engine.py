@@ -14,7 +14,7 @@ from fakes import fake_nvidia_smi
 
 from opsctl.core.errors import EXIT_BUILD
 
-OLD = "lmsysorg/sglang:v0.5.9-cu130"
+BASE = "lmsysorg/sglang:v0.5.23-cu130"
 GLM5 = "glm5-nvfp4-rtx6000"
 
 
@@ -27,6 +27,6 @@ def test_build_cli_with_the_base_missing_exits_3_with_one_line(tmp_path: Path) -
                           capture_output=True, text=True, env=env, timeout=120,
                           stdin=subprocess.DEVNULL)
     assert done.returncode == EXIT_BUILD, done.stdout + done.stderr
-    assert f"base image {OLD} is not present on this engine" in done.stderr
-    assert f"docker pull {OLD}" in done.stderr
+    assert f"base image {BASE} is not present on this engine" in done.stderr
+    assert f"docker pull {BASE}" in done.stderr
     assert "Traceback" not in done.stderr

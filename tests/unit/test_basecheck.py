@@ -47,6 +47,7 @@ def plans():  # type: ignore[no-untyped-def]
 
 def test_a_missing_base_exits_3_with_the_pull_and_the_alternatives_before_any_build() -> None:
     engine = engine_with((OLD, "13.0.1"))
+    assert [plan.base_image for plan in plans()] == [NEW]  # the profile's one base
     with pytest.raises(BuildError) as failed:
         image_app.check_bases(plans(), engine, "580.95.05")
     error = failed.value
@@ -62,8 +63,10 @@ def test_a_cuda_13_base_on_an_older_driver_is_named_before_the_build(driver_on_p
     driver_on_path("575.57.08\n575.57.08\n")  # SAMPLE: one line per GPU
     driver = basecheck.host_driver()
     assert driver == "575.57.08"
-    notes = image_app.check_bases(plans(), engine_with((OLD, "13.0.1"), (NEW, "13.0.1")), driver)
+    notes = basecheck.check_bases([(OLD, "0.5.9"), (NEW, "0.5.23")],
+                                  engine_with((OLD, "13.0.1"), (NEW, "13.0.1")), driver)
     assert [(n.base, n.warning) for n in notes] == [(OLD, True), (NEW, True)]
+    assert image_app.check_bases(plans(), engine_with((NEW, "13.0.1")), driver)[0].base == NEW
     assert notes[0].text.startswith(f"base {OLD} is CUDA 13.0.1, which needs an NVIDIA driver "
                                     ">= 580 (https://docs.nvidia.com/deploy/cuda-compatibility/")
     assert "this host runs 575.57.08" in notes[0].text
@@ -71,7 +74,7 @@ def test_a_cuda_13_base_on_an_older_driver_is_named_before_the_build(driver_on_p
 
 def test_a_new_enough_driver_says_nothing(driver_on_path) -> None:  # type: ignore[no-untyped-def]
     driver_on_path("580.95.05\n")  # SAMPLE
-    engine = engine_with((OLD, "13.0.1"), (NEW, "13.0.1"))
+    engine = engine_with((NEW, "13.0.1"))
     assert image_app.check_bases(plans(), engine, basecheck.host_driver()) == []
     assert basecheck.driver_note("x", {"CUDA_VERSION": "12.8.1"}, "570.86.15") is None
 
@@ -80,7 +83,7 @@ def test_without_nvidia_smi_the_driver_is_not_checked_and_it_says_so(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing there
     assert basecheck.host_driver() is None
-    (note, _) = image_app.check_bases(plans(), engine_with((OLD, "13.0.1"), (NEW, "13.0.1")), None)
+    (note,) = image_app.check_bases(plans(), engine_with((NEW, "13.0.1")), None)
     assert not note.warning and "no nvidia-smi answers here" in note.text
 
 

@@ -61,7 +61,8 @@ def test_the_probe_runs_in_the_image_with_the_checkpoint_read_only_where_the_ser
     assert command[:2] == ["python3", "-c"]
     assert command[2] == Path(preflight_probe.__file__).read_text()
     assert json.loads(command[3]) == {"model_dir": shown.profile.model.container_path,
-                                      "mtp": False, "strict": False}
+                                      "mtp": False, "strict": False,
+                                      "trust_remote_code": False}
     assert result.summary().startswith(f"preflight passed in {IMAGE}")
 
 
@@ -225,3 +226,11 @@ def test_the_probe_without_transformers_reads_config_and_tokenizer_files_only(
     strict = preflight_probe.run_checks({"model_dir": str(folder), "strict": True})
     assert [row["detail"] for row in strict if not row["ok"]] == [
         "sglang is not installed in this image", "transformers is not installed in this image"]
+
+
+def test_the_glm5_mtp_variants_ask_for_the_nextn_check_and_load_as_the_server_does() -> None:
+    profile = load_profile("glm5-nvfp4-rtx6000")
+    requests = {name: preflight.probe_request(profile.resolve(name)) for name in profile.variants}
+    assert {name for name, asked in requests.items() if asked["mtp"]} == {"bf16kv-mtp",
+                                                                          "native-mtp"}
+    assert all(asked["strict"] and asked["trust_remote_code"] for asked in requests.values())
