@@ -34,7 +34,7 @@ pytestmark = pytest.mark.docker
 
 DOCKERFILE = project_root() / "tests" / "fixtures" / "preflight" / "transformers.Dockerfile"
 TEST_REPOSITORY = "opsctl-test-preflight/transformers"
-MTP_ARGS = ["--speculative-algorithm", "EAGLE"]
+MTP = "bf16kv-mtp"
 
 
 def wheel_set(version: str) -> Path:
@@ -76,14 +76,12 @@ def transformers_images(sim_image: str) -> Iterator[dict[str, str]]:
 
 @pytest.fixture()
 def profile(tmp_path: Path, free_port) -> Iterator[tuple[Path, str, Path]]:
-    """(profile path, its name, its checkpoint folder, not written yet); an `mtp` variant runs
-    EAGLE on the checkpoint's NextN layer."""
+    """(profile path, its name, its checkpoint folder, not written yet). Its `bf16kv-mtp` runs
+    EAGLE on the checkpoint's NextN layer, as the real profile's does."""
     data, name = sim_profile_data("it-preflight", free_port())
     weights = tmp_path / "weights"
     weights.mkdir()
     data["model"]["host_path"] = str(weights)
-    data["variants"]["mtp"] = {"description": "EAGLE on the NextN layer (preflight test)",
-                               "server": {"extra_args": MTP_ARGS}}
     yield write_profile(data, tmp_path), name, weights
     remove_containers(name)
 
@@ -133,12 +131,12 @@ def test_an_mtp_variant_needs_the_nextn_layer_in_the_checkpoint(
     write_checkpoint(weights, nextn=False)
     engine = connect()
     with pytest.raises(LaunchError) as failed:
-        run_preflight(deployment(path, "mtp"), engine, sim_image)
+        run_preflight(deployment(path, MTP), engine, sim_image)
     assert failed.value.message == ("the index has 0 tensors under model.layers.78.* (the NextN "
                                     f"layer after 78 layers) in {sim_image}")
     run_preflight(deployment(path, "baseline"), engine, sim_image)  # no MTP: no NextN needed
     write_checkpoint(weights, nextn=True)
-    passed = run_preflight(deployment(path, "mtp"), engine, sim_image)
+    passed = run_preflight(deployment(path, MTP), engine, sim_image)
     rows = {check.check: check for check in passed.checks}
     assert rows["MTP (NextN) weights"].ok
     assert rows["MTP (NextN) weights"].detail.startswith("4 tensors under model.layers.78.*")
@@ -170,7 +168,7 @@ def test_transformers_5_19_0_loads_glm5_config_and_the_tokenizer(
     path, _, weights = profile
     write_checkpoint(weights)
     image = transformers_images["5.19.0"]
-    passed = run_preflight(deployment(path, "mtp"), connect(), image)
+    passed = run_preflight(deployment(path, MTP), connect(), image)
     rows = {check.check: check.detail for check in passed.checks}
     assert rows["transformers config"] == "transformers 5.19.0 AutoConfig: GlmMoeDsaConfig"
     assert rows["tokenizer"].startswith("transformers 5.19.0 AutoTokenizer: ")
