@@ -105,9 +105,21 @@ def up(
         typer.Option("--pushgateway", help="With --gate: push the outcome (opsctl_gate_*) and "
                      "the smoke metrics here (default: $OPSCTL_PUSHGATEWAY; unset: no push)."),
     ] = None,
+    skip_preflight: Annotated[
+        bool,
+        typer.Option("--skip-preflight", help="Experts: start without first loading the "
+                     "checkpoint's config.json, tokenizer and shard index (and an MTP "
+                     "variant's NextN weights) in a throwaway container of the image."),
+    ] = False,
 ) -> None:
     """Launch the profile's server (a variant), wait until it truly serves, and verify that it
     resolved what the profile says (a mismatch removes it: exit 4).
+
+    First, in seconds, the preflight: a throwaway container of the variant's image (no network,
+    no GPU, the checkpoint mounted read-only) loads config.json and the tokenizer with the
+    image's own transformers and sglang, checks that the safetensors index names only shards
+    that exist, and, for an MTP variant, that the checkpoint holds the NextN layer; any failure
+    exits 4 with one line before anything is replaced or started (--skip-preflight skips it).
 
     The verdict and the checkpoint id (sha256 of the weights' config.json and safetensors index,
     hashed on this host) are kept in the state directory ($OPSCTL_STATE_DIR, else
@@ -122,6 +134,7 @@ def up(
     from opsctl.core.errors import UsageError
     from opsctl.deploy import app as deploy_app
     from opsctl.deploy import view
+    from opsctl.deploy.preflight import run_preflight
     from opsctl.deploy.state import StateDir
     from opsctl.engine.dockerpy import connect
 
@@ -133,20 +146,21 @@ def up(
                          hint="`opsctl smoke --pushgateway` pushes a smoke run's metrics")
     deployment = load_profile(profile).resolve(variant)
     if dry_run:
-        plan = deploy_app.dry_run(deployment, _image_for(image))
+        plan = deploy_app.dry_run(deployment, _image_for(image), preflight=not skip_preflight)
         console.print(view.dry_run_text(plan), highlight=False, soft_wrap=True, markup=False)
         return
     view.print_warnings(err_console, summary(deployment))
     engine = connect()
     state = StateDir.default()
     if gate:
-        _run_gate(deployment, profile, engine, image, state, timeout, pushgateway)
+        _run_gate(deployment, profile, engine, image, state, timeout, pushgateway, skip_preflight)
         return
     with view.up_progress(console, deployment) as on_progress:
         result = deploy_app.up(deployment, engine=engine, image_for=_image_for(image),
                                timeout_seconds=timeout, replace=replace, on_progress=on_progress,
                                verify=None if no_verify else _verify_server, state=state,
-                               on_note=view.note(err_console))
+                               on_note=view.note(err_console),
+                               preflight=None if skip_preflight else run_preflight)
     view.print_up(console, result)
 
 
@@ -162,12 +176,14 @@ def _verify_server(deployment: Deployment, base_url: str, log_text: str) -> Veri
 
 
 def _run_gate(deployment: Deployment, profile: str | None, engine: Engine, image: str | None,
-              state: StateDir, timeout: float | None, pushgateway: str | None) -> None:
+              state: StateDir, timeout: float | None, pushgateway: str | None,
+              skip_preflight: bool) -> None:
     import os
 
     from opsctl.cli.traffic import PUSHGATEWAY_ENV
     from opsctl.deploy import view
     from opsctl.deploy.ownership import profile_locks
+    from opsctl.deploy.preflight import run_preflight
     from opsctl.gate import gate
     from opsctl.gate import view as gate_view
     from opsctl.observe.metrics import push_report
@@ -180,6 +196,7 @@ def _run_gate(deployment: Deployment, profile: str | None, engine: Engine, image
             verify=_verify_server, smoke=GateSmoke(profile, gateway), timeout_seconds=timeout,
             progress=lambda shown: view.up_progress(console, shown),
             on_step=gate_view.gate_step(console), push=push_report, gateway=gateway,
+            preflight=None if skip_preflight else run_preflight,
         )
     gate_view.print_gate(console, result)
     if result.error is not None:

@@ -109,6 +109,7 @@ def build_command(
     from opsctl.engine.dockerpy import connect
     from opsctl.image import app as image_app
     from opsctl.image import view
+    from opsctl.image.basecheck import host_driver
 
     repository = image_app.push_repository(push) if push is not None else None
     the_plans = image_app.build_plans(load_profile(profile), variant=variant,
@@ -117,6 +118,7 @@ def build_command(
         view.show_plans(console, the_plans, push_to=repository)
         return
     engine = connect()
+    view.show_base_notes(err_console, image_app.check_bases(the_plans, engine, host_driver()))
     for the_plan in the_plans:
         with view.BuildView(err_console, view.build_title(the_plan)) as live:
             result = image_app.build(the_plan, engine, force=force, on_event=live.on_event)

@@ -63,6 +63,7 @@ def dry_run_text(plan: DryRun) -> str:
         f"# ready when {plan.base_url}/health_generate is 200 and /v1/models lists "
         f"{deployment.profile.model.served_name!r}",
         *_healing_lines(plan),
+        *([f"# {plan.preflight}"] if plan.preflight else []),
     ])
 
 

@@ -13,7 +13,7 @@ import re
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import docker
@@ -23,7 +23,7 @@ import requests
 import urllib3.exceptions
 
 from opsctl.core.errors import DaemonUnreachable, LaunchError
-from opsctl.engine.api import ExecResult, PortBinding, RunSpec, name_taken, port_taken
+from opsctl.engine.api import ExecResult, Mount, PortBinding, RunSpec, name_taken, port_taken
 
 LOG_FRAME_HEADER = struct.Struct(">BxxxL")  # stream (1 stdout, 2 stderr), payload length
 # What a daemon that dies, hangs or breaks off an answer raises through the SDK.
@@ -58,12 +58,14 @@ def answering(what: str) -> Iterator[None]:
         ) from None
 
 
+def docker_mounts(mounts: Iterable[Mount]) -> list[docker.types.Mount]:
+    return [docker.types.Mount(target=m.target, source=m.source, type=m.kind,
+                               read_only=m.read_only) for m in mounts]
+
+
 def create_kwargs(spec: RunSpec) -> dict[str, Any]:
     """`containers.create` arguments for `spec`."""
-    mounts = [
-        docker.types.Mount(target=m.target, source=m.source, type=m.kind, read_only=m.read_only)
-        for m in spec.mounts
-    ]
+    mounts = docker_mounts(spec.mounts)
     device_requests = []
     if spec.gpus:
         device_requests.append(

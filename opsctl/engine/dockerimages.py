@@ -1,6 +1,6 @@
 """How `opsctl.engine.dockerpy` moves images in and out of the engine: `docker import` of a root
-filesystem, and a push (tag it REGISTRY/REPO:TAG, push it through the daemon, read the digest
-the registry answered).
+filesystem, a push (tag it REGISTRY/REPO:TAG, push it through the daemon, read the digest
+the registry answered), and what an image's config says (repo digests, environment).
 
 Credentials: the Docker SDK reads docker's own client configuration (~/.docker/config.json,
 its credential store and helpers, as `docker login` left them) and hands them to the daemon;
@@ -32,6 +32,24 @@ _STATUS_DIGEST = re.compile(r"\bdigest: (sha256:[0-9a-f]{64})\b")
 _UNREACHABLE = re.compile(r"connection refused|no such host|i/o timeout|dial tcp|"
                           r"server gave HTTP response to HTTPS client|certificate", re.I)
 _DENIED = re.compile(r"unauthorized|denied|authentication required|no basic auth", re.I)
+
+
+def repo_digests(client: docker.DockerClient, ref: str) -> list[str]:
+    try:
+        return list(client.images.get(ref).attrs.get("RepoDigests") or [])
+    except docker.errors.ImageNotFound:
+        return []
+
+
+def image_env(client: docker.DockerClient, ref: str) -> dict[str, str] | None:
+    """The image's configured environment (Config.Env, `NAME=value` each); None when absent."""
+    with answering("inspecting an image"):
+        try:
+            attrs = client.images.get(ref).attrs
+        except docker.errors.ImageNotFound:
+            return None
+    pairs = [str(item).partition("=") for item in (attrs.get("Config") or {}).get("Env") or []]
+    return {name: value for name, _, value in pairs if name}
 
 
 def import_rootfs(client: docker.DockerClient, tarball: Path, ref: str, changes: list[str]) -> str:

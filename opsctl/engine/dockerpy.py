@@ -32,12 +32,13 @@ import requests
 from opsctl.core.errors import BuildError, DaemonUnreachable, LaunchError
 from opsctl.core.labels import MANAGED, ROLE, ROLE_VERIFY, TRUE
 from opsctl.engine import dockerimages
-from opsctl.engine.api import BuildEvent, ContainerInfo, Engine, ExecResult, RunSpec, image_missing
+from opsctl.engine.api import BuildEvent, ContainerInfo, Engine, ExecResult, Mount, RunSpec, image_missing
 from opsctl.engine.dockercalls import (
     LOG_FRAME_HEADER,
     TRANSPORT,
     answering,
     create_kwargs,
+    docker_mounts,
     launch_error,
     published_ports,
     read_exactly,
@@ -267,10 +268,10 @@ class DockerEngine:
             return None
 
     def image_repo_digests(self, ref: str) -> list[str]:
-        try:
-            return list(self._client.images.get(ref).attrs.get("RepoDigests") or [])
-        except docker.errors.ImageNotFound:
-            return []
+        return dockerimages.repo_digests(self._client, ref)
+
+    def image_env(self, ref: str) -> dict[str, str] | None:
+        return dockerimages.image_env(self._client, ref)
 
     def pull_image(self, ref: str) -> list[str]:
         """Pull a third-party image (monitoring only; opsctl never pulls what it builds).
@@ -371,7 +372,8 @@ class DockerEngine:
         return dockerimages.push(self._client, image, target, on_event)
 
     def run_to_completion(
-        self, image: str, command: list[str], timeout_seconds: float = 120
+        self, image: str, command: list[str], timeout_seconds: float = 120,
+        mounts: tuple[Mount, ...] = (),
     ) -> tuple[int, str]:
         """Run a throwaway container (no network, no GPU) and return (exit code, output)."""
         # Named up front: a Ctrl-C while the daemon creates it leaves no id in hand, only the name.
@@ -379,7 +381,7 @@ class DockerEngine:
         try:
             container = self._client.containers.create(
                 image=image, command=command, network_disabled=True, detach=True, name=name,
-                labels={MANAGED: TRUE, ROLE: ROLE_VERIFY},
+                labels={MANAGED: TRUE, ROLE: ROLE_VERIFY}, mounts=docker_mounts(mounts),
             )
         except docker.errors.ImageNotFound:
             raise BuildError(f"image {image} vanished before verification", hint="rebuild") from None

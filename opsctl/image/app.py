@@ -15,7 +15,7 @@ from opsctl.config import patchsets
 from opsctl.config.profiles import Profile
 from opsctl.core.errors import UsageError
 from opsctl.engine.api import BuildEvent, Engine
-from opsctl.image import baseimage, patchset, registry, upstream
+from opsctl.image import basecheck, baseimage, patchset, registry, upstream
 from opsctl.image import build as builder
 from opsctl.image.baseimage import BaseImageResult
 from opsctl.image.build import BuildResult
@@ -43,6 +43,15 @@ def build(the_plan: BuildPlan, engine: Engine, force: bool, on_event: OnEvent) -
                             "(debootstrap + docker import, about a minute)"))
         baseimage.build_debian_base(engine, force=False, on_event=on_event)
     return builder.build(the_plan, engine, force=force, on_event=on_event)
+
+
+def check_bases(the_plans: list[BuildPlan], engine: Engine,
+                driver: str | None) -> list[basecheck.BaseNote]:
+    """Before any build: every plan's base is on the engine (BuildError, exit 3, naming the tag,
+    the `docker pull` and the alternatives) and what its CUDA asks of `driver` (the host's
+    NVIDIA driver, basecheck.host_driver()). opsctl's own Debian base is built when absent."""
+    return basecheck.check_bases([(p.base_image, p.sglang_version) for p in the_plans], engine,
+                                 driver, built_here=[baseimage.DEBIAN_BASE])
 
 
 def push_repository(value: str) -> str:

@@ -20,6 +20,7 @@ from rich.text import Text
 from opsctl.argspec.extract import Extraction
 from opsctl.argspec.stack import StackRecord
 from opsctl.engine.api import BuildEvent
+from opsctl.image.basecheck import BaseNote
 from opsctl.image.baseimage import BaseImageResult
 from opsctl.image.build import ANSI_ESCAPE, BuildResult, shorten
 from opsctl.image.patchset import CheckReport
@@ -118,6 +119,13 @@ def show_push(out: Console, err: Console, result: PushResult) -> None:
     err.print(Text.assemble(("pushed:", "green"), f" {result.target} (digest {result.digest})"),
               highlight=False, soft_wrap=True)
     out.print(result.reference, highlight=False, soft_wrap=True, markup=False)
+
+
+def show_base_notes(err: Console, notes: list[BaseNote]) -> None:
+    """Before the builds: a base this host's driver cannot run (warning), or what was not checked."""
+    for note in notes:
+        label = ("warning:", "bold yellow") if note.warning else ("note:", "bold")
+        err.print(Text.assemble(label, f" {note.text}"), highlight=False, soft_wrap=True)
 
 
 def show_base_images(console: Console, results: list[BaseImageResult]) -> None:
