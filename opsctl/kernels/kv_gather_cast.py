@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-# Must equal opsctl.config.profiles.PATCH_SWITCH_ENV (a unit test holds them together).
+# Must equal opsctl.deploy.profiles.PATCH_SWITCH_ENV (a unit test holds them together).
 SWITCH_ENV = "OPSCTL_KV_GATHER_CAST"
 # Prefix of the one start-up log line that says whether the patched path is on; `opsctl verify`
 # finds it in the container log (`parse_marker`). Lines: "<MARKER> active key=value ..." or
