@@ -70,9 +70,10 @@ class Probed:
     side_packages: list[str]  # dist-name==version of every package the side env holds
 
 
-def resolve_argv(version: str, argv: list[str], gpu: GpuReport,
-                 wheel_dir: Path | None = None) -> Probed:
-    """sglang `version`'s resolution of `argv` (without the entrypoint) reporting `gpu`."""
+def resolve_argvs(version: str, argvs: list[list[str]], gpu: GpuReport,
+                  wheel_dir: Path | None = None) -> Probed:
+    """sglang `version`'s resolution of each argv (without the entrypoint; `--model-path DIR`
+    first) reporting `gpu`, in one subprocess: `dump["results"]` is in argv order."""
     if not sglang_version_ok(version):
         raise UsageError(f"{version!r} is not a sglang version", hint="e.g. 0.5.23")
     cache = wheel_dir or wheels.cache_dir()
@@ -88,7 +89,7 @@ def resolve_argv(version: str, argv: list[str], gpu: GpuReport,
         request = Path(tmp) / "request.json"
         request.write_text(json.dumps({
             "sglang_dir": str(source), "env_dirs": [str(env_dir), str(torch_dir)],
-            "pins": pins, "argv": argv, "gpu": asdict(gpu),
+            "pins": pins, "argvs": argvs, "gpu": asdict(gpu),
         }))
         dump = _run_probe(request, Path(tmp))
     return Probed(dump=dump, wheel=wheel.name, wheel_sha256=wheel_sha, pins=pins,

@@ -22,6 +22,7 @@ What is faked, and only this (the record lists each item and whether sglang call
 
 from __future__ import annotations
 
+import argparse
 import builtins
 import importlib
 import importlib.util
@@ -196,34 +197,65 @@ def main(request_path: str) -> int:
     log = _Log()
     # On sglang's logger: prepare_server_args replaces the root logger's handlers.
     logging.getLogger("sglang").addHandler(log)
-    out: dict[str, Any] = {"torch_version": torch.__version__}
 
     import transformers
 
-    out["transformers_version"] = transformers.__version__
-    from sglang.srt import server_args as module
-    from sglang.srt.server_args import prepare_server_args
+    out: dict[str, Any] = {"torch_version": torch.__version__,
+                           "transformers_version": transformers.__version__, "results": []}
+    for argv in request["argvs"]:
+        for name in calls:
+            calls[name] = 0
+        log.lines = []
+        result = _resolve_one(argv, torch, sglang_dir)
+        result["gpu_calls"] = dict(calls)
+        result["log"] = log.lines
+        # A second resolution of the same argv: fields that differ (a random seed) vary per
+        # launch, and the record says so instead of keeping one draw.
+        again = _resolve_one(argv, torch, sglang_dir)
+        for name, value in result.get("resolved", {}).items():
+            if again.get("resolved", {}).get(name) != value:
+                result["resolved"][name] = {"varies": "differs between two resolutions"}
+        out["results"].append(result)
+    out["placeholder_modules"] = sorted(finder.top_levels)
+    json.dump(out, sys.stdout, sort_keys=True)
+    return 0
 
-    plain = getattr(module, "_plain", lambda value: value)
-    # The parser's defaults: what an argv naming only the model leaves in each field.
-    defaults = prepare_server_args(["--model-path", request["argv"][1]])
-    out["defaults"] = {f: probe._jsonable(plain(v)) for f, v in _fields(defaults).items()}
+
+def _resolve_one(argv: list[str], torch: Any, sglang_dir: str) -> dict[str, Any]:
+    """One argv through prepare_server_args and the release's resolution, as `serve` runs it."""
+    out: dict[str, Any] = {}
     try:
-        server_args = prepare_server_args(request["argv"])
-        _set_fields(server_args, request["argv"], out)
+        from sglang.srt import server_args as module
+    except Exception as exc:  # noqa: BLE001 - import-time GPU probes: reported, never guessed
+        out["unresolved"] = {**_failure(exc, sglang_dir),
+                             "step": "importing sglang.srt.server_args"}
+        return out
+    plain = getattr(module, "_plain", lambda value: value)
+    parser = argparse.ArgumentParser()
+    module.ServerArgs.add_cli_args(parser)
+    # The parser's defaults: what an argv naming only the model leaves in each field (0.5.23
+    # builds its record without resolving it; 0.5.9 resolves in __post_init__, so its
+    # defaults are the parser's namespace).
+    namespace = parser.parse_args(["--model-path", argv[1]])
+    if hasattr(module.ServerArgs, "resolve_once"):
+        defaults = _fields(module.ServerArgs.from_cli_args(namespace))
+    else:
+        defaults = vars(namespace)
+    out["defaults"] = {f: probe._jsonable(plain(v)) for f, v in defaults.items()}
+    given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+    out["set_by_argv"] = sorted({action.dest for action in parser._actions
+                                 if given & set(action.option_strings)})
+    try:
+        server_args = module.prepare_server_args(argv)
         if hasattr(server_args, "resolve_once"):
             server_args.resolve_once()
         resolved = (server_args.resolved_dict() if hasattr(server_args, "resolved_dict")
                     else _fields(server_args))
-        out["resolved"] = {f: probe._jsonable(v) for f, v in resolved.items()}
+        out["resolved"] = {f: probe._jsonable(plain(v)) for f, v in resolved.items()}
         out["kv_row"] = _kv_row(server_args, resolved["kv_cache_dtype"], torch, sglang_dir)
     except Exception as exc:  # noqa: BLE001 - sglang refusing the argv is a result
         out["refused"] = _failure(exc, sglang_dir)
-    out["gpu_calls"] = calls
-    out["placeholder_modules"] = sorted(finder.top_levels)
-    out["log"] = log.lines
-    json.dump(out, sys.stdout, sort_keys=True)
-    return 0
+    return out
 
 
 def _fields(server_args: Any) -> dict[str, Any]:
@@ -232,18 +264,6 @@ def _fields(server_args: Any) -> dict[str, Any]:
     if names is None:
         names = [f for f in vars(server_args) if not f.startswith("_")]
     return {name: getattr(server_args, name) for name in names}
-
-
-def _set_fields(server_args: Any, argv: list[str], out: dict[str, Any]) -> None:
-    """The fields the argv's own options set (by sglang's parser: option string -> dest)."""
-    import argparse
-
-    parser = argparse.ArgumentParser()
-    type(server_args).add_cli_args(parser)
-    given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
-    out["set_by_argv"] = sorted({
-        action.dest for action in parser._actions
-        if given & set(action.option_strings)})
 
 
 if __name__ == "__main__":
