@@ -37,6 +37,21 @@ def sglang_args_extract(
     view.show_extraction(console, image_app.sglang_args_extract(version, wheel_dir, output))
 
 
+@sglang_args_app.command("stack")
+def sglang_args_stack(
+    version: Annotated[str, typer.Option("--version", help="sglang release, e.g. 0.5.23.")],
+    wheel_dir: Annotated[Path | None, typer.Option(
+        "--wheel-dir", help="Wheel cache (default $OPSCTL_WHEEL_CACHE or /var/cache/opsctl-wheels).")] = None,
+    output: Annotated[Path | None, typer.Option(
+        "--output", help="Write here instead of sglang-args/<version>/stack.json.")] = None,
+) -> None:
+    """Record what the release's image holds (its == pins) and whether its transformers loads GLM-5."""
+    from opsctl.image import app as image_app
+    from opsctl.image import view
+
+    view.show_stack(console, image_app.sglang_args_stack(version, wheel_dir, output))
+
+
 @patch_app.command("check")
 def patch_check(
     sglang_src: Annotated[Path | None, typer.Option(

@@ -125,6 +125,13 @@ class ServerSettings(StrictModel):
     disable_shared_experts_fusion: bool = False
     mem_fraction_static: float | None = Field(None, gt=0.0, lt=1.0)
     chunked_prefill_size: int | None = None
+    # 0.5.23's breakable prefill CUDA graph crashes flashinfer MLA on a DSA model (releases.py).
+    disable_prefill_cuda_graph: bool = False
+    # Speculative decoding (MTP: EAGLE on the checkpoint's NextN layer). Each owns its one flag.
+    speculative_algorithm: str | None = None
+    speculative_num_steps: int | None = Field(None, ge=1)
+    speculative_eagle_topk: int | None = Field(None, ge=1)
+    speculative_num_draft_tokens: int | None = Field(None, ge=1)
     cuda_graph_max_bs: int | None = Field(None, ge=1)
     max_running_requests: int | None = Field(None, ge=1)
     context_length: int | None = Field(None, ge=1)

@@ -20,6 +20,8 @@ class VariantSummary:
     patched: bool
     computes: str
     warnings: list[str]
+    # Speculative decoding, when the variant runs it: what it is and why the patch stays off there.
+    speculative: str | None = None
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,20 @@ def summary(deployment: Deployment) -> VariantSummary:
         patched=deployment.patched,
         computes=computes(deployment),
         warnings=release_findings(deployment).warnings,
+        speculative=speculative(deployment),
     )
+
+
+def speculative(deployment: Deployment) -> str | None:
+    """One line on the variant's speculative decoding (MTP), None without it."""
+    server = deployment.server
+    if server.speculative_algorithm is None:
+        return None
+    shape = ", ".join(f"{name} {value}" for name, value in (
+        ("steps", server.speculative_num_steps), ("top-k", server.speculative_eagle_topk),
+        ("draft tokens", server.speculative_num_draft_tokens)) if value is not None)
+    return (f"{server.speculative_algorithm} ({shape or 'sglang defaults'}) on the checkpoint's "
+            f"draft layer; the gather-then-cast patch is refused here: {releases.PATCH_SPECULATIVE_REASON}")
 
 
 def show(profile: Profile, variant: str | None = None) -> ProfileShow:

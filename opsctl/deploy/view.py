@@ -39,6 +39,7 @@ def _variant_lines(summary: VariantSummary, indent: str = "") -> list[str]:
         f"# {indent}sglang {summary.sglang_version} on {summary.base}, "
         f"patch switch {'on' if summary.patched else 'off'}",
         f"# {indent}computes: {summary.computes}",
+        *([f"# {indent}speculative: {summary.speculative}"] if summary.speculative else []),
         *(f"# {indent}warning: {warning}" for warning in summary.warnings),
     ]
 

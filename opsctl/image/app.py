@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from opsctl.argspec import stack
 from opsctl.argspec.extract import Extraction, extract
 from opsctl.core.errors import UsageError
 from opsctl.deploy.profiles import Profile
@@ -82,6 +83,12 @@ def patch_apply(sglang_src: Path, version: str | None) -> CheckReport:
 def sglang_args_extract(version: str, wheel_dir: Path | None, output: Path | None) -> Extraction:
     """Record the real parser of sglang `version` (wheel from `wheel_dir` or the wheel cache)."""
     return extract(version, wheel_dir, output)
+
+
+def sglang_args_stack(version: str, wheel_dir: Path | None, output: Path | None
+                      ) -> stack.StackRecord:
+    """Record the image stack of sglang `version`: its pins, and its transformers on the model configs."""
+    return stack.generate(version, wheel_dir, output)
 
 
 def _tree_version(src: Path) -> str:

@@ -18,6 +18,7 @@ from rich.status import Status
 from rich.text import Text
 
 from opsctl.argspec.extract import Extraction
+from opsctl.argspec.stack import StackRecord
 from opsctl.engine.api import BuildEvent
 from opsctl.image.baseimage import BaseImageResult
 from opsctl.image.build import ANSI_ESCAPE, BuildResult, shorten
@@ -128,6 +129,15 @@ def show_base_images(console: Console, results: list[BaseImageResult]) -> None:
 def show_patch_report(console: Console, report: CheckReport) -> None:
     for line in report.lines():
         console.print(line, highlight=False, soft_wrap=True, markup=False)
+
+
+def show_stack(console: Console, record: StackRecord) -> None:
+    console.print(f"wrote {record.path}: sglang {record.version} pins transformers "
+                  f"{record.transformers or '(none)'}", highlight=False, soft_wrap=True, markup=False)
+    for architecture, found in sorted(record.models.items()):
+        verdict = "loads" if found.get("loads") else f"does NOT load: {found.get('error')}"
+        console.print(f"  {architecture} ({found.get('config')}): {verdict}", highlight=False,
+                      soft_wrap=True, markup=False)
 
 
 def show_extraction(console: Console, result: Extraction) -> None:
