@@ -30,7 +30,7 @@ from opsctl.argspec.spec import SPEC_DIR
 from opsctl.core.errors import ProfileError, UsageError
 from opsctl.core.files import atomic_write_text, sha256_file
 from opsctl.core.paths import project_root
-from opsctl.deploy.profiles import Deployment, check_argv
+from opsctl.deploy.profiles import Deployment, check_argv, to_argv
 
 RECORD_FORMAT = 1
 RECORD_DIR = "resolved"
@@ -311,6 +311,22 @@ def write(resolved: list[Resolved], stale_from: Iterable[str] = ()) -> list[Path
             if old not in keep:
                 old.unlink()
     return written
+
+
+def current_record(deployment: Deployment) -> tuple[dict[str, Any], str] | None:
+    """(record, its path as shown) when the deployment's record is resolved and of its current
+    argv; None when there is none (a profile outside deploy/) or it is stale or refused."""
+    path = record_path(deployment)
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    argv = to_argv(deployment)[len(deployment.server.entrypoint):]
+    if not isinstance(record, dict) or record.get("outcome") != "resolved" or (
+            record.get("argv") != argv
+            or record.get("sglang_version") != deployment.image.sglang_version):
+        return None
+    return record, _shown(path)
 
 
 def record_profiles() -> list[str]:

@@ -1,0 +1,62 @@
+"""The hand-read release tables against the release's own resolution.
+
+opsctl.verify.facts (expectations for argvs without a record) and opsctl.sim.releases (the
+simulator's per-release behaviour; a stdlib island that must answer any argv) are read from the
+wheels by hand. Every committed record of `opsctl profile resolve` is sglang's own answer for a
+variant's argv on the profile's target GPU, so both tables must agree with every record on every
+field they know: a disagreement is a wrong hand-read fact.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from opsctl.deploy import resolve
+from opsctl.deploy.profiles import load_profile, to_argv
+from opsctl.sim import releases as sim
+from opsctl.sim.config import SimArgs
+from opsctl.verify import checks
+from opsctl.verify.facts import facts_for
+
+CASES = [(name, variant) for name in resolve.record_profiles()
+         for variant in load_profile(name).variants]
+
+
+def _record(profile: str, variant: str) -> tuple[Any, list[str], dict[str, Any]]:
+    deployment = load_profile(profile).resolve(variant)
+    found = resolve.current_record(deployment)
+    assert found is not None, f"no current record for {profile}.{variant}: run opsctl profile " \
+                              "resolve --write-records"
+    return deployment, to_argv(deployment)[len(deployment.server.entrypoint):], found[0]
+
+
+@pytest.mark.parametrize(("profile", "variant"), CASES)
+def test_verifys_hand_read_defaults_agree_with_the_release(profile: str, variant: str) -> None:
+    deployment, argv, record = _record(profile, variant)
+    facts = facts_for(deployment.image.sglang_version)
+    assert facts is not None
+    expected = checks.expectations(facts, argv, deployment.profile.model.architecture,
+                                   deployment.expect)
+    for name, fact in facts.items():
+        found, real = checks.lookup(record["resolved"], fact.key)
+        assert found, f"{name}: {'.'.join(fact.key)} is not in the release's resolution"
+        if expected[name].known:
+            assert checks.same(expected[name].value, real), (
+                f"{profile}.{variant} {name}: facts.py expects {expected[name].value} "
+                f"({expected[name].source}), sglang resolves {real}")
+
+
+@pytest.mark.parametrize(("profile", "variant"), CASES)
+def test_the_simulator_resolves_what_the_release_resolves(profile: str, variant: str) -> None:
+    deployment, argv, record = _record(profile, variant)
+    version = deployment.image.sglang_version
+    config = json.loads((resolve.project_root() / resolve.FIXTURE).read_text())
+    settings = sim.resolve(version, SimArgs.parse(argv).typed_flags(), sim.Checkpoint(config))
+    for name, fact in sim.RELEASES[version].items():
+        _, real = checks.lookup(record["resolved"], fact.key)
+        assert checks.same(settings[name], real), (
+            f"{profile}.{variant} {name}: the simulator reports {settings[name]}, "
+            f"sglang {version} resolves {real}")
