@@ -39,6 +39,20 @@ PIP_TIMEOUT_S = 900
 # Installed for real next to the wheel's own transformers/tokenizers pins.
 SIDE_PACKAGES = (*extract.PROBE_DEPENDENCIES, "pillow==13.0.0",
                  "sympy", "networkx", "jinja2", "filelock", "fsspec")
+# Versions of everything pip may pull in beside them, so the side environment (and so which
+# modules are real and which are placeholders) is the same on every machine. Those pip
+# installed with transformers 5.19.0 here; a pin of another release that needs other versions
+# makes pip fail (exit 3) until this list is extended.
+SIDE_CONSTRAINTS = (
+    "annotated-doc==0.0.7", "annotated-types==0.8.0", "anyio==4.16.0",
+    "certifi==2026.10.19.post1", "click==8.5.1", "filelock==4.3.1", "fsspec==2026.9.0",
+    "h11==0.16.0", "hf-xet==1.8.0", "httpcore==1.0.9", "httpx==0.28.1",
+    "huggingface-hub==1.33.0", "idna==3.20", "jinja2==3.1.6", "markdown-it-py==4.3.0",
+    "markupsafe==3.0.4", "mdurl==0.1.2", "mpmath==1.3.0", "networkx==3.6.1", "numpy==2.4.6",
+    "pydantic==2.14.4", "pydantic-core==2.50.5", "pygments==2.21.0", "pyyaml==6.0.4",
+    "regex==2026.11.19", "rich==15.0.0", "safetensors==0.8.0", "shellingham==1.5.4",
+    "sympy==1.14.0", "tqdm==4.70.1", "typer==0.29.2", "typing-inspection==0.4.5",
+)
 # torch's own importable top levels, linked from opsctl's environment.
 TORCH_TOP_LEVELS = ("torch", "torchgen", "functorch")
 TORCH_CHOICE = (
@@ -122,15 +136,18 @@ def side_requirements(pins: dict[str, str]) -> list[str]:
 def side_environment(pins: dict[str, str], root: Path, cache: Path) -> Path:
     """The side environment for these pins, installed by pip once (cached, whole or absent)."""
     requirements = side_requirements(pins)
-    key = hashlib.sha256(json.dumps([requirements, sys.version_info[:2]]).encode()).hexdigest()
+    key = hashlib.sha256(json.dumps(
+        [requirements, SIDE_CONSTRAINTS, sys.version_info[:2]]).encode()).hexdigest()
     target = root / f"env-{key[:16]}"
     if (target / ".complete").is_file():
         return target
     root.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=".env-", dir=root))
+    constraints = stage.with_name(stage.name + ".constraints.txt")
+    constraints.write_text("\n".join(SIDE_CONSTRAINTS) + "\n")
     command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
                "--only-binary=:all:", "--target", str(stage), "--find-links", str(cache),
-               *requirements]
+               "--constraint", str(constraints), *requirements]
     hint = f"check that PyPI is reachable; the side environment installs {' '.join(requirements)}"
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S,
@@ -146,6 +163,7 @@ def side_environment(pins: dict[str, str], root: Path, cache: Path) -> Path:
                          ) from None
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+        constraints.unlink(missing_ok=True)
     return target
 
 
