@@ -5,8 +5,9 @@ is ``dataclasses.asdict(server_args)`` plus the scheduler's status, token limits
 states and the version. 0.5.23 (``http_server.py:812-893``, ``utils/common.py:3584-3593``):
 /model_info also carries the served name, parsers and load format; /server_info is
 ``server_args.resolved_dict()`` plus ``launch_command``, ``kv_events``, ``startup_time`` and
-``frontend``. The fields ``opsctl verify`` checks carry what the release resolves
-(``opsctl.sim.releases``); every other given flag is echoed as given.
+``frontend``. The fields ``opsctl verify`` checks carry what the release resolves: its own
+resolution of this argv where `opsctl profile resolve` recorded one (``opsctl.sim.records``),
+else the hand-read table (``opsctl.sim.releases``); every other given flag is echoed as given.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from opsctl.sim import records
 from opsctl.sim.config import SimArgs
 from opsctl.sim.engine import SIM_MAX_TOTAL_NUM_TOKENS
 from opsctl.sim.releases import RELEASES, Checkpoint, resolve
@@ -55,8 +57,19 @@ class ServerView:
     model_config: Mapping[str, Any]
 
     def resolved(self, fault: str) -> dict[str, Any]:
-        """The checked settings as reported; the misresolve fault swaps the attention backend."""
+        """The checked settings as reported; the misresolve fault swaps the attention backend.
+
+        From the release's own resolution when a record of exactly this argv exists and no
+        config.json names another model (opsctl.sim.records), else from the hand-read table.
+        """
         settings = resolve(self.release, self.args.typed_flags(), Checkpoint(self.model_config))
+        recorded = None if self.model_config else records.resolved_for(self.release,
+                                                                        self.args.argv)
+        if recorded is not None:
+            for name, fact in RELEASES[self.release].items():
+                present, value = records.lookup(recorded, fact.key)
+                if present:
+                    settings[name] = value
         if fault == "misresolve":
             chosen = settings["attention_backend"]
             settings["attention_backend"] = (

@@ -10,14 +10,17 @@ field they know: a disagreement is a wrong hand-read fact.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from opsctl.deploy import resolve
 from opsctl.deploy.profiles import load_profile, to_argv
+from opsctl.sim import records as sim_records
 from opsctl.sim import releases as sim
 from opsctl.sim.config import SimArgs
+from opsctl.sim.info import ServerView
 from opsctl.verify import checks
 from opsctl.verify.facts import facts_for
 
@@ -60,3 +63,31 @@ def test_the_simulator_resolves_what_the_release_resolves(profile: str, variant:
         assert checks.same(settings[name], real), (
             f"{profile}.{variant} {name}: the simulator reports {settings[name]}, "
             f"sglang {version} resolves {real}")
+
+
+def test_the_simulator_reports_the_record_for_exactly_its_argv(tmp_path: Path) -> None:
+    """`opsctl up -p sim` runs exactly the variant's argv: the simulator then answers with the
+    release's own resolution; another argv (or another model's config.json) gets the table."""
+    deployment = load_profile("sim").resolve("native")
+    argv = to_argv(deployment)[len(deployment.server.entrypoint):]
+    folder = tmp_path / "0.5.23" / "resolved"
+    folder.mkdir(parents=True)
+    record = json.loads(resolve.record_path(deployment).read_text())
+    record["resolved"]["page_size"] = 4096  # marks the record's value apart from the table's
+    (folder / "sim.native.json").write_text(json.dumps(record))
+    assert sim_records.resolved_for("0.5.23", argv, root=tmp_path)["page_size"] == 4096
+    assert sim_records.resolved_for("0.5.23", [*argv, "--port", "1"], root=tmp_path) is None
+    assert sim_records.resolved_for("0.5.9", argv, root=tmp_path) is None
+
+    def view(config: dict[str, Any], flags: list[str]) -> int:
+        server = ServerView(SimArgs.parse(flags), "0.5.23", config)
+        original = sim_records.RECORDS_ROOT
+        sim_records.RECORDS_ROOT = tmp_path
+        try:
+            return int(server.resolved("")["page_size"])
+        finally:
+            sim_records.RECORDS_ROOT = original
+
+    assert view({}, argv) == 4096
+    assert view({}, [*argv, "--port", "1"]) == 64
+    assert view({"architectures": ["GlmMoeDsaForCausalLM"], "index_kpool": 2}, argv) == 128
