@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, err_console, within
+from opsctl.cli.app import ProfileOpt, VariantOpt, app, command_group, console, err_console, within
 
 if TYPE_CHECKING:
     from opsctl.deploy.app import ImageFor
@@ -21,9 +21,9 @@ if TYPE_CHECKING:
     from opsctl.traffic.smoke_report import SmokeReport
     from opsctl.verify.app import VerifyResult
 
-profile_app = typer.Typer(help="Inspect deployment profiles.", no_args_is_help=True)
+profile_app = command_group("Inspect deployment profiles.")
 app.add_typer(profile_app, name="profile")
-host_app = typer.Typer(help="Check the GPU host a profile runs on.", no_args_is_help=True)
+host_app = command_group("Check the GPU host a profile runs on.")
 app.add_typer(host_app, name="host")
 
 

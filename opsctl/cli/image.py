@@ -11,14 +11,12 @@ from typing import Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, app, console, err_console
+from opsctl.cli.app import ProfileOpt, app, command_group, console, err_console
 
-sglang_args_app = typer.Typer(
-    help="The pinned sglang versions' real argument parsers, against which flags are checked.",
-    no_args_is_help=True,
-)
+sglang_args_app = command_group(
+    "The pinned sglang releases' real argument parsers and image stacks, read from their wheels.")
 app.add_typer(sglang_args_app, name="sglang-args")
-patch_app = typer.Typer(help="Check and apply the gather-then-cast patch sets.", no_args_is_help=True)
+patch_app = command_group("Check and apply the gather-then-cast patch sets.")
 app.add_typer(patch_app, name="patch")
 
 

@@ -7,18 +7,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, app, console
+from opsctl.cli.app import ProfileOpt, app, command_group, console
 from opsctl.core.files import check_output_path
 from opsctl.core.reports import REPORTS_DIR
 
 if TYPE_CHECKING:
     from opsctl.engine.api import ContainerInfo
 
-monitor_app = typer.Typer(
-    help="Prometheus, Pushgateway, Alertmanager, Grafana and dcgm-exporter for this host "
-    "(127.0.0.1 only).",
-    no_args_is_help=True,
-)
+monitor_app = command_group(
+    "Prometheus, Pushgateway, Alertmanager, Grafana and dcgm-exporter for this host (127.0.0.1 only).")
 app.add_typer(monitor_app, name="monitor")
 
 

@@ -7,13 +7,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, err_console, within
+from opsctl.cli.app import ProfileOpt, VariantOpt, app, command_group, console, err_console, within
 
 if TYPE_CHECKING:
     from opsctl.deploy.profiles import Deployment
 
-render_app = typer.Typer(help="Render a validated profile for another engine.",
-                         no_args_is_help=True)
+render_app = command_group("Render a validated profile for another engine.")
 app.add_typer(render_app, name="render")
 
 

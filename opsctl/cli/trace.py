@@ -11,14 +11,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, VariantOpt, app, console
+from opsctl.cli.app import ProfileOpt, VariantOpt, app, command_group, console
 from opsctl.core.files import check_output_path
 
 if TYPE_CHECKING:
     from opsctl.trace.app import CaptureTarget
 
-trace_app = typer.Typer(help="Profile a server's decode steps and name the bottleneck.",
-                        no_args_is_help=True)
+trace_app = command_group("Profile a server's decode steps and name the bottleneck.")
 app.add_typer(trace_app, name="trace")
 
 OutOpt = Annotated[str | None, typer.Option("--out", help="Report directory (default "

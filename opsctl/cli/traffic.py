@@ -15,6 +15,7 @@ from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, within
 
 if TYPE_CHECKING:
     from opsctl.deploy.profiles import Profile
+    from opsctl.traffic.app import LocatedServer
     from opsctl.traffic.driver_sglang import ServingContainer
 
 PUSHGATEWAY_ENV = "OPSCTL_PUSHGATEWAY"
@@ -232,16 +233,21 @@ def bench(
 # --- collaborators from the deploy room: where the profile's server runs, and launching it ---
 
 
-def locate_server(profile_name: str) -> tuple[str, str | None]:
-    """The profile's running server, found by label: (base URL, the variant it runs)."""
+def locate_server(profile_name: str) -> LocatedServer:
+    """The profile's running server, found by label: its base URL, the variant it runs and the
+    checkpoint `up` recorded on it (so smoke can warn when compared reports differ in it)."""
     from opsctl.core import labels
     from opsctl.deploy import app as deploy_app
     from opsctl.engine.dockerpy import connect
+    from opsctl.traffic.app import LocatedServer
 
     engine = connect()
     url = deploy_app.base_url_for(engine, profile_name)  # LaunchError (exit 4) when none runs
     servers = [s for s in deploy_app.find_servers(engine, profile_name) if s.status == "running"]
-    return url, servers[0].labels.get(labels.VARIANT) if servers else None
+    if not servers:
+        return LocatedServer(url, None)
+    return LocatedServer(url, servers[0].labels.get(labels.VARIANT),
+                         deploy_app.checkpoint_of(servers[0]))
 
 
 def serving_container(base_url: str) -> ServingContainer:

@@ -55,7 +55,7 @@ from opsctl.deploy.profiles import Deployment, Profile
 from opsctl.deploy.review import computes
 from opsctl.deploy.state import StateDir
 from opsctl.engine.api import Engine
-from opsctl.traffic.bench_report import BenchReport
+from opsctl.traffic.bench_report import BenchReport, LevelResult
 from opsctl.traffic.smoke_report import SmokeReport
 from opsctl.traffic.smoke_report import verdict_error as smoke_verdict
 from opsctl.verify.app import VerifyResult
@@ -278,10 +278,16 @@ def _smoke_and_bench(ctx: _Ctx, deployment: Deployment, base_url: str, folder: P
     record.levels = [Level(concurrency=lv.concurrency, tpot_p50_ms=lv.tpot_ms.p50,
                            tpot_p90_ms=lv.tpot_ms.p90,
                            output_tokens_per_s=lv.output_tokens_per_s if lv.completed else None,
-                           failures=lv.failed + lv.warmup_failed, aborted=lv.aborted)
+                           failures=lv.failed + lv.warmup_failed, aborted=lv.aborted,
+                           accept_length=_accept_length(lv))
                      for lv in run.levels]
     record.bench_note = run.error or run.stopped
     return report
+
+
+def _accept_length(level: LevelResult) -> float | None:
+    accept = level.server.spec_accept_length if level.server else None
+    return round(accept.mean, 3) if accept else None
 
 
 def _raise_stop(report: SmokeReport | BenchReport, what: str, where: Path) -> None:

@@ -42,6 +42,8 @@ class Level(BaseModel):
     output_tokens_per_s: float | None
     failures: int  # measured and warm-up requests that failed
     aborted: str | None = None  # why the level stopped early
+    # Tokens per speculative verify step, from the server's sglang:spec_accept_length (MTP only).
+    accept_length: float | None = None
 
     @property
     def clean(self) -> bool:
@@ -181,16 +183,22 @@ def markdown(report: DecideReport) -> str:
                   + ", ".join(_link(path, Path(path).name) for path in r.evidence)
                   for r in out]
     lines += ["", "## Latency and throughput", "",
-              "| variant | concurrency | TPOT p50 (ms) | TPOT p90 (ms) | output tok/s | failures |",
-              "|---|---:|---:|---:|---:|---:|"]
+              "TPOT is per output token (a speculative step that yields three tokens counts "
+              "three); accept length is the server's own `sglang:spec_accept_length` (MTP "
+              "variants; `-` without speculation).", "",
+              "| variant | concurrency | TPOT p50 (ms) | TPOT p90 (ms) | output tok/s | accept length "
+              "| failures |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
     for r in report.variants:
         for lv in r.levels:
             failures = str(lv.failures) + (f" ({lv.aborted})" if lv.aborted else "")
             lines.append(f"| {_cell(r.variant)} | {lv.concurrency} | {fmt(lv.tpot_p50_ms, '{:.2f}')} "
                          f"| {fmt(lv.tpot_p90_ms, '{:.2f}')} | "
-                         f"{fmt(lv.output_tokens_per_s, '{:.1f}')} | {_cell(failures)} |")
+                         f"{fmt(lv.output_tokens_per_s, '{:.1f}')} | "
+                         f"{'-' if lv.accept_length is None else f'{lv.accept_length:.2f}'} | "
+                         f"{_cell(failures)} |")
         if r.bench_note:
-            lines.append(f"| {_cell(r.variant)} | - | - | - | - | {_cell(r.bench_note)} |")
+            lines.append(f"| {_cell(r.variant)} | - | - | - | - | - | {_cell(r.bench_note)} |")
     lines += ["", "## Greedy outputs, variant against variant", ""]
     lines += [f"- {p.a} vs {p.b}: **{p.outcome}**: {p.detail}" for p in report.pairs] or [
         "- fewer than two variants were smoked: nothing to compare"]

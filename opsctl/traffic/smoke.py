@@ -88,8 +88,6 @@ class SmokeOptions:
     profile: str | None = None
     variant: str | None = None
     profile_alias: str | None = None
-    tpot_p50_ms: float | None = None
-    ttft_p50_ms: float | None = None
     api_key: str | None = None
     model: str | None = None
     api: Api = "completions"
@@ -119,9 +117,7 @@ class _Run:
         self.divergence: Divergence | None = None
         self.gsm8k: EvalResult | None = None
         self.probes: list[ProbeResult] | None = None
-        self.slo = SloRecord(
-            tpot_p50_ms_limit=options.tpot_p50_ms, ttft_p50_ms_limit=options.ttft_p50_ms
-        )
+        self.slo = SloRecord()
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())

@@ -38,7 +38,7 @@ def _smoke_request(url: str, tmp_path: Path, gateway: str | None) -> app.SmokeRe
                             gateway=gateway)
 
 
-def _no_locator(profile_name: str) -> tuple[str, str | None]:
+def _no_locator(profile_name: str) -> app.LocatedServer:
     raise AssertionError("--base-url needs no locator")
 
 

@@ -29,13 +29,14 @@ import httpx
 import pytest
 import yaml
 from conftest import wait_http_ok
+from ruletiming import TEST_TIMING
 
 from opsctl.deploy.profiles import load_profile
+from opsctl.deploy.sloconfig import Objective, Slo
 from opsctl.observe import app, dashboard, monitoring
 from opsctl.observe.metrics import push_report
 from opsctl.observe.promconfig import ScrapeTargets
 from opsctl.observe.promnames import slo_rules
-from opsctl.observe.promrules import TEST_TIMING
 from opsctl.observe.report import QUERY_TIMEOUT_SECONDS, with_variant
 from opsctl.traffic.bench import BenchOptions, Target, run_bench
 from opsctl.traffic.smoke import SmokeOptions, run_smoke
@@ -212,7 +213,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         smoke_reports = {}
         for variant, url in sims.items():
             report = run_smoke(SmokeOptions(base_url=url, profile="sim", variant=variant,
-                                            tpot_p50_ms=60, overall_timeout_s=120))
+                                            slo=Slo(tpot=Objective(quantile=0.5, threshold_ms=60)),
+                                            overall_timeout_s=120))
             smoke_reports[variant] = report.model_dump(mode="json")
             push_report("smoke", smoke_reports[variant], pushgateway)
         yield Stack(prometheus, pushgateway, sims, root, smoke_reports)

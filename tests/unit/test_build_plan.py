@@ -200,7 +200,7 @@ def test_the_real_profile_needs_one_image(tmp_path: Path) -> None:
     assert only.variants == ("baseline", "gathercast", "bf16kv", "bf16kv-mtp", "native", "native-mtp")
     assert only.patch_set_sha256 == patchset.patch_set_sha256("0.5.23")
     [sim] = plans(load_profile("sim"))
-    assert sim.variants == ("baseline", "gathercast", "bf16kv", "native", "corrupt")
+    assert sim.variants == ("baseline", "gathercast", "bf16kv", "bf16kv-mtp", "native", "corrupt")
 
 
 def test_a_profile_needs_one_image_per_release(tmp_path: Path) -> None:

@@ -39,7 +39,8 @@ def _smoke(passed: bool) -> dict[str, Any]:
             {"name": "slo", "status": "pass" if passed else "fail"},
             {"name": "compare", "status": "skip"},
         ],
-        "slo": {"tpot_p50_ms": 25.0, "ttft_p50_ms": 80.0, "tpot_p50_ms_limit": 60.0},
+        "stream": {"tpot_p50_s": 0.025, "ttft_p50_s": 0.080},
+        "slo": {"tpot": {"quantile": 0.9, "threshold_ms": 60.0, "observed_ms": 31.0}},
     }
 
 
