@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -36,6 +37,60 @@ def profile_show(profile: ProfileOpt = None, variant: VariantOpt = None) -> None
 
     shown = review.show(load_profile(profile), variant)
     console.print(view.profile_text(shown), highlight=False, soft_wrap=True, markup=False)
+
+
+@profile_app.command("resolve")
+def profile_resolve(
+    profile: ProfileOpt = None,
+    variant: Annotated[str | None, typer.Option(
+        "--variant", "-v", help="Variant of the profile (default: every variant).")] = None,
+    gpu_name: Annotated[str | None, typer.Option(
+        help="GPU reported to sglang (default: the profile's target, RTX PRO 6000 Blackwell).")
+    ] = None,
+    gpu_count: Annotated[int | None, typer.Option(
+        help="GPUs reported (default: the profile's container.gpus, else its tp_size).",
+        callback=within(1, 64))] = None,
+    gpu_memory_gb: Annotated[float | None, typer.Option(
+        help="GiB per GPU reported (default: the GPU's).", callback=within(1, 4096))] = None,
+    compute_capability: Annotated[str | None, typer.Option(
+        help="MAJOR.MINOR reported (default: the GPU's, 12.0).")] = None,
+    model_config: Annotated[Path | None, typer.Option(
+        help="A GLM-5-shaped config.json (default: tests/fixtures/glm5/config.json).")] = None,
+    write_records: Annotated[bool, typer.Option(
+        "--write-records", help="Resolve every variant of every profile under deploy/ on its "
+        "target GPU and write sglang-args/<version>/resolved/<profile>.<variant>.json.")] = False,
+) -> None:
+    """Run the pinned sglang's own ServerArgs resolution offline (CPU, real wheel) and print
+    what /server_info will say on the box: backends, KV dtype and row, page size, CUDA graphs,
+    MoE runner, speculative settings and every setting the profile left to sglang."""
+    from opsctl.config import resolve
+    from opsctl.config.profiles import load_profile
+    from opsctl.core.errors import UsageError
+    from opsctl.deploy import app as deploy_app
+    from opsctl.deploy import view
+
+    gpu_options = (gpu_name, gpu_count, gpu_memory_gb, compute_capability, model_config)
+    if write_records:
+        if profile or variant or any(option is not None for option in gpu_options):
+            raise UsageError("--write-records takes no other option",
+                             hint="records are of every variant on the profiles' target GPU")
+        profiles = [load_profile(name) for name in resolve.record_profiles()]
+        deployments = [p.resolve(name) for p in profiles for name in p.variants]
+    else:
+        loaded = load_profile(profile)
+        deployments = [loaded.resolve(name) for name in ([variant] if variant else
+                                                           loaded.variants)]
+
+    def gpu_for(deployment: Deployment) -> resolve.GpuReport:
+        return resolve.gpu_report(deployment, gpu_name, gpu_count, gpu_memory_gb,
+                                  compute_capability)
+
+    for deployment in deployments:
+        gpu_for(deployment)  # option errors before the wheel is touched
+    result = deploy_app.profile_resolve(deployments, gpu_for, model_config, write_records)
+    console.print(view.resolve_text(result), highlight=False, soft_wrap=True, markup=False)
+    if not write_records:
+        resolve.raise_on_refusal(result.resolved)
 
 
 @profile_app.command("schema")

@@ -18,7 +18,10 @@ from pathlib import Path
 
 import httpx
 
+from opsctl.argspec.resolution import GpuReport
+from opsctl.config import resolve
 from opsctl.config.profiles import Deployment
+from opsctl.config.resolve import Resolved, Runner
 from opsctl.config.review import VariantSummary, summary
 from opsctl.config.runspec import base_url, run_spec, server_labels
 from opsctl.core import labels
@@ -339,3 +342,27 @@ def logs(engine: Engine, profile_name: str | None, *, follow: bool, tail: int) -
 
 def _grace(info: ContainerInfo) -> int:
     return int(info.labels.get(labels.STOP_GRACE_SECONDS, "30"))
+
+
+@dataclass(frozen=True)
+class ResolveResult:
+    """`profile resolve`: each variant's record, and the record files written (if asked)."""
+
+    resolved: list[Resolved]
+    written: list[Path] = field(default_factory=list)
+
+
+def profile_resolve(deployments: list[Deployment], gpu_for: Callable[[Deployment], GpuReport],
+                    model_config: Path | None = None, write_records: bool = False,
+                    runner: Runner | None = None) -> ResolveResult:
+    """The pinned releases' own resolution of each deployment (opsctl.config.resolve).
+
+    With `write_records`, every record is written (atomically) and records of these profiles'
+    variants that no longer exist are removed. Without, a variant the release refuses is an
+    error (exit 2) after its record is returned for printing.
+    """
+    resolved = resolve.resolve(deployments, gpu_for, model_config, runner)
+    if write_records:
+        profiles = sorted({d.profile.name for d in deployments})
+        return ResolveResult(resolved, resolve.write(resolved, stale_from=profiles))
+    return ResolveResult(resolved)

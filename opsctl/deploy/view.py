@@ -5,6 +5,7 @@ module of opsctl/deploy/ that knows about rich.
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,7 +19,15 @@ from rich.text import Text
 from opsctl.config.profiles import Deployment
 from opsctl.config.review import ProfileShow, VariantSummary
 from opsctl.config.runspec import HEALTH_PATH
-from opsctl.deploy.app import DownResult, DryRun, LogsResult, Progress, StatusResult, UpResult
+from opsctl.deploy.app import (
+    DownResult,
+    DryRun,
+    LogsResult,
+    Progress,
+    ResolveResult,
+    StatusResult,
+    UpResult,
+)
 from opsctl.deploy.hostcheck import HostP2pReport
 from opsctl.deploy.logsave import LOGS_DIR
 from opsctl.deploy.readiness import Phase
@@ -175,4 +184,40 @@ def host_p2p_text(report: HostP2pReport) -> str:
     ]
     if found.sys_advisable:
         lines.append("  set container.nccl_p2p_level: SYS in the profile to use it")
+    return "\n".join(lines)
+
+
+def _short(value: object, width: int = 100) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def resolve_text(result: ResolveResult) -> str:
+    """Per variant: what its release resolved (as /server_info will say it), or its refusal."""
+    lines: list[str] = []
+    for item in result.resolved:
+        record = item.record
+        gpu = record["gpu"]
+        lines.append(
+            f"{record['profile']} / {record['variant']}: sglang {record['sglang_version']} "
+            f"{record['outcome']} (reported GPU: {gpu['count']}x {gpu['name']}, "
+            f"sm_{gpu['compute_capability'].replace('.', '')}, {gpu['memory_gib']:g} GiB)")
+        if record["outcome"] != "resolved":
+            failed = record[record["outcome"]]
+            lines.append(f"  {record['outcome']}: {failed['error']} [{failed['where']}]")
+            lines.extend(f"  not run: {n['branch']}: {n['why']}" for n in record["not_run"])
+            continue
+        for label, value in record["server_info"].items():
+            lines.append(f"  {label:<32} {_short(value)}")
+        row = record["kv_row"]
+        lines.append(f"  {'KV row':<32} " + (
+            f"{row['bytes']} bytes ({row['elements']} x {row['pool_dtype']}, sglang's pool sizing)"
+            if row.get("computed") else f"not computed: {row['error']}"))
+        left = record["left_to_sglang"]
+        lines.append(f"  left to sglang ({len(left)} settings sglang changed from its default):")
+        lines.extend(f"    {name} = {_short(change['resolved'], 80)} "
+                     f"(default {_short(change['default'], 30)})"
+                     for name, change in left.items())
+        lines.extend(f"  not run: {n['branch']}: {n['why']}" for n in record["not_run"])
+    lines.extend(f"wrote {path}" for path in result.written)
     return "\n".join(lines)

@@ -296,6 +296,9 @@ def _simulator_inputs(root: Path) -> dict[str, Path]:
     files: dict[str, Path] = {"app/opsctl/__init__.py": root / "opsctl" / "__init__.py"}
     for path in sim_modules(root):
         files[f"app/opsctl/sim/{path.name}"] = path
+    # The releases' own resolutions of the profiles' variants (opsctl.sim.records reads them).
+    for path in sorted(root.glob("sglang-args/*/resolved/*.json")):
+        files[f"app/{path.relative_to(root).as_posix()}"] = path
     for dist in SIM_DISTRIBUTIONS:
         wheel = wheels.fetch(dist, importlib.metadata.version(dist))
         files[f"wheels/{wheel.name}"] = wheel

@@ -8,8 +8,9 @@ states and the version. 0.5.23 (``http_server.py:812-893``, ``utils/common.py:35
 (``managers/scheduler.py`` ``get_init_info``: status, token limits, ``startup_time``,
 ``hicache_object_layout``), ``kv_events``, ``startup_time`` and ``frontend``. The key sets are
 checked against the wheels' source by ``tests/component/test_sim_info_keys.py``. The fields
-``opsctl verify`` checks carry what the release resolves (``opsctl.sim.releases``); every other
-given flag is echoed as given.
+``opsctl verify`` checks carry what the release resolves: its own resolution of this argv where
+``opsctl profile resolve`` recorded one (``opsctl.sim.records``), else the hand-read table
+(``opsctl.sim.releases``); every other given flag is echoed as given.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from opsctl.sim import records
 from opsctl.sim.config import SimArgs
 from opsctl.sim.engine import SIM_MAX_TOTAL_NUM_TOKENS
 from opsctl.sim.releases import RELEASES, Checkpoint, resolve
@@ -65,8 +67,19 @@ class ServerView:
     model_config: Mapping[str, Any]
 
     def resolved(self, fault: str) -> dict[str, Any]:
-        """The checked settings as reported; the misresolve fault swaps the attention backend."""
+        """The checked settings as reported; the misresolve fault swaps the attention backend.
+
+        From the release's own resolution when a record of exactly this argv exists and no
+        config.json names another model (opsctl.sim.records), else from the hand-read table.
+        """
         settings = resolve(self.release, self.args.typed_flags(), Checkpoint(self.model_config))
+        recorded = None if self.model_config else records.resolved_for(self.release,
+                                                                        self.args.argv)
+        if recorded is not None:
+            for name, fact in RELEASES[self.release].items():
+                present, value = records.lookup(recorded, fact.key)
+                if present:
+                    settings[name] = value
         if fault == "misresolve":
             chosen = settings["attention_backend"]
             settings["attention_backend"] = (
