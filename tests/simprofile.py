@@ -51,3 +51,15 @@ def remove_containers(name: str) -> None:
     client = docker.from_env()
     for container in client.containers.list(all=True, filters={"label": f"opsctl.profile={name}"}):
         container.remove(force=True)
+
+
+def sim_without_the_real_profiles_dsa_settings(tmp_path: Path) -> Path:
+    """deploy/sim.yaml without the DSA backends and prefill-graph flag the real profile needs:
+    flags a real sglang image would be refused for, which a simulator image is not judged by."""
+    text = (project_root() / "deploy" / "sim.yaml").read_text()
+    for line in ("  dsa_prefill_backend: trtllm", "  dsa_decode_backend: trtllm",
+                 "  disable_prefill_cuda_graph: true"):
+        text = "\n".join(row for row in text.splitlines() if not row.startswith(line))
+    path = tmp_path / "sim-wrong.yaml"
+    path.write_text(text + "\n")
+    return path

@@ -236,10 +236,13 @@ def test_one_switch_name_in_profiles_kernel_and_patch_sets() -> None:
     assert names == {PATCH_SWITCH_ENV}
 
 
-def test_simulator_profiles_are_not_judged_by_the_patch_sets() -> None:
+def test_simulator_profiles_are_not_judged_by_the_patch_sets(tmp_path: Path) -> None:
+    from simprofile import sim_without_the_real_profiles_dsa_settings as sim_wrong
+
     from opsctl.config.support import variant_support_problem
 
-    sim = load_profile("sim")  # loads, though the same flags on an sglang image would be refused
+    sim = load_profile(str(sim_wrong(tmp_path)))  # loads, though
+    # the same flags on an sglang image would be refused
     deployment = sim.resolve("gathercast")
     problem = variant_support_problem(
         sim.image.sglang_version, patched=deployment.patched, argv=check_argv(deployment),

@@ -172,8 +172,11 @@ def test_a_dsa_backend_the_release_refuses_on_cuda(tmp_path: Path) -> None:
         load_profile(str(_write(tmp_path, text)))
 
 
-def test_simulator_images_are_not_judged_by_release_facts() -> None:
-    sim = load_profile("sim")  # flashinfer on 0.5.23: a real sglang image would be refused
+def test_simulator_images_are_not_judged_by_release_facts(tmp_path: Path) -> None:
+    from simprofile import sim_without_the_real_profiles_dsa_settings as sim_wrong
+
+    # flashinfer on 0.5.23 without the prefill-graph flag: a real sglang image would be refused
+    sim = load_profile(str(sim_wrong(tmp_path)))
     deployment = sim.resolve("baseline")
     assert release_findings(deployment).errors == []
     real = deployment.model_copy(update={"image": deployment.image.model_copy(update={"kind": "sglang"})})
