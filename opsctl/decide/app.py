@@ -46,6 +46,7 @@ from opsctl.decide.report import (
     Gate,
     Level,
     Probe,
+    ResolvedField,
     VariantRecord,
     write_report,
 )
@@ -220,6 +221,8 @@ def _run_variant(ctx: _Ctx, deployment: Deployment, image: str,
         verifying.append(True)
         result = ctx.verify(shown, url, log_text)
         verified.append(_write(folder / VERIFY_FILE, json.dumps(result.to_json(), indent=2)))
+        record.resolved = [ResolvedField(field=c.field, expected=c.expected, source=c.source,
+                                         served=c.resolved, status=c.status) for c in result.checks]
         return result
 
     try:

@@ -9,7 +9,7 @@ written afresh, atomically; a run stopped by Ctrl-C is still written, marked par
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -50,6 +50,18 @@ class Level(BaseModel):
         return self.failures == 0 and self.aborted is None and self.tpot_p50_ms is not None
 
 
+class ResolvedField(BaseModel):
+    """One setting: what the variant's release resolves for it (its `profile resolve` record, the
+    variant's `expect`, or the release facts), beside what the running server's /server_info or
+    /model_info said."""
+
+    field: str
+    expected: Any
+    source: str  # where the expectation comes from
+    served: Any
+    status: str  # ok / mismatch / unknown, as verify judged it
+
+
 class Probe(BaseModel):
     name: str
     passed: bool
@@ -71,6 +83,7 @@ class VariantRecord(BaseModel):
     exit_code: int | None = None  # of a failed start: 4 launch, 6 daemon, 2 usage
     evidence: list[str] = []  # files that show it, relative to the run directory
     verify: str | None = None  # up's verdict: verified / MISMATCH: fields
+    resolved: list[ResolvedField] = []  # verify's checks: the resolved expectation vs the server
     checkpoint: str | None = None  # the weights' combined sha256, or "unavailable: why"
     accuracy: Score | None = None  # GSM8K as smoke scored it (share correct, Wilson 95%)
     probes: list[Probe] = []
@@ -182,6 +195,7 @@ def markdown(report: DecideReport) -> str:
         lines += [f"- **{r.variant}** ({r.failed_gate}): {r.reason}; evidence: "
                   + ", ".join(_link(path, Path(path).name) for path in r.evidence)
                   for r in out]
+    lines += _resolved_lines(report)
     lines += ["", "## Latency and throughput", "",
               "TPOT is per output token (a speculative step that yields three tokens counts "
               "three); accept length is the server's own `sglang:spec_accept_length` (MTP "
@@ -208,3 +222,26 @@ def markdown(report: DecideReport) -> str:
               "sparse attention differ past index_topk tokens by design, so such pairs are "
               "not compared.", ""]
     return "\n".join(lines)
+
+
+def _resolved_lines(report: DecideReport) -> list[str]:
+    """Per variant, what its release resolves for each checked setting beside what the server
+    said (verify's checks; the expectation's source names the record it came from)."""
+    shown = [r for r in report.variants if r.resolved]
+    if not shown:
+        return []
+    lines = ["", "## What sglang resolves, and what the server said", "",
+             "Expected values come from the variant's `opsctl profile resolve` record (sglang's "
+             "own resolution, run offline), its `expect`, or the release facts; the server's come "
+             "from its /server_info and /model_info.", "",
+             "| variant | setting | expected | from | server said | status |",
+             "|---|---|---|---|---|---|"]
+    for r in shown:
+        lines += [f"| {_cell(r.variant)} | {_cell(f.field)} | {_cell(_value(f.expected))} | "
+                  f"{_cell(f.source)} | {_cell(_value(f.served))} | {_cell(f.status)} |"
+                  for f in r.resolved]
+    return lines
+
+
+def _value(value: Any) -> str:
+    return "-" if value is None else str(value)

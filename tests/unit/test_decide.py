@@ -228,6 +228,10 @@ def test_the_variant_free_of_failures_at_the_highest_level_wins(tmp_path: Path) 
     assert f"**{report.recommendation}**" in page
     assert "[smoke](01-baseline/smoke.json) [bench](01-baseline/bench.json)" in page
     assert "| native | 8 | 19.00 |" in page
+    # What the release resolves beside what the server said, per variant, from verify's checks.
+    assert "## What sglang resolves, and what the server said" in page
+    assert "| baseline | tp_size | 8 | argv | 8 | ok |" in page
+    assert records["baseline"].resolved[0].field == "tp_size"
 
 
 def test_a_disagreement_is_evidence_not_a_disqualification(tmp_path: Path) -> None:
