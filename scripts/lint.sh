@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 .venv/bin/ruff check opsctl tests bench scripts
 .venv/bin/mypy opsctl
 .venv/bin/python scripts/cli_reference.py --check
+.venv/bin/python scripts/variant_table.py --check
+.venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache
 too_long=$(find opsctl -name '*.py' -exec wc -l {} + | awk '$2 != "total" && $1 > 400 {print $2 " (" $1 " lines)"}')
 if [ -n "$too_long" ]; then
   echo "modules over 400 lines:" >&2

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from opsctl.config import releases
+from opsctl.config import releases, resolve
 from opsctl.config.profiles import Deployment, Profile, check_argv, release_findings
 
 
@@ -74,3 +74,43 @@ def show(profile: Profile, variant: str | None = None) -> ProfileShow:
         argv=check_argv(deployment),
         variants=[summary(profile.resolve(name)) for name in [deployment.variant, *others]],
     )
+
+
+# --- the README's variant table, generated from the `profile resolve` records -------------------
+
+VARIANT_TABLE_BEGIN = "<!-- variant-table: generated from sglang-args/<version>/resolved/ by " \
+    "scripts/variant_table.py; a unit test compares -->"
+VARIANT_TABLE_END = "<!-- /variant-table -->"
+_UNRESOLVED = "(no current record: run `opsctl profile resolve --write-records`)"
+
+
+def variant_table(profile: Profile) -> str:
+    """One row per variant: what its release's own resolution recorded (attention, DSA backends,
+    KV dtype and row, prefill CUDA graph, speculation) beside what opsctl adds (the patch)."""
+    rows = ["| variant | sglang | attention | DSA prefill / decode | KV cache | prefill CUDA graph "
+            "| speculative | patch |", "|---|---|---|---|---|---|---|---|"]
+    for name in profile.variants:
+        deployment = profile.resolve(name)
+        found = resolve.current_record(deployment)
+        patch = "on" if deployment.patched else (
+            "refused" if deployment.server.speculative_algorithm else "off")
+        if found is None:
+            rows.append(f"| `{name}` | {deployment.image.sglang_version} | {_UNRESOLVED} | | | | | "
+                        f"{patch} |")
+            continue
+        info, row = found[0]["server_info"], found[0].get("kv_row") or {}
+        kv_row = f", {row['bytes']}-byte rows" if row.get("bytes") else ""
+        graph = "off" if info["prefill CUDA graph disabled"] else str(info["prefill CUDA-graph backend"])
+        speculative = "-" if info["speculative algorithm"] is None else (
+            f"{info['speculative algorithm']} {info['speculative steps']}/"
+            f"{info['speculative EAGLE top-k']}/{info['speculative draft tokens']}")
+        rows.append(f"| `{name}` | {deployment.image.sglang_version} | {info['attention backend']} | "
+                    f"{info['DSA prefill backend']} / {info['DSA decode backend']} | "
+                    f"{info['KV cache dtype']}{kv_row} | {graph} | {speculative} | {patch} |")
+    return "\n".join(rows)
+
+
+def replace_variant_table(text: str, table: str) -> str:
+    """`text` (the README) with the block between the markers replaced by `table`."""
+    begin, end = text.index(VARIANT_TABLE_BEGIN), text.index(VARIANT_TABLE_END)
+    return text[:begin] + VARIANT_TABLE_BEGIN + "\n" + table + "\n" + text[end:]
