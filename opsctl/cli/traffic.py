@@ -83,11 +83,12 @@ def smoke(
 
     from opsctl.core.files import check_output_path
     from opsctl.core.httpcap import checked_base_url
+    from opsctl.core.redact import api_key_from_env
     from opsctl.core.reports import REPORTS_DIR
     from opsctl.observe.metrics import push_report
     from opsctl.traffic import app as traffic
     from opsctl.traffic import view
-    from opsctl.traffic.client import api_key_from_env, make_client, parse_api
+    from opsctl.traffic.client import make_client, parse_api
     from opsctl.traffic.evals.dataset import load_gsm8k
     from opsctl.traffic.smoke_evals import eval_request
 
@@ -188,6 +189,7 @@ def bench(
     from pathlib import Path
 
     from opsctl.core.files import check_output_path
+    from opsctl.core.redact import api_key_from_env
     from opsctl.core.reports import REPORTS_DIR
     from opsctl.observe.metrics import push_report
     from opsctl.traffic import app as traffic
@@ -198,7 +200,7 @@ def bench(
         parse_goodput,
         parse_variants,
     )
-    from opsctl.traffic.client import api_key_from_env, make_client, parse_api
+    from opsctl.traffic.client import make_client, parse_api
     from opsctl.traffic.driver_sglang import SglangBench
     from opsctl.traffic.drivers import SGLANG_BENCH, parse_driver
     from opsctl.traffic.workloads import WorkloadSpec, parse_dataset_name

@@ -20,7 +20,6 @@ from opsctl.config.profile_checks import (
     env_names,
     no_literal_secrets,
 )
-from opsctl.config.sloconfig import Slo as Slo  # re-exported: profiles.py imports it here
 
 # The runtime switch the gather-then-cast patch reads: "1" takes the patched path, anything
 # else the stock one, so one image serves both `baseline` and `gathercast`. Rendered from the

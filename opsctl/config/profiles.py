@@ -36,11 +36,11 @@ from opsctl.config.profile_models import (
     ModelSpec,
     Readiness,
     ServerSettings,
-    Slo,
     StrictModel,
     Variant,
 )
 from opsctl.config.profile_yaml import Lines, parse_yaml, read_profile, schema_error, where
+from opsctl.config.sloconfig import Slo
 from opsctl.config.support import variant_support_problem
 from opsctl.core.errors import ProfileError, UsageError
 from opsctl.core.paths import project_root

@@ -44,7 +44,7 @@ import httpx
 from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import LaunchError, OpsctlError, UsageError, stop_reason
 from opsctl.core.httpcap import checked_base_url
-from opsctl.core.redact import mask_secret, redact, redact_model, redact_userinfo
+from opsctl.core.redact import API_KEY_ENV, mask_secret, redact, redact_model, redact_userinfo
 from opsctl.traffic.arrival import Arrival
 from opsctl.traffic.bench_report import (
     BenchConfig,
@@ -52,7 +52,7 @@ from opsctl.traffic.bench_report import (
     ClientInfo,
     VariantResult,
 )
-from opsctl.traffic.client import API_KEY_ENV, Api, ClientFactory, make_client
+from opsctl.traffic.client import Api, ClientFactory, make_client
 from opsctl.traffic.drivers import OPSCTL, SweepDriver
 from opsctl.traffic.levels import (
     CUT_SHORT,

@@ -23,9 +23,8 @@ from typing import Any
 import httpx
 
 from opsctl.config.sloconfig import Slo
-from opsctl.core.redact import redact_model
+from opsctl.core.redact import API_KEY_ENV, mask_secret, redact, redact_model
 from opsctl.traffic.client import (
-    API_KEY_ENV,
     Api,
     ClientFactory,
     RequestResult,
@@ -34,8 +33,6 @@ from opsctl.traffic.client import (
     endpoint,
     generate,
     make_client,
-    mask_secret,
-    redact,
     request_body,
     stream_generate,
 )

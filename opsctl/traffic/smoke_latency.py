@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from opsctl.config import sloconfig
-from opsctl.traffic.client import RequestResult, redact
+from opsctl.core.redact import redact
+from opsctl.traffic.client import RequestResult
 from opsctl.traffic.smoke_report import CheckStatus, ObjectiveRecord, SloRecord, StreamRecord
 from opsctl.traffic.stats import itl_note, percentile
 

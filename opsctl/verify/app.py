@@ -18,8 +18,9 @@ import httpx
 from opsctl.config.profiles import Deployment, to_argv
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.errors import LaunchError, UsageError
+from opsctl.core.redact import API_KEY_ENV
 from opsctl.kernels.kv_gather_cast import parse_marker
-from opsctl.traffic.client import API_KEY_ENV, ServerUnreachable
+from opsctl.traffic.client import ServerUnreachable
 from opsctl.verify import checks
 from opsctl.verify.checks import FieldCheck
 from opsctl.verify.facts import Value, facts_for

@@ -14,7 +14,7 @@ import pytest
 from fakes import FakeEngine
 
 from opsctl.core.errors import EXIT_USAGE, BuildError, LaunchError, UsageError
-from opsctl.engine import dockerimages
+from opsctl.engine import dockerpy as dockerimages
 from opsctl.engine.api import BuildEvent
 from opsctl.image import registry, trust
 from opsctl.image.build import BuildResult

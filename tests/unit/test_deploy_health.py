@@ -21,7 +21,7 @@ from opsctl.core.errors import EXIT_DAEMON, DaemonUnreachable, ProfileError
 from opsctl.core.paths import project_root
 from opsctl.deploy import app, view
 from opsctl.engine.api import LogRotation
-from opsctl.engine.dockercalls import LOG_FRAME_HEADER, answering, create_kwargs, read_exactly
+from opsctl.engine.dockerpy import LOG_FRAME_HEADER, answering, create_kwargs, read_exactly
 
 SIM = load_profile("sim")
 GLM = load_profile("glm5-nvfp4-rtx6000")
