@@ -63,7 +63,7 @@ class ImageSpec(StrictModel):
     repository: str = Field(description="Name of the image opsctl builds (the tag is a content hash).")
     base: str = Field(description="Base image, pinned by tag; its digest is locked at first build.")
     sglang_version: str = Field(description="Pinned sglang release: flags, patch set and checks follow it.")
-    dockerfile: str = "dockerfiles/Dockerfile"
+    dockerfile: str = "docker/Dockerfile"
     build_args: dict[str, str] = Field(default_factory=dict)
 
     _base_has_tag = field_validator("base")(_tagged)

@@ -1,4 +1,4 @@
-"""Where opsctl finds its project files (deploy/, dockerfiles/, patches/,
+"""Where opsctl finds its project files (deploy/, docker/, patches/,
 sglang-args/, monitoring/).
 
 opsctl runs from a checkout (installed editable); OPSCTL_PROJECT_DIR points elsewhere.

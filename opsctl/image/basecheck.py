@@ -5,7 +5,7 @@ A missing base is BuildError (exit 3) naming the tag, the `docker pull` to run a
 alternatives (opsctl never pulls): the documented `lmsysorg/sglang:v<version>-cu130` scheme
 names tags that may not be published (v0.5.23-cu130 was not found), so `--base-image` takes a
 local image that holds the pinned sglang instead. What the build checks in such a base
-(dockerfiles/Dockerfile, then imagecheck in a throwaway container): python3; the installed
+(docker/Dockerfile, then imagecheck in a throwaway container): python3; the installed
 sglang distribution's version equals the pinned one; GNU patch; every file the patch set
 changes has the upstream sha256 the manifest records (so its sglang source is that release's,
 unmodified); after the build, the patched files' sha256, their checked-hash .pyc and the

@@ -39,7 +39,7 @@ DEBIAN_REPOSITORY = "opsctl/debian-base"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_BASE = f"{DEBIAN_REPOSITORY}:{DEBIAN_SUITE}"
 STANDIN_REPOSITORY = "opsctl/sglang-standin"
-STANDIN_DOCKERFILE = "dockerfiles/sglang-standin.Dockerfile"
+STANDIN_DOCKERFILE = "docker/sglang-standin.Dockerfile"
 # python3-pip is here so images can install wheels staged from the host (never from an index).
 DEBIAN_PACKAGES = ("python3", "python3-pip", "patch", "ca-certificates")
 # opsctl.role values of the two local bases (a rebuilt one may be re-locked: see lock.py)

@@ -248,7 +248,7 @@ def test_patch_that_no_longer_applies(locks: dict[str, str], standins: None, pro
 
 
 def test_failing_build_step(locks: dict[str, str], standins: None, project_copy: Path) -> None:
-    dockerfile = project_copy / "dockerfiles" / "Dockerfile"
+    dockerfile = project_copy / "docker" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text() +
                           '\nRUN echo "opsctl: planted step failure" >&2 && exit 7\n')
     before = all_image_ids()
@@ -262,7 +262,7 @@ def test_post_build_mismatch_removes_the_image(locks: dict[str, str], standins: 
                                                project_copy: Path) -> None:
     # A step after the in-build checks changes a patched file: only the post-build verification
     # in a throwaway container of the finished image can notice.
-    dockerfile = project_copy / "dockerfiles" / "Dockerfile"
+    dockerfile = project_copy / "docker" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text() +
                           f"\nRUN echo '# late drift' >> /usr/local/lib/python3.11/dist-packages/{PATCHED}\n")
     before_repo = images_of("opsctl/sglang-glm5")

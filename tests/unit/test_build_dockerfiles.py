@@ -13,7 +13,7 @@ import pytest
 from opsctl.core.paths import project_root
 
 DOCKERFILES = [
-    "dockerfiles/Dockerfile", "dockerfiles/sim.Dockerfile", "dockerfiles/sglang-standin.Dockerfile",
+    "docker/Dockerfile", "docker/sim.Dockerfile", "docker/sglang-standin.Dockerfile",
 ]
 SECRETISH = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|CREDENTIAL", re.I)
 # A build that fetches anything at build time: package managers, indexes, URLs.
@@ -57,7 +57,7 @@ def test_nothing_is_downloaded_during_the_build(name: str) -> None:
 
 
 def test_the_patch_runs_before_the_metadata_env_and_the_base_is_an_arg() -> None:
-    lines = instructions(project_root() / "dockerfiles" / "Dockerfile")
+    lines = instructions(project_root() / "docker" / "Dockerfile")
     # No default base: opsctl always passes the locked digest, a bare `docker build` fails.
     assert lines[0] == "ARG BASE_IMAGE" and lines[1] == "FROM ${BASE_IMAGE}"
     apply_at = next(i for i, line in enumerate(lines) if "patchset.py apply" in line)

@@ -39,7 +39,7 @@ def sglang_profile(**image: Any) -> Profile:
     sim = load_profile("sim")
     spec = sim.image.model_copy(update={
         "kind": "sglang", "repository": "opsctl/test-sglang", "base": "lmsysorg/sglang:v0.5.23-cu130",
-        "dockerfile": "dockerfiles/Dockerfile", **image,
+        "dockerfile": "docker/Dockerfile", **image,
     })
     return sim.model_copy(update={"name": "unit-sglang", "image": spec})
 
