@@ -123,3 +123,51 @@ def wait_http_ok(url: str, process: subprocess.Popen[bytes], log: Path, deadline
             pass
         time.sleep(0.2)
     raise TimeoutError(f"{url} not ready:\n{log.read_text()[-3000:]}")
+
+
+# --- a simulator profile of this test's own: never the user's `sim` server -----------------------
+
+
+@pytest.fixture()
+def own_sim(tmp_path: Path, free_port: Callable[[], int]) -> Iterator[tuple[Path, str]]:
+    """(path, name) of a throwaway copy of deploy/sim.yaml with its own name and port, so a test
+    that runs `up`/`down` never touches the `sim` server a user (or the quickstart) left running;
+    afterwards only this copy's containers are removed."""
+    from simprofile import remove_containers, sim_profile_data, write_profile
+
+    data, name = sim_profile_data("it-sim", free_port())
+    yield write_profile(data, tmp_path), name
+    remove_containers(name)
+
+
+# --- what was here before the tests stays: a test removes only what it created -----------------
+
+
+def _containers_now() -> dict[str, str] | None:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        return {c.id: c.name for c in client.containers.list(all=True)}
+    except Exception:  # noqa: BLE001 - no engine here: nothing to guard
+        return None
+
+
+_BEFORE: dict[str, str] | None = None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    global _BEFORE
+    _BEFORE = _containers_now()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nothing_foreign_removed() -> Iterator[None]:
+    """Fails the run when a container that existed before the tests started (a user's server,
+    the quickstart's `opsctl-sim`) is gone after them: tests remove only what they created."""
+    yield
+    after = _containers_now()
+    if _BEFORE is None or after is None:
+        return
+    gone = sorted(name for cid, name in _BEFORE.items() if cid not in after)
+    assert not gone, f"the tests removed containers they did not create: {', '.join(gone)}"

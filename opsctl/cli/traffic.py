@@ -179,6 +179,9 @@ def bench(
     goodput: Annotated[list[str] | None, typer.Option(
         "--goodput", help="A good request's limit, ttft:MS or tpot:MS (repeatable; "
         "sglang.bench_serving's keys). Default: the profile's SLO; neither: no goodput.")] = None,
+    image: Annotated[str | None, typer.Option(
+        "--image", help="Run every --variants variant on this image instead of the one "
+        "`opsctl build` made (as `up --image`).")] = None,
 ) -> None:
     """Concurrency sweep per variant: TTFT/ITL/TPOT/E2E percentiles, goodput, throughput.
 
@@ -223,7 +226,8 @@ def bench(
         ignore_eos=ignore_eos, request_rate=request_rate, duration_s=duration, workload=workload,
         client_workers=client_workers, slo=parse_goodput(goodput or []),
     )
-    result = traffic.bench(request, launcher=ProfileLauncher, push=push_report,
+    result = traffic.bench(request, launcher=lambda loaded: ProfileLauncher(loaded, image),
+                           push=push_report,
                            plot=view.write_plots, client_factory=make_client,
                            progress=lambda: view.live_progress(console),
                            driver=SglangBench(serving_container) if chosen == SGLANG_BENCH else None)
@@ -270,8 +274,9 @@ def serving_container(base_url: str) -> ServingContainer:
 class ProfileLauncher:
     """`up` a variant for bench and `down` it afterwards, unless it was already up before."""
 
-    def __init__(self, profile: Profile) -> None:
+    def __init__(self, profile: Profile, image: str | None = None) -> None:
         self.profile = profile
+        self.image = image  # None: the image `opsctl build` made for each variant
         self.started: set[str] = set()
 
     def up(self, variant: str) -> str:
@@ -279,8 +284,9 @@ class ProfileLauncher:
         from opsctl.engine.dockerpy import connect
         from opsctl.image.plan import expected_image
 
+        image = self.image
         running = deploy_app.up(self.profile.resolve(variant), engine=connect(),
-                                image_for=expected_image)
+                                image_for=(lambda _: image) if image else expected_image)
         if not running.already_up:
             self.started.add(variant)
         return running.base_url

@@ -82,19 +82,19 @@ def test_exec_in_a_stopped_container_is_a_launch_error(
         engine.exec(info.id, ["true"], env={}, timeout_seconds=30, max_output_bytes=100)
 
 
-def test_bench_sglang_driver_runs_in_the_launched_container(opsctl, sim_image: str,
+def test_bench_sglang_driver_runs_in_the_launched_container(opsctl, sim_image: str, own_sim,
                                                            tmp_path) -> None:
     """The whole wiring on the real engine: bench launches the variant, finds its container by
     the published port and runs bench_serving there through `exec`. The simulator image has no
     sglang, so the level fails with bench_serving's own words (exit 5)."""
-    opsctl("down", "--profile", "sim")
     out = tmp_path / "bench"
     try:
-        bench = opsctl("bench", "--profile", "sim", "--variants", "gathercast", "--driver",
+        bench = opsctl("bench", "--profile", str(own_sim[0]), "--image", sim_image,
+                       "--variants", "gathercast", "--driver",
                        "sglang-bench", "--dataset-name", "random", "--concurrency", "1",
                        "--requests", "2", "--out", str(out), timeout=600)
     finally:
-        opsctl("down", "--profile", "sim")
+        opsctl("down", "--profile", str(own_sim[0]))
     assert bench.returncode == EXIT_SMOKE, bench.stdout + bench.stderr
     report = json.loads((out / "bench.json").read_text())
     assert report["config"]["driver"] == "sglang-bench"

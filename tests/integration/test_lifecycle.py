@@ -15,11 +15,11 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import docker
 import httpx
 import pytest
 import yaml
 
+import docker
 from opsctl.core.errors import EXIT_DAEMON, EXIT_LAUNCH
 from opsctl.core.paths import project_root
 
@@ -101,11 +101,15 @@ def test_replace_swaps_the_variant(opsctl, sim_image: str, profile_factory, clie
     assert container.labels["opsctl.variant"] == "bf16kv"
 
 
-def test_down_never_touches_foreign_containers(opsctl, sim_image: str, client) -> None:
+def test_down_never_touches_foreign_containers(opsctl, sim_image: str, client, profile_factory) -> None:
+    # `down --profile` of this test's own profile: a bare `opsctl down` would also remove a server
+    # the user left running (the quickstart's), which a test must never touch.
+    path, _, _ = profile_factory()
+    assert opsctl("up", "--profile", str(path), "--variant", "baseline", "--image", sim_image).returncode == 0
     name = f"foreign-{uuid.uuid4().hex[:6]}"
     foreign = client.containers.create(sim_image, command=["sleep", "30"], name=name)
     try:
-        assert opsctl("down").returncode == 0
+        assert opsctl("down", "--profile", str(path)).returncode == 0
         foreign.reload()
         assert foreign.status == "created"
     finally:

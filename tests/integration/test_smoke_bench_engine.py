@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import docker
 import pytest
 
+import docker
 from opsctl.core.errors import EXIT_LAUNCH
 
 pytestmark = pytest.mark.docker
@@ -18,36 +18,33 @@ def _servers(profile: str) -> list:
     return docker.from_env().containers.list(all=True, filters={"label": f"opsctl.profile={profile}"})
 
 
-@pytest.fixture()
-def sim_down(opsctl):
-    opsctl("down", "--profile", "sim")
-    yield
-    opsctl("down", "--profile", "sim")
-
-
-def test_smoke_finds_the_running_profile_by_label(opsctl, sim_image: str, sim_down, tmp_path: Path) -> None:
-    up = opsctl("up", "--profile", "sim", "--variant", "gathercast")
+def test_smoke_finds_the_running_profile_by_label(opsctl, sim_image: str, own_sim, tmp_path: Path) -> None:
+    path = str(own_sim[0])
+    up = opsctl("up", "--profile", path, "--variant", "gathercast", "--image", sim_image)
     assert up.returncode == 0, up.stderr
     report_path = tmp_path / "smoke.json"
-    smoke = opsctl("smoke", "--profile", "sim", "--variant", "gathercast", "--json", str(report_path))
+    smoke = opsctl("smoke", "--profile", path, "--variant", "gathercast", "--json", str(report_path))
     assert smoke.returncode == 0, smoke.stdout + smoke.stderr
     report = json.loads(report_path.read_text())
     assert report["passed"] is True and report["variant"] == "gathercast"
     assert report["model"]["served_name"] == "glm-5"
 
 
-def test_smoke_without_a_running_server_is_exit_4(opsctl, sim_image: str, sim_down) -> None:
-    smoke = opsctl("smoke", "--profile", "sim")
+def test_smoke_without_a_running_server_is_exit_4(opsctl, sim_image: str, own_sim) -> None:
+    smoke = opsctl("smoke", "--profile", str(own_sim[0]))
     assert smoke.returncode == EXIT_LAUNCH, smoke.stderr
     assert "opsctl up" in smoke.stderr
 
 
-def test_bench_brings_each_variant_up_and_down(opsctl, sim_image: str, sim_down, tmp_path: Path) -> None:
+def test_bench_brings_each_variant_up_and_down(opsctl, sim_image: str, own_sim, tmp_path: Path) -> None:
+    path, name = own_sim
     out = tmp_path / "bench"
     bench = opsctl(
         "bench",
         "--profile",
-        "sim",
+        str(path),
+        "--image",
+        sim_image,
         "--variants",
         "baseline,gathercast",
         "--concurrency",
@@ -69,4 +66,4 @@ def test_bench_brings_each_variant_up_and_down(opsctl, sim_image: str, sim_down,
     assert report["failed_requests"] == 0
     for name in ("bench.md", "tpot.png", "throughput.png"):
         assert (out / name).stat().st_size > 0
-    assert _servers("sim") == []
+    assert _servers(name) == []

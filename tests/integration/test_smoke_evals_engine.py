@@ -12,20 +12,14 @@ import pytest
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture()
-def sim_down(opsctl):
-    opsctl("down", "--profile", "sim")
-    yield
-    opsctl("down", "--profile", "sim")
-
-
 def test_long_context_probes_pass_on_the_profile_container(
-    opsctl, sim_image: str, sim_down, tmp_path: Path
+    opsctl, sim_image: str, own_sim: tuple[Path, str], tmp_path: Path
 ) -> None:
-    up = opsctl("up", "--profile", "sim", "--variant", "baseline")
+    path = str(own_sim[0])
+    up = opsctl("up", "--profile", path, "--variant", "baseline", "--image", sim_image)
     assert up.returncode == 0, up.stderr
     report_path = tmp_path / "smoke.json"
-    smoke = opsctl("smoke", "--profile", "sim", "--long-context", "--json", str(report_path))
+    smoke = opsctl("smoke", "--profile", path, "--long-context", "--json", str(report_path))
     assert smoke.returncode == 0, smoke.stdout + smoke.stderr
     report = json.loads(report_path.read_text())
     assert [p["name"] for p in report["long_context"]] == [
