@@ -37,43 +37,75 @@ def write_tokenizer(out: Path) -> int:
     vocab = _vocab()
     tok = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(vocab)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
-                                   eos_token="</s>")
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
     fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
     fast.save_pretrained(out)
     return len(vocab)
 
 
 MLA = {  # the MLA shapes flashinfer's MLA kernels take (DeepSeek-V2/V3 and GLM-5 alike)
-    "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+    "kv_lora_rank": 512,
+    "qk_rope_head_dim": 64,
+    "qk_nope_head_dim": 128,
+    "v_head_dim": 128,
 }
 
 
 def mla_config(vocab: int) -> dict:
     return {
-        "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2",
-        "vocab_size": vocab, "hidden_size": 512, "intermediate_size": 1024,
-        "moe_intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 16,
-        "num_key_value_heads": 16, "n_shared_experts": 1, "n_routed_experts": 8,
-        "num_experts_per_tok": 2, "routed_scaling_factor": 1.0, "topk_method": "greedy",
-        "n_group": 1, "topk_group": 1, "scoring_func": "softmax", "norm_topk_prob": False,
-        "moe_layer_freq": 1, "first_k_dense_replace": 1, "q_lora_rank": None, **MLA,
-        "hidden_act": "silu", "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
-        "rope_theta": 10000.0, "rope_scaling": None, "attention_bias": False,
-        "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
-        "torch_dtype": "bfloat16", "initializer_range": 0.02,
+        "architectures": ["DeepseekV2ForCausalLM"],
+        "model_type": "deepseek_v2",
+        "vocab_size": vocab,
+        "hidden_size": 512,
+        "intermediate_size": 1024,
+        "moe_intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "n_shared_experts": 1,
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "routed_scaling_factor": 1.0,
+        "topk_method": "greedy",
+        "n_group": 1,
+        "topk_group": 1,
+        "scoring_func": "softmax",
+        "norm_topk_prob": False,
+        "moe_layer_freq": 1,
+        "first_k_dense_replace": 1,
+        "q_lora_rank": None,
+        **MLA,
+        "hidden_act": "silu",
+        "max_position_embeddings": 32768,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": "bfloat16",
+        "initializer_range": 0.02,
     }
 
 
 def glm5_config(vocab: int) -> dict:
     cfg = mla_config(vocab)
-    cfg.update({
-        "architectures": ["GlmMoeDsaForCausalLM"], "model_type": "glm_moe_dsa",
-        "q_lora_rank": 256, "topk_method": "noaux_tc", "scoring_func": "sigmoid",
-        "norm_topk_prob": True, "routed_scaling_factor": 2.5,
-        # the DSA indexer: a top-k small enough that it really selects beyond 64 tokens
-        "index_topk": 64, "index_head_dim": 128, "index_n_heads": 4,
-    })
+    cfg.update(
+        {
+            "architectures": ["GlmMoeDsaForCausalLM"],
+            "model_type": "glm_moe_dsa",
+            "q_lora_rank": 256,
+            "topk_method": "noaux_tc",
+            "scoring_func": "sigmoid",
+            "norm_topk_prob": True,
+            "routed_scaling_factor": 2.5,
+            # the DSA indexer: a top-k small enough that it really selects beyond 64 tokens
+            "index_topk": 64,
+            "index_head_dim": 128,
+            "index_n_heads": 4,
+        }
+    )
     return cfg
 
 
@@ -81,7 +113,8 @@ def _tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
     h, heads = cfg["hidden_size"], cfg["num_attention_heads"]
     qk = cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
     shapes: dict[str, tuple[int, ...]] = {
-        "model.embed_tokens.weight": (cfg["vocab_size"], h), "model.norm.weight": (h,),
+        "model.embed_tokens.weight": (cfg["vocab_size"], h),
+        "model.norm.weight": (h,),
         "lm_head.weight": (cfg["vocab_size"], h),
     }
     for i in range(cfg["num_hidden_layers"]):
@@ -97,8 +130,10 @@ def _tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
             shapes[a + "q_b_proj.weight"] = (heads * qk, cfg["q_lora_rank"])
         shapes[a + "kv_a_proj_with_mqa.weight"] = (cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"], h)
         shapes[a + "kv_a_layernorm.weight"] = (cfg["kv_lora_rank"],)
-        shapes[a + "kv_b_proj.weight"] = (heads * (cfg["qk_nope_head_dim"] + cfg["v_head_dim"]),
-                                          cfg["kv_lora_rank"])
+        shapes[a + "kv_b_proj.weight"] = (
+            heads * (cfg["qk_nope_head_dim"] + cfg["v_head_dim"]),
+            cfg["kv_lora_rank"],
+        )
         shapes[a + "o_proj.weight"] = (h, heads * cfg["v_head_dim"])
         if "index_topk" in cfg:
             ix = a + "indexer."
@@ -110,8 +145,13 @@ def _tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
         m = p + "mlp."
         if i < cfg["first_k_dense_replace"]:
             inter = cfg["intermediate_size"]
-            shapes.update({m + "gate_proj.weight": (inter, h), m + "up_proj.weight": (inter, h),
-                           m + "down_proj.weight": (h, inter)})
+            shapes.update(
+                {
+                    m + "gate_proj.weight": (inter, h),
+                    m + "up_proj.weight": (inter, h),
+                    m + "down_proj.weight": (h, inter),
+                }
+            )
             continue
         inter = cfg["moe_intermediate_size"]
         shapes[m + "gate.weight"] = (cfg["n_routed_experts"], h)
@@ -119,12 +159,21 @@ def _tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
             shapes[m + "gate.e_score_correction_bias"] = (cfg["n_routed_experts"],)
         for e in range(cfg["n_routed_experts"]):
             x = f"{m}experts.{e}."
-            shapes.update({x + "gate_proj.weight": (inter, h), x + "up_proj.weight": (inter, h),
-                           x + "down_proj.weight": (h, inter)})
+            shapes.update(
+                {
+                    x + "gate_proj.weight": (inter, h),
+                    x + "up_proj.weight": (inter, h),
+                    x + "down_proj.weight": (h, inter),
+                }
+            )
         s = inter * cfg["n_shared_experts"]
-        shapes.update({m + "shared_experts.gate_proj.weight": (s, h),
-                       m + "shared_experts.up_proj.weight": (s, h),
-                       m + "shared_experts.down_proj.weight": (h, s)})
+        shapes.update(
+            {
+                m + "shared_experts.gate_proj.weight": (s, h),
+                m + "shared_experts.up_proj.weight": (s, h),
+                m + "shared_experts.down_proj.weight": (h, s),
+            }
+        )
     return shapes
 
 
@@ -147,8 +196,9 @@ def write_model(out: Path, kind: str, seed: int = 0) -> Path:
         tensors[name] = t.to(torch.bfloat16).contiguous()
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    (out / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": 1, "eos_token_id": 2, "do_sample": False}) + "\n")
+    (out / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": 1, "eos_token_id": 2, "do_sample": False}) + "\n"
+    )
     return out
 
 

@@ -4,13 +4,13 @@
 #   run (kind nvidia-h200, carry .devcarry):  bash .devcarry/overlay/bench/run_sglang_gpu.sh
 # .devcarry/bundle holds bench/sglang_bundle.py's parts; .devcarry/overlay the files of the
 # branch that the shipped tree lacks (copied over it first). PHASES (env) picks what runs:
-# install,patch,model,serve,fixtures,verify,smoke,bench,trace (default: all).
+# install,patch,model,serve,fixtures,verify,smoke,tests,bench,metrics,trace,glm5 (default: all).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 T0=$(date +%s)
 DEADLINE=${DEADLINE:-560}            # seconds after start; a call is killed at 600
 OUT="${OUT:-/tmp/out}"; RES=/tmp/res; mkdir -p "$OUT" "$RES"
-PHASES=${PHASES:-install,patch,model,serve,fixtures,verify,smoke,bench,trace}
+PHASES=${PHASES:-install,patch,model,serve,fixtures,verify,smoke,tests,bench,metrics,trace,glm5}
 PROFILE=bench/sglang_bundle/tiny-mla-h200.yaml
 left() { echo $(( DEADLINE - ($(date +%s) - T0) )); }
 has() { [[ ",$PHASES," == *",$1,"* ]]; }
@@ -115,10 +115,21 @@ if has smoke; then
   timeout 120 $OPS smoke -p $PROFILE -v gathercast --base-url $G --json "$RES/smoke-gathercast.json" --compare-with "$RES/smoke-baseline.json" > "$RES/smoke-gathercast.txt" 2>&1
   log "smoke gathercast (compare-with baseline) rc=$?"; tail -15 "$RES/smoke-gathercast.txt"
 fi
+if has tests; then
+  OPSCTL_SGLANG_BASELINE=$B OPSCTL_SGLANG_GATHERCAST=$G OPSCTL_SGLANG_LOGS=/tmp timeout 120 \
+    python3 -m pytest -m gpu_sglang tests/gpu/test_sglang_server_gpu.py -v -p no:cacheprovider --noconftest \
+    > "$RES/gpu_sglang_tests.log" 2>&1
+  log "gpu-sglang tests rc=$?"; tail -12 "$RES/gpu_sglang_tests.log"
+fi
 if has bench && [ "$(left)" -gt 120 ]; then
   timeout $(( $(left) - 60 )) $OPS bench -p $PROFILE --variants baseline,gathercast --base-url baseline=$B --base-url gathercast=$G \
     --concurrency 1,16,64 --output-tokens 128 --input-words 256 --out "$RES/bench" > "$RES/bench.txt" 2>&1
   log "bench rc=$?"; tail -30 "$RES/bench.txt"
+fi
+if has metrics; then
+  for v in baseline gathercast; do url=$B; [ $v = gathercast ] && url=$G
+    curl -sf -m 10 "$url/metrics" > "$RES/fixtures/metrics.after-bench.$v.txt"; done
+  log "metrics after bench saved"
 fi
 if has trace && [ "$(left)" -gt 60 ]; then
   for v in baseline gathercast; do
@@ -128,5 +139,21 @@ if has trace && [ "$(left)" -gt 60 ]; then
       --wait 60 --out "$RES/trace-$v" > "$RES/trace-$v.txt" 2>&1
     log "trace $v rc=$?"; tail -12 "$RES/trace-$v.txt"
   done
+fi
+if has glm5 && [ "$(left)" -gt 90 ]; then
+  # The GLM-5-shaped DSA model on 0.5.15's own path (no attention backend given; FP8 KV): what it
+  # resolves and whether it serves. Bounded by the deadline; its log is the result either way.
+  python3 bench/make_tiny_models.py --out /tmp/models --kind glm5 >> "$RES/run.log" 2>&1
+  GARGV="python3 -m sglang.launch_server --model-path /tmp/models/tiny-glm5 --served-model-name tiny-glm5 --host 127.0.0.1 --port 30002 --kv-cache-dtype fp8_e4m3 --mem-fraction-static 0.3 --max-total-tokens 200000 --cuda-graph-max-bs-decode 8 --max-running-requests 8 --grammar-backend none --disable-radix-cache"
+  echo "$GARGV" > "$RES/argv-glm5.txt"; log "starting glm5: $GARGV"
+  setsid bash -c "exec $GARGV" > /tmp/server-glm5.log 2>&1 < /dev/null & echo $! > /tmp/server-glm5.pid
+  if wait_ready glm5 30002; then
+    curl -sf -m 10 http://127.0.0.1:30002/server_info > "$RES/fixtures/server_info.glm5.txt"
+    curl -sf -m 60 http://127.0.0.1:30002/v1/completions -H 'Content-Type: application/json' \
+      -d '{"model":"tiny-glm5","prompt":"Request 0: time year people way","max_tokens":8,"temperature":0}' > "$RES/glm5-completion.json"
+    log "glm5 served: $(head -c 300 "$RES/glm5-completion.json")"
+  fi
+  grep -E "DSA|dsa|backend|rror" /tmp/server-glm5.log | cut -c1-400 | head -40 > "$RES/glm5-resolved.txt"
+  tail -c 200000 /tmp/server-glm5.log > "$RES/server-glm5.log"
 fi
 log "done; $(left)s left"

@@ -64,11 +64,19 @@ def main() -> int:
     parser.add_argument("--emu", type=Path, action="append", default=[])
     parser.add_argument("--stub", action="append", default=[])
     parser.add_argument("--module", action="append", default=[])
-    parser.add_argument("--scoped-stub", action="append", default=[],
-                        help="a placeholder served only inside the --stub-importer modules (as on the device)")
+    parser.add_argument(
+        "--scoped-stub",
+        action="append",
+        default=[],
+        help="a placeholder served only inside the --stub-importer modules (as on the device)",
+    )
     parser.add_argument("--stub-importer", action="append", default=[])
-    parser.add_argument("--allow", action="append", default=[],
-                        help="a distribution of this venv to admit beside the device list")
+    parser.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        help="a distribution of this venv to admit beside the device list",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if "--child" not in sys.argv:
@@ -78,10 +86,12 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="sglang-closure-") as tmp:
             view = device_view(Path(tmp) / "device-view", args.allow)
             paths = [str(p.resolve()) for p in (args.site, *args.emu)] + [str(view)]
-            code = ("import sys; sys.path[:] = [p for p in sys.path if 'site-packages' not in p] "
-                    f"+ {paths!r}; sys.argv = {sys.argv + ['--child']!r}; "
-                    f"exec(compile(open({__file__!r}).read(), {__file__!r}, 'exec'), "
-                    f"{{'__name__': '__main__', '__file__': {__file__!r}}})")
+            code = (
+                "import sys; sys.path[:] = [p for p in sys.path if 'site-packages' not in p] "
+                f"+ {paths!r}; sys.argv = {sys.argv + ['--child']!r}; "
+                f"exec(compile(open({__file__!r}).read(), {__file__!r}, 'exec'), "
+                f"{{'__name__': '__main__', '__file__': {__file__!r}}})"
+            )
             return subprocess.run([sys.executable, "-S", "-c", code], check=False).returncode
     sys.path.insert(0, str(HERE / "sglang_bundle" / "shims"))
     from opsctl_device_stubs import install

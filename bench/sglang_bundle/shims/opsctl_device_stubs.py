@@ -112,7 +112,9 @@ def _probing() -> bool:
         if frame is None:
             return False
         code = frame.f_code
-        if code.co_name == "find_spec" and code.co_filename.endswith(("importlib/util.py", "<frozen importlib.util>")):
+        if code.co_name == "find_spec" and code.co_filename.endswith(
+            ("importlib/util.py", "<frozen importlib.util>")
+        ):
             return True
         frame = frame.f_back
     return False
