@@ -106,6 +106,30 @@ RELEASES: dict[str, dict[str, SimField]] = {
         "cuda_graph_max_bs": SimField("server_info", ("cuda_graph_max_bs",),
                                       "--cuda-graph-max-bs", OnDevice("cuda_graph_max_bs")),
     },
+    "0.5.15": {
+        "model_path": _MODEL_PATH,
+        "served_model_name": SimField("server_info", ("served_model_name",),
+                                      "--served-model-name", Same("model_path")),
+        "tp_size": _TP_SIZE,
+        "quantization": _QUANTIZATION,
+        "kv_cache_dtype": _KV_CACHE_DTYPE,
+        "attention_backend": SimField("server_info", ("attention_backend",),
+                                      "--attention-backend", "dsa", dsa_only=True),
+        "dsa_prefill_backend": SimField("server_info", ("dsa_prefill_backend",),
+                                        "--dsa-prefill-backend",
+                                        ByKv(fp8=OnDevice("dsa_fp8_no_sm120"), bf16="flashmla_sparse"),
+                                        dsa_only=True),
+        "dsa_decode_backend": SimField("server_info", ("dsa_decode_backend",),
+                                       "--dsa-decode-backend",
+                                       ByKv(fp8=OnDevice("dsa_fp8_no_sm120"),
+                                            bf16=OnDevice("dsa_decode_bf16")),
+                                       dsa_only=True),
+        "page_size": SimField("server_info", ("page_size",), "--page-size", 64, dsa_only=True,
+                              forced=True),
+        "cuda_graph_max_bs": SimField("server_info", ("cuda_graph_config", "decode", "max_bs"),
+                                      "--cuda-graph-max-bs-decode",
+                                      OnDevice("cuda_graph_max_bs_capped")),
+    },
     "0.5.23": {
         "model_path": _MODEL_PATH,
         "served_model_name": SimField("model_info", ("served_model_name",),
@@ -164,13 +188,18 @@ def _on_device(rule: str, release: str, resolved: Mapping[str, Any], raw: Mappin
     if rule == "kv_cache_dtype":
         # fp8_e4m3 from SM10 on, bfloat16 below or with learnable sinks (0.5.9
         # server_args.py:1142-1145, 0.5.23 arg_groups/overrides.py:531-537).
-        sinks = release != "0.5.9" and bool(checkpoint.config.get("learnable_sink"))
+        # 0.5.15 has no sinks rule (arg_groups/overrides.py:1083-1086).
+        sinks = release == "0.5.23" and bool(checkpoint.config.get("learnable_sink"))
         return "fp8_e4m3" if SIM_SM_MAJOR >= 10 and not sinks else "bfloat16"
     if rule == "dsa_fp8":
         # GLM on SM12x: flashinfer_sparse_mla (0.5.23 arg_groups/overrides.py:637-675); other
         # Blackwell trtllm, Hopper flashmla_kv (overrides.py:714-720).
         if checkpoint.architecture == "GlmMoeDsaForCausalLM" and SIM_SM_MAJOR == 12:
             return "flashinfer_sparse_mla"
+        return "trtllm" if SIM_SM_MAJOR >= 10 else "flashmla_kv"
+    if rule == "dsa_fp8_no_sm120":
+        # 0.5.15 has no GLM/SM12x case: trtllm from SM10 on, flashmla_kv below
+        # (arg_groups/overrides.py:1140-1145).
         return "trtllm" if SIM_SM_MAJOR >= 10 else "flashmla_kv"
     if rule == "dsa_decode_bf16":
         # 0.5.9 server_args.py:1164-1176; 0.5.23 arg_groups/overrides.py:721-726.

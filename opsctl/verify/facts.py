@@ -8,6 +8,11 @@ moves. How the endpoints are built:
   and the HF architecture, no served name; ``/server_info`` (``http_server.py:593-610``) is
   ``dataclasses.asdict(server_args)`` after ``ServerArgs.__post_init__`` resolved it
   (``server_args.py:703``), plus the scheduler info, internal states and ``version``.
+- 0.5.15: as 0.5.9 (``/model_info`` at ``http_server.py:665-682`` without a served name,
+  ``/server_info`` at ``http_server.py:705-725`` is ``dataclasses.asdict(server_args)``), but with
+  0.5.23's spellings: ``dsa_*`` backends and ``cuda_graph_config.decode.max_bs``; its DSA
+  defaults have no SM12x GLM case (``arg_groups/overrides.py:1100-1155``). Checked against a real
+  0.5.15 server's responses on an H200 (``tests/fixtures/real-sglang-0.5.15/``).
 - 0.5.23: ``/model_info`` (``http_server.py:812-850``) also carries ``served_model_name``, "where
   a client reads the identity the server answers under"; ``/server_info``
   (``http_server.py:863-893``) is ``build_server_info`` (``utils/common.py:3584-3593``):
@@ -123,6 +128,50 @@ RELEASE_FACTS: dict[str, dict[str, FieldFact]] = {
             "server_info", ("cuda_graph_max_bs",), "--cuda-graph-max-bs", Depends(_CUDA_GRAPH),
             "server_args.py:580, default server_args.py:935-996", integer=True),
     },
+    "0.5.15": {
+        "model_path": FieldFact(
+            "model_info", ("model_path",), "--model-path", Required(),
+            "server_args.py:410-414, http_server.py:670"),
+        "served_model_name": FieldFact(
+            "server_info", ("served_model_name",), "--served-model-name", SameAs("model_path"),
+            "server_args.py:1016, default server_args.py:3018-3019"),
+        "tp_size": FieldFact(
+            "server_info", ("tp_size",), "--tp-size", Fixed(1), "server_args.py:816-820",
+            integer=True),
+        "quantization": FieldFact(
+            "server_info", ("quantization",), "--quantization",
+            Depends("SM100 takes the checkpoint's quant_method, other GPUs leave it None"),
+            "server_args.py:538-542, SM100 default arg_groups/overrides.py "
+            "_deepseek_moe_quant_resolution"),
+        "kv_cache_dtype": FieldFact(
+            "server_info", ("kv_cache_dtype",), "--kv-cache-dtype", Depends(_KV_DSA),
+            "server_args.py:558-562, DSA default arg_groups/overrides.py:1052-1090",
+            dsa_only=True, unset=("auto",), aliases={"bf16": "bfloat16"}),
+        "attention_backend": FieldFact(
+            "server_info", ("attention_backend",), "--attention-backend", Fixed("dsa"),
+            "server_args.py:1277-1282, DSA default arg_groups/overrides.py:326-329",
+            dsa_only=True),
+        "dsa_prefill_backend": FieldFact(
+            "server_info", ("dsa_prefill_backend",), "--dsa-prefill-backend",
+            ByKv(fp8=Depends("FP8 KV: trtllm from SM10 on, flashmla_kv below"),
+                 bf16=Fixed("flashmla_sparse")),
+            "server_args.py:1361, default arg_groups/overrides.py:1100-1155", dsa_only=True),
+        "dsa_decode_backend": FieldFact(
+            "server_info", ("dsa_decode_backend",), "--dsa-decode-backend",
+            ByKv(fp8=Depends("FP8 KV: trtllm from SM10 on, flashmla_kv below"),
+                 bf16=Depends("bfloat16 KV: trtllm from SM10 on, fa3 below")),
+            "server_args.py:1369, default arg_groups/overrides.py:1100-1155", dsa_only=True),
+        "page_size": FieldFact(
+            "server_info", ("page_size",), "--page-size", Fixed(64),
+            "server_args.py:719-722, DSA on CUDA arg_groups/overrides.py:374-386", integer=True,
+            dsa_only=True, forced=True),
+        "cuda_graph_max_bs": FieldFact(
+            "server_info", ("cuda_graph_config", "decode", "max_bs"),
+            "--cuda-graph-max-bs-decode",
+            Depends(_CUDA_GRAPH + "; capped at --max-running-requests"),
+            "server_args.py:1424-1427, folded by server_args.py:3179 "
+            "(_handle_cuda_graph_config)", integer=True),
+    },
     "0.5.23": {
         "model_path": FieldFact(
             "model_info", ("model_path",), "--model-path", Required(),
@@ -174,8 +223,8 @@ RELEASE_FACTS: dict[str, dict[str, FieldFact]] = {
             "default arg_groups/memory_hook.py:89-188", integer=True),
     },
 }
-# The release itself: both report it as /server_info "version" (http_server.py:609 in 0.5.9,
-# :888 in 0.5.23).
+# The release itself: all report it as /server_info "version" (http_server.py:609 in 0.5.9,
+# :721 in 0.5.15, :888 in 0.5.23).
 VERSION_KEY = ("version",)
 
 

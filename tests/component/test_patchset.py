@@ -28,7 +28,7 @@ from opsctl.image.context import stage_context
 from opsctl.image.plan import plan
 from opsctl.image.upstream import members_for, unpack_wheel
 
-VERSIONS = ["0.5.9", "0.5.23"]
+VERSIONS = ["0.5.9", "0.5.15", "0.5.23"]
 BACKEND = "sglang/srt/layers/attention/flashinfer_mla_backend.py"
 KERNEL_DEST = "sglang/srt/layers/attention/opsctl_kv_gather_cast.py"
 

@@ -163,7 +163,7 @@ def test_0_5_9_server_info_and_model_info_over_http(sim_server: StartSim) -> Non
 def test_an_unknown_release_exits_2(sim_server: StartSim) -> None:
     server = sim_server(env={sim.RELEASE_ENV: "0.4.0"}, wait="none")
     assert server.process.wait(15) == 2
-    assert "the simulator speaks sglang 0.5.9, 0.5.23" in server.logs()
+    assert "the simulator speaks sglang 0.5.9, 0.5.15, 0.5.23" in server.logs()
 
 
 def test_misresolve_reports_another_attention_backend(sim_server: StartSim) -> None:
