@@ -103,7 +103,7 @@ class ServerView:
             "preferred_sampling_params": raw.get("preferred_sampling_params"),
             "weight_version": args.weight_version,
         }
-        if self.release != "0.5.9":
+        if self.release == "0.5.23":  # 0.5.9's and 0.5.15's (a real server's) lack these
             info.update({
                 "served_model_name": args.served_model_name,
                 "load_format": raw.get("load_format", "auto"),
@@ -139,6 +139,10 @@ class ServerView:
         }
         if self.release == "0.5.9":
             return {**fields, **scheduler, "internal_states": [state], "version": self.release}
+        if self.release == "0.5.15":  # as a real 0.5.15 server answered (tests/fixtures/real-sglang-0.5.15)
+            del state["world_size"]
+            return {**fields, **scheduler, "internal_states": [state], "version": self.release,
+                    "kv_events": None}
         state["startup_time"] = startup
         return {
             **fields,

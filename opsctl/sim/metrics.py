@@ -93,7 +93,7 @@ def _bucket_list(override: list[float] | None, default: tuple[float, ...]) -> tu
 class SglangMetrics:
     """The registry behind /metrics and the observe_* calls the engine and API make."""
 
-    def __init__(self, args: SimArgs) -> None:
+    def __init__(self, args: SimArgs, release: str = "0.5.23") -> None:
         self._inner = CollectorRegistry(auto_describe=True)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_WithoutCreated(self._inner))
@@ -104,9 +104,13 @@ class SglangMetrics:
         sched = list(self.sched_labels)
         reg = self._inner
 
+        # Only 0.5.23 exports these two of the series below: 0.5.9 and 0.5.15 have no startup-phase
+        # gauge and no per-request TPOT histogram (0.5.23 observability/metrics_collector.py:
+        # 1842-1843, 2057-2058; a real 0.5.15 server's page, tests/fixtures/real-sglang-0.5.15/).
+        newest = release == "0.5.23"
         self.startup_time_seconds = Gauge(
             "sglang:startup_time_seconds", "Engine startup duration by phase in seconds.",
-            [*tok, "phase"], registry=reg)
+            [*tok, "phase"], registry=reg) if newest else None
         self.prompt_tokens_total = Counter(
             "sglang:prompt_tokens_total", "Number of prefill tokens processed.",
             tok_stream, registry=reg)
@@ -152,7 +156,7 @@ class SglangMetrics:
             "sglang:request_time_per_output_token_seconds",
             "Per-request TPOT in seconds: (finished_time - first_token_time) / "
             "(completion_tokens - 1).",
-            tok_stream, buckets=itl_buckets, registry=reg)
+            tok_stream, buckets=itl_buckets, registry=reg) if newest else None
         self.e2e_request_latency = Histogram(
             "sglang:e2e_request_latency_seconds",
             "Histogram of End-to-end request latency in seconds",
@@ -222,6 +226,8 @@ class SglangMetrics:
     # -- tokenizer side -------------------------------------------------------------------------
 
     def set_startup_time(self, phases: Mapping[str, float]) -> None:
+        if self.startup_time_seconds is None:
+            return
         for phase in STARTUP_PHASES:
             self.startup_time_seconds.labels(**self.tok_labels, phase=phase).set(
                 phases.get(phase, 0.0))
@@ -251,7 +257,7 @@ class SglangMetrics:
         self.generation_tokens_total.labels(**stream_labels).inc(completion_tokens)
         self.num_requests_total.labels(**stream_labels).inc()
         self.e2e_request_latency.labels(**stream_labels).observe(e2e_seconds)
-        if time_per_output_token is not None:
+        if time_per_output_token is not None and self.request_time_per_output_token is not None:
             self.request_time_per_output_token.labels(**stream_labels).observe(
                 time_per_output_token)
         self.prompt_tokens_histogram.labels(**self.tok_labels).observe(prompt_tokens)

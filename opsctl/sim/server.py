@@ -131,7 +131,7 @@ async def serve(args: SimArgs, behaviour: Behaviour, release: str = DEFAULT_RELE
     view = ServerView(args, release, read_model_config(args.model_path))
     _announce_patch(view)
 
-    metrics = SglangMetrics(args) if args.enable_metrics else None
+    metrics = SglangMetrics(args, release) if args.enable_metrics else None
     engine = Engine(box.get, metrics, args.max_running_requests, args.cuda_graph_max_bs)
     api = SimApi(view, box, lifecycle, engine, metrics)
     server = HttpServer(api.handle)

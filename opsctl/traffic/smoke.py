@@ -46,7 +46,7 @@ from opsctl.traffic.served import (
     read_model_info,
     tokenizer_from_model_info,
 )
-from opsctl.traffic.sglang_metrics import EXPECTED_SGLANG_SERIES, missing_series
+from opsctl.traffic.sglang_metrics import expected_series, missing_series
 from opsctl.traffic.smoke_evals import (
     EvalPlan,
     Gsm8kPlan,
@@ -353,10 +353,24 @@ async def _metrics(run: _Run, client: httpx.AsyncClient) -> tuple[CheckStatus, s
         return "fail", "GET /metrics: 404 (launch sglang with --enable-metrics)"
     if response.status_code != 200:
         return "fail", f"GET /metrics: HTTP {response.status_code}"
-    missing = missing_series(response.text)
+    version = await _server_version(client, run.budget())
+    missing = missing_series(response.text, version)
+    release = f"sglang {version}" if version else "a release /server_info did not name"
     if missing:
-        return "fail", "missing sglang series: " + ", ".join(missing)
-    return "pass", f"all {len(EXPECTED_SGLANG_SERIES)} expected sglang series present"
+        return "fail", f"missing sglang series ({release}): " + ", ".join(missing)
+    return "pass", f"all {len(expected_series(version))} sglang series {release} exports present"
+
+
+async def _server_version(client: httpx.AsyncClient, timeout_s: float) -> str | None:
+    """The release /server_info reports as `version`, or None (no answer, not JSON, no string)."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            response = await client.get("/server_info")
+        info = response.json() if response.status_code == 200 else None
+    except (TimeoutError, httpx.HTTPError, ValueError):
+        return None
+    version = info.get("version") if isinstance(info, dict) else None
+    return version if isinstance(version, str) and len(version) <= 64 else None
 
 
 async def _slo(run: _Run) -> tuple[CheckStatus, str]:

@@ -335,17 +335,40 @@ def test_the_recorder_and_record_checks_pass_on_the_simulator(
         assert check_record(protocols[release], json.loads(path.read_text())) == [], path.name
 
 
+# The raw answers bench/run_sglang_gpu.sh saved from a real sglang server (their README says which
+# request each is): (kind, endpoint) for the checks above; /model_info and /server_info have no
+# model in protocol.py, so they are compared with the simulator's keys instead (below).
+REAL_ANSWERS = {
+    "v1_models.json": ("response", "/v1/models"),
+    "completions_stream.sse": ("stream", "/v1/completions"),
+    "chat_completions_stream.sse": ("stream", "/v1/chat/completions"),
+}
+
+
 def _recorded() -> list[Any]:
-    """tests/fixtures/real-sglang-<version>/*.json, as tests/sglangprotocol_record.py writes them
-    (docs/architecture.md)."""
-    return [pytest.param(path, id=f"{path.parent.name}/{path.name}")
-            for path in sorted(FIXTURES.glob("real-sglang-*/*.json"))]
+    """Each real answer under tests/fixtures/real-sglang-<version>/ as a record for check_record:
+    the raw files the device run saved, and any *.record.json the recorder wrote."""
+    found = []
+    for folder in sorted(FIXTURES.glob("real-sglang-*")):
+        for name, (kind, path) in REAL_ANSWERS.items():
+            if (folder / name).is_file():
+                found.append(pytest.param(folder / name, kind, path, id=f"{folder.name}/{name}"))
+        found += [pytest.param(p, None, None, id=f"{folder.name}/{p.name}")
+                  for p in sorted(folder.glob("*.record.json"))]
+    return found
 
 
-@pytest.mark.parametrize("recorded", _recorded() or [pytest.param(None, id="none-recorded-yet")])
-def test_recorded_real_answers_pass_the_same_checks(recorded: Path | None) -> None:
-    if recorded is None:
-        pytest.skip("no tests/fixtures/real-sglang-*/ records yet")
+@pytest.mark.parametrize(("recorded", "kind", "path"), _recorded())
+def test_recorded_real_answers_pass_the_same_checks(recorded: Path, kind: str | None,
+                                                    path: str | None) -> None:
     version = recorded.parent.name.removeprefix("real-sglang-")
+    text = recorded.read_text()
+    answer = json.loads(text) if kind is None else {
+        "kind": kind, "endpoint": path, "body": text if kind == "stream" else json.loads(text)}
     with SglangProtocol(version) as proto:
-        assert check_record(proto, json.loads(recorded.read_text())) == []
+        assert check_record(proto, answer) == []
+
+
+def test_the_real_answers_are_recorded() -> None:
+    # The device run left real answers here; were they lost, the checks above would pass vacuously.
+    assert len(_recorded()) >= len(REAL_ANSWERS)
