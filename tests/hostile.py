@@ -72,6 +72,7 @@ MODES = (
     "deep_json",        # JSON nested far deeper than any parser's recursion limit
     "auth",             # 401 unless `Authorization: Bearer <key>` (like sglang: /health* open)
     "echo_key",         # the bearer token comes back as the model id and in generated text
+    "echo_auth",        # the whole Authorization header (e.g. `Basic <base64>`) comes back, no check
     "html_502",         # every /v1 path answers 502 with nginx's HTML page
     "markup",           # model id and error text full of rich markup
     "empty_models",     # /v1/models lists nothing
@@ -232,6 +233,8 @@ class _Handler(socketserver.StreamRequestHandler):
     def _answer(self, hostile: HostileServer, request: Request) -> bool:
         mode, path = hostile.mode, request.path
         bearer = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+        if mode == "echo_auth":  # what is echoed: the header as sent, any scheme
+            bearer = request.headers.get("authorization", "")
         if mode in ("auth", "echo_key") and not path.startswith("/health") and bearer != hostile.key:
             return self._send_json({"error": {"message": "Invalid API key"}}, 401)
         if mode == "html_502" and path.startswith("/v1/"):
@@ -258,7 +261,7 @@ class _Handler(socketserver.StreamRequestHandler):
         return self._send_json({"object": "list", "data": [{"id": self._model_id(hostile, bearer)}]})
 
     def _model_id(self, hostile: HostileServer, bearer: str) -> str:
-        if hostile.mode == "echo_key":
+        if hostile.mode in ("echo_key", "echo_auth"):
             return f"model-of-{bearer}"
         if hostile.mode == "markup":
             return "[/x][bold red]model[/]"
@@ -312,8 +315,8 @@ class _Handler(socketserver.StreamRequestHandler):
             yield b"data: " + b"[" * 200_000 + b"]" * 200_000 + b"\n\n"
             return
         words = WORDS.split()
-        text = f"echo {bearer} " if mode == "echo_key" else ""
-        if mode in ("one_chunk", "echo_key"):
+        text = f"echo {bearer} " if mode in ("echo_key", "echo_auth") else ""
+        if mode in ("one_chunk", "echo_key", "echo_auth"):
             yield _sse(_chunk(chat, text + WORDS, "stop"))
             yield _sse(_usage(len(words) * 2))
             yield b"data: [DONE]\n\n"
@@ -350,7 +353,7 @@ class _Handler(socketserver.StreamRequestHandler):
             return self._send(200, b'{"choices": [')
         if mode == "deep_json":
             return self._send(200, b"[" * 200_000 + b"]" * 200_000)
-        text = f"echo {bearer} {WORDS}" if mode == "echo_key" else WORDS
+        text = f"echo {bearer} {WORDS}" if mode in ("echo_key", "echo_auth") else WORDS
         message: dict[str, Any] = ({"message": {"role": "assistant", "content": text}} if chat
                                    else {"text": text})
         tokens = hostile.usage_tokens if mode == "inflated_usage" else 5

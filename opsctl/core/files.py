@@ -17,14 +17,20 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from opsctl.core.errors import UsageError
+from opsctl.core.redact import redact
 
 
-def atomic_write_text(path: Path, text: str) -> Path:
+def atomic_write_text(path: Path, text: str, *, scrub: bool = True) -> Path:
     """Write `text` to `path` atomically (same-directory temp file + os.replace); return `path`.
 
-    The temp file is removed if anything fails, so no `.tmp` is left behind.
+    The text is `redact`ed first (URL userinfo, echoed credentials, the API key), so no report
+    or state file holds a secret whatever its writer forgot; `scrub=False` only for a config
+    a service must read as rendered (the monitoring stack's). The temp file is removed if
+    anything fails, so no `.tmp` is left behind.
     """
     refuse_non_regular(path)
+    if scrub:
+        text = redact(text)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _beside(path)
     try:
