@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, err_console, within
+from opsctl.deploy.profile_checks import MAX_READINESS_SECONDS
 
 if TYPE_CHECKING:
     from opsctl.deploy.app import ImageFor
@@ -76,7 +77,7 @@ def up(
     timeout: Annotated[
         float | None,
         typer.Option(help="Readiness timeout in seconds (default: the profile's).",
-                     callback=within(0.01, 86400)),
+                     callback=within(0.01, MAX_READINESS_SECONDS)),
     ] = None,
     replace: Annotated[
         bool,

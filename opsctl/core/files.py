@@ -15,6 +15,7 @@ import shutil
 import stat
 from collections.abc import Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 from opsctl.core.errors import UsageError
 from opsctl.core.redact import redact
@@ -174,3 +175,33 @@ def _check_output_path(path: Path, option: str, directory: bool) -> Path:
         raise UsageError(f"{option} {path}: cannot create files in {ancestor}",
                          hint="choose a writable directory")
     return path
+
+
+def open_regular(path: Path, what: str) -> BinaryIO:
+    """The file a user named, opened for reading without blocking: O_NONBLOCK (a FIFO opens at
+    once instead of waiting for a writer), then refused unless it is a regular file (a FIFO, a
+    device such as /dev/zero, a socket or a directory: UsageError, exit 2, one line). OSError
+    (missing, unreadable) propagates for the caller's own wording."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    handle = os.fdopen(fd, "rb")
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        handle.close()
+        raise UsageError(f"{what} {path}: is {node_kind(mode)}, not a regular file",
+                         hint="name a regular file")
+    return handle
+
+
+def read_bounded(path: Path, what: str, max_bytes: int) -> bytes:
+    """The bytes of a regular file (`open_regular`), the cap checked while reading, not by a
+    `stat` that a growing file outlives: larger than `max_bytes` is UsageError (exit 2)."""
+    with open_regular(path, what) as handle:
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise UsageError(f"{what} {path}: larger than {_size(max_bytes)}",
+                         hint=f"name a file of at most {_size(max_bytes)}")
+    return data
+
+
+def _size(count: int) -> str:
+    return f"{count >> 20} MiB" if count >= 1 << 20 and count % (1 << 20) == 0 else f"{count} bytes"

@@ -35,7 +35,7 @@ _LEGACY = {"tpot_p50_ms": "tpot", "ttft_p50_ms": "ttft"}
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def duration_seconds(text: str) -> int:
