@@ -25,10 +25,12 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from opsctl.core.errors import UsageError
+from opsctl.core.files import read_bounded
 from opsctl.traffic.prompts import make_prompt
 
 DatasetName = Literal["words", "random", "sharegpt", "generated-shared-prefix"]
 DATASET_NAMES: tuple[DatasetName, ...] = ("words", "random", "sharegpt", "generated-shared-prefix")
+MAX_DATASET_BYTES = 1 << 30  # ShareGPT's cleaned split is about 650 MB
 _EXACT_TRIES = 8  # re-encode rounds before the nearest count is accepted
 
 
@@ -141,7 +143,7 @@ def _sharegpt(spec: WorkloadSpec, tokens: Tokens | None) -> Workload:
     if spec.dataset_path is None:
         raise UsageError("--dataset-name sharegpt needs --dataset-path FILE")
     try:
-        data = json.loads(spec.dataset_path.read_text(encoding="utf-8"))
+        data = json.loads(read_bounded(spec.dataset_path, "--dataset-path", MAX_DATASET_BYTES))
     except (OSError, ValueError) as exc:
         raise UsageError(f"--dataset-path {spec.dataset_path}: {exc}") from None
     items: list[WorkItem] = []
