@@ -163,14 +163,12 @@ def _verify_server(deployment: Deployment, base_url: str, log_text: str) -> Veri
 
 def _run_gate(deployment: Deployment, profile: str | None, engine: Engine, image: str | None,
               state: StateDir, timeout: float | None, pushgateway: str | None) -> None:
-    import os
-
-    from opsctl.cli.traffic import PUSHGATEWAY_ENV
+    from opsctl.cli.traffic import gateway_from
     from opsctl.deploy import gate, view
     from opsctl.deploy.ownership import profile_locks
     from opsctl.observe.metrics import push_report
 
-    gateway = pushgateway or os.environ.get(PUSHGATEWAY_ENV)
+    gateway = gateway_from(pushgateway)
     # One lock for the whole gate: its down, up and rollback are one change of the profile.
     with profile_locks(state, [deployment.profile.name], "up --gate"):
         result = gate.gate(

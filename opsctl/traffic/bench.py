@@ -167,9 +167,22 @@ class Launcher(Protocol):
         ...
 
 
+def comma_items(text: str, option: str, hint: str) -> tuple[str, ...]:
+    """`a,b,c` as its stripped items (one trailing comma tolerated); an empty item before a
+    value (`a,,b`, `,a`) is a UsageError, not silently dropped: a typo that lost a value."""
+    items = tuple(part.strip() for part in text.split(","))
+    if len(items) > 1 and not items[-1]:
+        items = items[:-1]
+    if any(not item for item in items):
+        raise UsageError(f"{option} {text!r}: an empty item in the comma-separated list",
+                         hint=hint)
+    return items
+
+
 def parse_concurrency(text: str) -> tuple[int, ...]:
+    hint = "e.g. --concurrency 1,2,4,8"
     try:
-        levels = tuple(int(part) for part in text.split(",") if part.strip())
+        levels = tuple(int(part) for part in comma_items(text, "--concurrency", hint))
     except ValueError:
         raise UsageError(f"--concurrency {text!r}: not a comma-separated list of integers",
                          hint="e.g. --concurrency 1,2,4,8") from None
@@ -208,7 +221,8 @@ def parse_goodput(items: Sequence[str]) -> Slo | None:
 def parse_variants(text: str | None) -> tuple[str, ...]:
     """`--variants a,b`: the names in order, blanks dropped. Absent: () (every variant); given
     but naming none (`--variants ,`) is a UsageError, not a silent "run every variant"."""
-    names = tuple(name.strip() for name in (text or "").split(",") if name.strip())
+    hint = "e.g. --variants baseline,gathercast"
+    names = () if text is None or not text.strip(", ") else comma_items(text, "--variants", hint)
     if text is not None and not names:
         raise UsageError(f"--variants {text!r}: names no variant",
                          hint="e.g. --variants baseline,gathercast, or leave it out for every "
