@@ -43,6 +43,7 @@ import httpx
 
 from opsctl.core.errors import LaunchError, OpsctlError, UsageError, stop_reason
 from opsctl.core.httpcap import checked_base_url
+from opsctl.core.options import comma_items
 from opsctl.core.redact import mask_secret, redact, redact_model, redact_userinfo
 from opsctl.deploy.sloconfig import Slo
 from opsctl.traffic.arrival import Arrival
@@ -167,32 +168,18 @@ class Launcher(Protocol):
         ...
 
 
-def comma_items(text: str, option: str, hint: str) -> tuple[str, ...]:
-    """`a,b,c` as its stripped items (one trailing comma tolerated); an empty item before a
-    value (`a,,b`, `,a`) is a UsageError, not silently dropped: a typo that lost a value."""
-    items = tuple(part.strip() for part in text.split(","))
-    if len(items) > 1 and not items[-1]:
-        items = items[:-1]
-    if any(not item for item in items):
-        raise UsageError(f"{option} {text!r}: an empty item in the comma-separated list",
-                         hint=hint)
-    return items
-
-
 def parse_concurrency(text: str) -> tuple[int, ...]:
     hint = "e.g. --concurrency 1,2,4,8"
     try:
         levels = tuple(int(part) for part in comma_items(text, "--concurrency", hint))
     except ValueError:
         raise UsageError(f"--concurrency {text!r}: not a comma-separated list of integers",
-                         hint="e.g. --concurrency 1,2,4,8") from None
+                         hint=hint) from None
     if not levels or any(level < 1 for level in levels):
-        raise UsageError(f"--concurrency {text!r}: levels must be positive integers",
-                         hint="e.g. --concurrency 1,2,4,8")
+        raise UsageError(f"--concurrency {text!r}: levels must be positive integers", hint=hint)
     if max(levels) > MAX_CONCURRENCY:
         raise UsageError(f"--concurrency {text!r}: a level above {MAX_CONCURRENCY} (each level "
-                         "opens that many connections and warm-up requests)",
-                         hint="e.g. --concurrency 1,2,4,8")
+                         "opens that many connections and warm-up requests)", hint=hint)
     return levels
 
 
@@ -221,8 +208,8 @@ def parse_goodput(items: Sequence[str]) -> Slo | None:
 def parse_variants(text: str | None) -> tuple[str, ...]:
     """`--variants a,b`: the names in order, blanks dropped. Absent: () (every variant); given
     but naming none (`--variants ,`) is a UsageError, not a silent "run every variant"."""
-    hint = "e.g. --variants baseline,gathercast"
-    names = () if text is None or not text.strip(", ") else comma_items(text, "--variants", hint)
+    names = () if text is None or not text.strip(", ") else comma_items(
+        text, "--variants", "e.g. --variants baseline,gathercast")
     if text is not None and not names:
         raise UsageError(f"--variants {text!r}: names no variant",
                          hint="e.g. --variants baseline,gathercast, or leave it out for every "
