@@ -31,6 +31,7 @@ from opsctl.traffic.prompts import make_prompt
 DatasetName = Literal["words", "random", "sharegpt", "generated-shared-prefix"]
 DATASET_NAMES: tuple[DatasetName, ...] = ("words", "random", "sharegpt", "generated-shared-prefix")
 MAX_DATASET_BYTES = 1 << 30  # ShareGPT's cleaned split is about 650 MB
+MAX_WORKLOAD_WORDS = 20_000_000  # sglang's default shared-prefix set is about 2.2 million
 _EXACT_TRIES = 8  # re-encode rounds before the nearest count is accepted
 
 
@@ -178,6 +179,11 @@ def _first_exchange(turns: list[Any]) -> tuple[str, str] | None:
 
 
 def _shared_prefix(spec: WorkloadSpec, tokens: Tokens | None) -> Workload:
+    words = spec.groups * spec.prompts_per_group * (spec.prefix_len + spec.input_len)
+    if words > MAX_WORKLOAD_WORDS:  # every prompt is held in memory (10^10 was a MemoryError)
+        raise UsageError(f"--gsp-groups x --gsp-prompts-per-group x (--gsp-prefix-len + "
+                         f"--input-words) is {words:,} words, more than {MAX_WORKLOAD_WORDS:,}",
+                         hint="fewer groups or prompts per group: each prompt is built up front")
     rng = random.Random(spec.seed)
     items: list[WorkItem] = []
     for group in range(spec.groups):

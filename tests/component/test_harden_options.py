@@ -54,6 +54,9 @@ BAD_NUMBERS = [
     ("bench", "--deadline", "0"), ("bench", "--deadline", "nan"),
     ("verify", "--timeout", "-1"), ("verify", "--timeout", "nan"),
     ("exporter", "--port", "-1"), ("exporter", "--port", "70000"),
+    # Issue 25: accepted before.
+    ("tune", "--request-timeout", "nan"), ("tune", "--request-timeout", "-1"),
+    ("tune", "--budget", "inf"),
 ]
 
 
