@@ -23,8 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from opsctl.config.profiles import load_profile
 from opsctl.deploy import localsim as simproc
-from opsctl.deploy.profiles import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 

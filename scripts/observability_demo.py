@@ -23,8 +23,8 @@ from pathlib import Path
 
 import httpx
 
+from opsctl.config.profiles import load_profile
 from opsctl.deploy import localsim as simproc
-from opsctl.deploy.profiles import load_profile
 from opsctl.observe import app, monitoring
 from opsctl.observe.metrics import push_report
 from opsctl.observe.promconfig import ScrapeTargets

@@ -83,7 +83,7 @@ def sim_image() -> str:
     """The simulator image, built once through the real `opsctl build` path."""
     result = _run_opsctl("build", "--profile", "sim", timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
-    from opsctl.deploy.profiles import load_profile
+    from opsctl.config.profiles import load_profile
     from opsctl.image.plan import expected_image
 
     return expected_image(load_profile("sim").resolve())

@@ -4,6 +4,7 @@
   log; images with labels; `exec` answered by a test's handler; and programmable failures (a port
   taken, any method raising once, a container that exits by itself while loading). It raises the
   same errors as the real engine.
+- `fake_nvidia_smi` writes a sample `nvidia-smi` that prints the driver version a test sets.
 - `FakeClock` implements `opsctl.core.clock.Clock`: sleeping advances it, so no test waits.
 - `FakeSglang` answers the readiness endpoints of an sglang server through httpx.MockTransport.
 """
@@ -11,6 +12,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -24,6 +26,7 @@ from opsctl.engine.api import (
     BuildEvent,
     ContainerInfo,
     ExecResult,
+    Mount,
     PortBinding,
     RunSpec,
     image_missing,
@@ -32,6 +35,15 @@ from opsctl.engine.api import (
 )
 
 STARTED_AT = "2026-11-29T10:00:00.000000000Z"
+
+
+def preflight_report(*results: tuple[str, bool, str]) -> str:
+    """Output of opsctl's preflight probe with these (check, ok, detail) rows."""
+    rows = [{"check": check, "ok": ok, "detail": detail} for check, ok, detail in results]
+    return json.dumps({"ok": all(r["ok"] for r in rows), "results": rows})
+
+
+PREFLIGHT_PASS = (0, preflight_report(("config.json", True, "stand-in: a fake engine's pass")))
 
 
 @dataclass
@@ -85,6 +97,7 @@ class FakeImage:
     id: str
     labels: dict[str, str]
     repo_digests: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # its config's environment
 
 
 class FakeEngine:
@@ -101,6 +114,10 @@ class FakeEngine:
         self.push_digests: dict[str, str] = {}  # what a push of that REGISTRY/REPO:TAG answers
         self.pushed: list[str] = []  # every target pushed, in order
         self.completion: tuple[int, str] = (0, "")  # what run_to_completion returns
+        # What `up`'s preflight finds (a run_to_completion of opsctl's preflight probe): a pass
+        # by default, as a healthy image with a loadable checkpoint answers it.
+        self.preflight_answer: tuple[int, str] = PREFLIGHT_PASS
+        self.preflights: list[tuple[str, list[str], tuple[Mount, ...]]] = []  # image, command, mounts
         self.calls: list[str] = []
         self.archives: dict[tuple[str, str], bytes] = {}  # what `archive` finds
         # What `exec` answers for (container id, command, env); every call is kept in `execs`
@@ -254,11 +271,14 @@ class FakeEngine:
             self.stopped.append((container.name, grace_seconds))
             self.removed.append(container.name)
 
-    def run_to_completion(self, image: str, command: list[str], timeout_seconds: float = 120
-                          ) -> tuple[int, str]:
+    def run_to_completion(self, image: str, command: list[str], timeout_seconds: float = 120,
+                          mounts: tuple[Mount, ...] = ()) -> tuple[int, str]:
         self._enter("run_to_completion")
         if image not in self.images and not any(i.id == image for i in self.images.values()):
             raise BuildError(f"image {image} vanished before verification", hint="rebuild")
+        if command[-1:] and '"model_dir"' in command[-1]:  # the preflight probe's request
+            self.preflights.append((image, list(command), tuple(mounts)))
+            return self.preflight_answer
         return self.completion
 
     # --- images ---
@@ -277,6 +297,11 @@ class FakeEngine:
         self._enter("image_repo_digests")
         image = self.images.get(ref)
         return [] if image is None else list(image.repo_digests)
+
+    def image_env(self, ref: str) -> dict[str, str] | None:
+        self._enter("image_env")
+        image = self.images.get(ref)
+        return None if image is None else dict(image.env)
 
     def pull_image(self, ref: str) -> list[str]:
         self._enter("pull_image")
@@ -375,3 +400,16 @@ class FakeSglang:
             listed = [self.served_name] if phase == "ready" else ["another-model"]
             return httpx.Response(200, json={"object": "list", "data": [{"id": n} for n in listed]})
         return httpx.Response(404)
+
+
+def fake_nvidia_smi(folder: Path) -> Path:
+    """A FAKE `nvidia-smi` in `folder` (put it first on PATH): answers the driver query with
+    $OPSCTL_FAKE_DRIVER, a SAMPLE value the test chooses (not a real driver's output), and
+    fails anything else."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "nvidia-smi"
+    script.write_text("#!/bin/sh\n# FAKE nvidia-smi (a test sample, not a real driver's output)\n"
+                      'case "$*" in *--query-gpu=driver_version*) printf "%s" "$OPSCTL_FAKE_'
+                      'DRIVER";; *) exit 9;; esac\n')
+    script.chmod(0o755)
+    return folder

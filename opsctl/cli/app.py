@@ -25,12 +25,17 @@ from opsctl.core.redact import RedactingStream, api_key_from_env, redact
 
 EXIT_CODES_HELP = exit_codes_help()
 
-app = typer.Typer(
-    help="Deploy GLM-5-NVFP4 with sglang on one 8x RTX PRO 6000 host.\n\n" + EXIT_CODES_HELP,
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+
+
+def command_group(help: str) -> typer.Typer:  # noqa: A002 - typer's own keyword
+    """A typer app or sub-command group with opsctl's one help style: click's plain formatting
+    (paragraphs wrapped, no rich markup interpreted in help text: it is printed literally, as
+    everything opsctl prints), no shell-completion commands, no rich tracebacks."""
+    return typer.Typer(help=help, no_args_is_help=True, add_completion=False,
+                       pretty_exceptions_enable=False, rich_markup_mode=None)
+
+
+app = command_group("Deploy GLM-5-NVFP4 with sglang on one 8x RTX PRO 6000 host.\n\n" + EXIT_CODES_HELP)
 
 # Piped output (CI logs, scripts) keeps whole table cells instead of rich's 80-column default.
 # Both print through core.redact: no secret reaches the terminal, whatever a view forgot.

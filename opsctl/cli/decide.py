@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from opsctl.cli.app import ProfileOpt, app, console, within
-from opsctl.deploy.profile_checks import MAX_READINESS_SECONDS
+from opsctl.config.profile_checks import MAX_READINESS_SECONDS
 
 if TYPE_CHECKING:
     from opsctl.decide.app import BenchAsk
@@ -57,12 +57,12 @@ def decide(
     from pathlib import Path
 
     from opsctl.cli.deploy import GateSmoke, _image_for, _verify_server
+    from opsctl.config.profiles import load_profile
     from opsctl.core.files import check_output_path
     from opsctl.core.reports import REPORTS_DIR, default_decide_dir
     from opsctl.decide import app as decide_app
     from opsctl.decide import view
     from opsctl.deploy import view as deploy_view
-    from opsctl.deploy.profiles import load_profile
     from opsctl.deploy.state import StateDir
     from opsctl.engine.dockerpy import connect
     from opsctl.traffic.bench import parse_concurrency, parse_variants

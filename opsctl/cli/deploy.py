@@ -4,26 +4,27 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, err_console, within
-from opsctl.deploy.profile_checks import MAX_READINESS_SECONDS
+from opsctl.cli.app import ProfileOpt, VariantOpt, app, command_group, console, err_console, within
+from opsctl.config.profile_checks import MAX_READINESS_SECONDS
 
 if TYPE_CHECKING:
+    from opsctl.config.profiles import Deployment
     from opsctl.deploy.app import ImageFor
-    from opsctl.deploy.gate import SmokeAsk
-    from opsctl.deploy.profiles import Deployment
     from opsctl.deploy.state import StateDir
     from opsctl.engine.api import Engine
+    from opsctl.gate.gate import SmokeAsk
     from opsctl.traffic.app import SmokeRequest
     from opsctl.traffic.smoke_report import SmokeReport
     from opsctl.verify.app import VerifyResult
 
-profile_app = typer.Typer(help="Inspect deployment profiles.", no_args_is_help=True)
+profile_app = command_group("Inspect deployment profiles.")
 app.add_typer(profile_app, name="profile")
-host_app = typer.Typer(help="Check the GPU host a profile runs on.", no_args_is_help=True)
+host_app = command_group("Check the GPU host a profile runs on.")
 app.add_typer(host_app, name="host")
 
 
@@ -31,17 +32,72 @@ app.add_typer(host_app, name="host")
 def profile_show(profile: ProfileOpt = None, variant: VariantOpt = None) -> None:
     """Validate a profile; print a variant's sglang argv, then each variant's release, what it
     computes on the model and its release's warnings."""
-    from opsctl.deploy import review, view
-    from opsctl.deploy.profiles import load_profile
+    from opsctl.config import review
+    from opsctl.config.profiles import load_profile
+    from opsctl.deploy import view
 
     shown = review.show(load_profile(profile), variant)
     console.print(view.profile_text(shown), highlight=False, soft_wrap=True, markup=False)
 
 
+@profile_app.command("resolve")
+def profile_resolve(
+    profile: ProfileOpt = None,
+    variant: Annotated[str | None, typer.Option(
+        "--variant", "-v", help="Variant of the profile (default: every variant).")] = None,
+    gpu_name: Annotated[str | None, typer.Option(
+        help="GPU reported to sglang (default: the profile's target, RTX PRO 6000 Blackwell).")
+    ] = None,
+    gpu_count: Annotated[int | None, typer.Option(
+        help="GPUs reported (default: the profile's container.gpus, else its tp_size).",
+        callback=within(1, 64))] = None,
+    gpu_memory_gb: Annotated[float | None, typer.Option(
+        help="GiB per GPU reported (default: the GPU's).", callback=within(1, 4096))] = None,
+    compute_capability: Annotated[str | None, typer.Option(
+        help="MAJOR.MINOR reported (default: the GPU's, 12.0).")] = None,
+    model_config: Annotated[Path | None, typer.Option(
+        help="A GLM-5-shaped config.json (default: tests/fixtures/glm5/config.json).")] = None,
+    write_records: Annotated[bool, typer.Option(
+        "--write-records", help="Resolve every variant of every profile under deploy/ on its "
+        "target GPU and write sglang-args/<version>/resolved/<profile>.<variant>.json.")] = False,
+) -> None:
+    """Run the pinned sglang's own ServerArgs resolution offline (CPU, real wheel) and print
+    what /server_info will say on the box: backends, KV dtype and row, page size, CUDA graphs,
+    MoE runner, speculative settings and every setting the profile left to sglang."""
+    from opsctl.config import resolve
+    from opsctl.config.profiles import load_profile
+    from opsctl.core.errors import UsageError
+    from opsctl.deploy import app as deploy_app
+    from opsctl.deploy import view
+
+    gpu_options = (gpu_name, gpu_count, gpu_memory_gb, compute_capability, model_config)
+    if write_records:
+        if profile or variant or any(option is not None for option in gpu_options):
+            raise UsageError("--write-records takes no other option",
+                             hint="records are of every variant on the profiles' target GPU")
+        profiles = [load_profile(name) for name in resolve.record_profiles()]
+        deployments = [p.resolve(name) for p in profiles for name in p.variants]
+    else:
+        loaded = load_profile(profile)
+        deployments = [loaded.resolve(name) for name in ([variant] if variant else
+                                                           loaded.variants)]
+
+    def gpu_for(deployment: Deployment) -> resolve.GpuReport:
+        return resolve.gpu_report(deployment, gpu_name, gpu_count, gpu_memory_gb,
+                                  compute_capability)
+
+    for deployment in deployments:
+        gpu_for(deployment)  # option errors before the wheel is touched
+    result = deploy_app.profile_resolve(deployments, gpu_for, model_config, write_records)
+    console.print(view.resolve_text(result), highlight=False, soft_wrap=True, markup=False)
+    if not write_records:
+        resolve.raise_on_refusal(result.resolved)
+
+
 @profile_app.command("schema")
 def profile_schema() -> None:
     """Print the JSON schema of a deployment profile."""
-    from opsctl.deploy.profiles import profile_schema as schema
+    from opsctl.config.profiles import profile_schema as schema
 
     console.print_json(json.dumps(schema()))
 
@@ -61,7 +117,7 @@ def _image_for(image: str | None) -> ImageFor:
 
 def _profile_name(profile: str | None) -> str | None:
     """The name a profile option (a name or a YAML path) stands for; None means every profile."""
-    from opsctl.deploy.profiles import load_profile
+    from opsctl.config.profiles import load_profile
 
     return load_profile(profile).name if profile else None
 
@@ -105,9 +161,21 @@ def up(
         typer.Option("--pushgateway", help="With --gate: push the outcome (opsctl_gate_*) and "
                      "the smoke metrics here (default: $OPSCTL_PUSHGATEWAY; unset: no push)."),
     ] = None,
+    skip_preflight: Annotated[
+        bool,
+        typer.Option("--skip-preflight", help="Experts: start without first loading the "
+                     "checkpoint's config.json, tokenizer and shard index (and an MTP "
+                     "variant's NextN weights) in a throwaway container of the image."),
+    ] = False,
 ) -> None:
     """Launch the profile's server (a variant), wait until it truly serves, and verify that it
     resolved what the profile says (a mismatch removes it: exit 4).
+
+    First, in seconds, the preflight: a throwaway container of the variant's image (no network,
+    no GPU, the checkpoint mounted read-only) loads config.json and the tokenizer with the
+    image's own transformers and sglang, checks that the safetensors index names only shards
+    that exist, and, for an MTP variant, that the checkpoint holds the NextN layer; any failure
+    exits 4 with one line before anything is replaced or started (--skip-preflight skips it).
 
     The verdict and the checkpoint id (sha256 of the weights' config.json and safetensors index,
     hashed on this host) are kept in the state directory ($OPSCTL_STATE_DIR, else
@@ -117,11 +185,12 @@ def up(
     --replace) has its whole log saved to out/logs/ first. Another opsctl run changing the same
     profile makes this one refuse at once (exit 4).
     """
+    from opsctl.config.profiles import load_profile
+    from opsctl.config.review import summary
     from opsctl.core.errors import UsageError
     from opsctl.deploy import app as deploy_app
     from opsctl.deploy import view
-    from opsctl.deploy.profiles import load_profile
-    from opsctl.deploy.review import summary
+    from opsctl.deploy.preflight import run_preflight
     from opsctl.deploy.state import StateDir
     from opsctl.engine.dockerpy import connect
 
@@ -133,20 +202,21 @@ def up(
                          hint="`opsctl smoke --pushgateway` pushes a smoke run's metrics")
     deployment = load_profile(profile).resolve(variant)
     if dry_run:
-        plan = deploy_app.dry_run(deployment, _image_for(image))
+        plan = deploy_app.dry_run(deployment, _image_for(image), preflight=not skip_preflight)
         console.print(view.dry_run_text(plan), highlight=False, soft_wrap=True, markup=False)
         return
     view.print_warnings(err_console, summary(deployment))
     engine = connect()
     state = StateDir.default()
     if gate:
-        _run_gate(deployment, profile, engine, image, state, timeout, pushgateway)
+        _run_gate(deployment, profile, engine, image, state, timeout, pushgateway, skip_preflight)
         return
     with view.up_progress(console, deployment) as on_progress:
         result = deploy_app.up(deployment, engine=engine, image_for=_image_for(image),
                                timeout_seconds=timeout, replace=replace, on_progress=on_progress,
                                verify=None if no_verify else _verify_server, state=state,
-                               on_note=view.note(err_console))
+                               on_note=view.note(err_console),
+                               preflight=None if skip_preflight else run_preflight)
     view.print_up(console, result)
 
 
@@ -162,10 +232,14 @@ def _verify_server(deployment: Deployment, base_url: str, log_text: str) -> Veri
 
 
 def _run_gate(deployment: Deployment, profile: str | None, engine: Engine, image: str | None,
-              state: StateDir, timeout: float | None, pushgateway: str | None) -> None:
+              state: StateDir, timeout: float | None, pushgateway: str | None,
+              skip_preflight: bool) -> None:
     from opsctl.cli.traffic import gateway_from
-    from opsctl.deploy import gate, view
+    from opsctl.deploy import view
     from opsctl.deploy.ownership import profile_locks
+    from opsctl.deploy.preflight import run_preflight
+    from opsctl.gate import gate
+    from opsctl.gate import view as gate_view
     from opsctl.observe.metrics import push_report
 
     gateway = gateway_from(pushgateway)
@@ -175,9 +249,10 @@ def _run_gate(deployment: Deployment, profile: str | None, engine: Engine, image
             deployment, engine=engine, image_for=_image_for(image), state=state,
             verify=_verify_server, smoke=GateSmoke(profile, gateway), timeout_seconds=timeout,
             progress=lambda shown: view.up_progress(console, shown),
-            on_step=view.gate_step(console), push=push_report, gateway=gateway,
+            on_step=gate_view.gate_step(console), push=push_report, gateway=gateway,
+            preflight=None if skip_preflight else run_preflight,
         )
-    view.print_gate(console, result)
+    gate_view.print_gate(console, result)
     if result.error is not None:
         raise result.error
 

@@ -11,14 +11,12 @@ from typing import Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, app, console, err_console
+from opsctl.cli.app import ProfileOpt, app, command_group, console, err_console
 
-sglang_args_app = typer.Typer(
-    help="The pinned sglang versions' real argument parsers, against which flags are checked.",
-    no_args_is_help=True,
-)
+sglang_args_app = command_group(
+    "The pinned sglang releases' real argument parsers and image stacks, read from their wheels.")
 app.add_typer(sglang_args_app, name="sglang-args")
-patch_app = typer.Typer(help="Check and apply the gather-then-cast patch sets.", no_args_is_help=True)
+patch_app = command_group("Check and apply the gather-then-cast patch sets.")
 app.add_typer(patch_app, name="patch")
 
 
@@ -35,6 +33,21 @@ def sglang_args_extract(
     from opsctl.image import view
 
     view.show_extraction(console, image_app.sglang_args_extract(version, wheel_dir, output))
+
+
+@sglang_args_app.command("stack")
+def sglang_args_stack(
+    version: Annotated[str, typer.Option("--version", help="sglang release, e.g. 0.5.23.")],
+    wheel_dir: Annotated[Path | None, typer.Option(
+        "--wheel-dir", help="Wheel cache (default $OPSCTL_WHEEL_CACHE or /var/cache/opsctl-wheels).")] = None,
+    output: Annotated[Path | None, typer.Option(
+        "--output", help="Write here instead of sglang-args/<version>/stack.json.")] = None,
+) -> None:
+    """Record what the release's image holds (its == pins) and whether its transformers loads GLM-5."""
+    from opsctl.image import app as image_app
+    from opsctl.image import view
+
+    view.show_stack(console, image_app.sglang_args_stack(version, wheel_dir, output))
 
 
 @patch_app.command("check")
@@ -92,10 +105,11 @@ def build_command(
         "registry's digest for `opsctl render`.")] = None,
 ) -> None:
     """Build and verify the images `opsctl up` runs (exit 3 on any failure, 6 without a daemon)."""
-    from opsctl.deploy.profiles import load_profile
+    from opsctl.config.profiles import load_profile
     from opsctl.engine.dockerpy import connect
     from opsctl.image import app as image_app
     from opsctl.image import view
+    from opsctl.image.basecheck import host_driver
 
     repository = image_app.push_repository(push) if push is not None else None
     the_plans = image_app.build_plans(load_profile(profile), variant=variant,
@@ -104,6 +118,7 @@ def build_command(
         view.show_plans(console, the_plans, push_to=repository)
         return
     engine = connect()
+    view.show_base_notes(err_console, image_app.check_bases(the_plans, engine, host_driver()))
     for the_plan in the_plans:
         with view.BuildView(err_console, view.build_title(the_plan)) as live:
             result = image_app.build(the_plan, engine, force=force, on_event=live.on_event)

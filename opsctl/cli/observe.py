@@ -7,18 +7,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, app, console
+from opsctl.cli.app import ProfileOpt, app, command_group, console
 from opsctl.core.files import check_output_path
 from opsctl.core.reports import REPORTS_DIR
 
 if TYPE_CHECKING:
     from opsctl.engine.api import ContainerInfo
 
-monitor_app = typer.Typer(
-    help="Prometheus, Pushgateway, Alertmanager, Grafana and dcgm-exporter for this host "
-    "(127.0.0.1 only).",
-    no_args_is_help=True,
-)
+monitor_app = command_group(
+    "Prometheus, Pushgateway, Alertmanager, Grafana and dcgm-exporter for this host (127.0.0.1 only).")
 app.add_typer(monitor_app, name="monitor")
 
 
@@ -30,8 +27,8 @@ def monitor_render(
         "for the shipped profile).")] = None,
 ) -> None:
     """Render the scrape config, rules, Grafana provisioning and dashboard."""
+    from opsctl.config.profiles import load_profile
     from opsctl.core.paths import project_root
-    from opsctl.deploy.profiles import load_profile
     from opsctl.observe import app as observe
     from opsctl.observe import monitoring, view
 
@@ -56,7 +53,7 @@ def monitor_up(
 ) -> None:
     """Start Prometheus, a Pushgateway, Alertmanager, Grafana and (with GPUs) dcgm-exporter,
     bound to 127.0.0.1."""
-    from opsctl.deploy.profiles import load_profile
+    from opsctl.config.profiles import load_profile
     from opsctl.observe import app as observe
     from opsctl.observe import monitoring, view
 
@@ -114,7 +111,7 @@ def exporter(
         "--reports", help="Folder of smoke/bench report files to serve.")] = str(REPORTS_DIR),
 ) -> None:
     """Serve opsctl_* metrics: the running deployment and the latest smoke and bench results."""
-    from opsctl.deploy.profiles import load_profile
+    from opsctl.config.profiles import load_profile
     from opsctl.observe import app as observe
     from opsctl.observe import view
     from opsctl.observe.exporter import running_source, static_source
@@ -148,9 +145,9 @@ def metrics_proxy(
     profile: ProfileOpt = None,
 ) -> None:
     """Serve sglang's /metrics, and nothing else, to a remote Prometheus behind a bearer token."""
+    from opsctl.config.profiles import load_profile
     from opsctl.core.errors import UsageError
     from opsctl.core.httpcap import checked_base_url
-    from opsctl.deploy.profiles import load_profile
     from opsctl.observe import app as observe
     from opsctl.observe import view
     from opsctl.observe.metricsproxy import read_token, upstream_for
@@ -185,5 +182,6 @@ def report(
     base_url = checked_base_url(prometheus, "--prometheus")
     check_output_path(Path(out), "--out")
     with capped_client(base_url=base_url, timeout_s=QUERY_TIMEOUT_SECONDS) as client:
-        result = observe.report(client, Path(out), since_seconds, variant)
+        result = observe.report(client, Path(out), since_seconds, variant,
+                                plot=view.plot_decode_latency)
     view.show_written(console, result.path)

@@ -7,13 +7,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, err_console, within
+from opsctl.cli.app import ProfileOpt, VariantOpt, app, command_group, console, err_console, within
 
 if TYPE_CHECKING:
-    from opsctl.deploy.profiles import Deployment
+    from opsctl.config.profiles import Deployment
 
-render_app = typer.Typer(help="Render a validated profile for another engine.",
-                         no_args_is_help=True)
+render_app = command_group("Render a validated profile for another engine.")
 app.add_typer(render_app, name="render")
 
 
@@ -69,7 +68,7 @@ def k8s(
     """Kubernetes manifests of a variant: its servers (a Deployment, or a LeaderWorkerSet when
     the profile spans hosts), the sglang router, PodMonitors, the PrometheusRule and the
     Grafana dashboard (docs/kubernetes.md)."""
-    from opsctl.deploy.profiles import load_profile
+    from opsctl.config.profiles import load_profile
     from opsctl.render import app as render
     from opsctl.render import view
 

@@ -11,14 +11,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, VariantOpt, app, console
+from opsctl.cli.app import ProfileOpt, VariantOpt, app, command_group, console
 from opsctl.core.files import check_output_path
 
 if TYPE_CHECKING:
     from opsctl.trace.app import CaptureTarget
 
-trace_app = typer.Typer(help="Profile a server's decode steps and name the bottleneck.",
-                        no_args_is_help=True)
+trace_app = command_group("Profile a server's decode steps and name the bottleneck.")
 app.add_typer(trace_app, name="trace")
 
 OutOpt = Annotated[str | None, typer.Option("--out", help="Report directory (default "
@@ -129,10 +128,10 @@ def _url_target(url: str, trace_dir: Path, server_dir: str | None, profile: str 
 
 def _container_target(profile: str | None, server_dir: str | None) -> CaptureTarget:
     """The profile's running server: its URL, the variant it runs, its container's trace dir."""
+    from opsctl.config.profiles import load_profile
     from opsctl.core import labels
     from opsctl.core.errors import LaunchError
     from opsctl.deploy import app as deploy_app
-    from opsctl.deploy.profiles import load_profile
     from opsctl.engine.dockerpy import connect
     from opsctl.trace.app import CaptureTarget, server_trace_dir
     from opsctl.trace.capture import ContainerDir

@@ -14,7 +14,8 @@ import typer
 from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, within
 
 if TYPE_CHECKING:
-    from opsctl.deploy.profiles import Profile
+    from opsctl.config.profiles import Profile
+    from opsctl.traffic.app import LocatedServer
     from opsctl.traffic.driver_sglang import ServingContainer
 
 PUSHGATEWAY_ENV = "OPSCTL_PUSHGATEWAY"
@@ -94,11 +95,12 @@ def smoke(
 
     from opsctl.core.files import check_output_path
     from opsctl.core.httpcap import checked_base_url
+    from opsctl.core.redact import api_key_from_env
     from opsctl.core.reports import REPORTS_DIR
     from opsctl.observe.metrics import push_report
     from opsctl.traffic import app as traffic
     from opsctl.traffic import view
-    from opsctl.traffic.client import api_key_from_env, make_client, parse_api
+    from opsctl.traffic.client import make_client, parse_api
     from opsctl.traffic.evals.dataset import load_gsm8k
     from opsctl.traffic.smoke_evals import eval_request
 
@@ -200,6 +202,7 @@ def bench(
     from pathlib import Path
 
     from opsctl.core.files import check_output_path
+    from opsctl.core.redact import api_key_from_env
     from opsctl.core.reports import REPORTS_DIR
     from opsctl.observe.metrics import push_report
     from opsctl.traffic import app as traffic
@@ -210,7 +213,7 @@ def bench(
         parse_goodput,
         parse_variants,
     )
-    from opsctl.traffic.client import api_key_from_env, make_client, parse_api
+    from opsctl.traffic.client import make_client, parse_api
     from opsctl.traffic.driver_sglang import SglangBench
     from opsctl.traffic.drivers import SGLANG_BENCH, parse_driver
     from opsctl.traffic.workloads import WorkloadSpec, parse_dataset_name
@@ -246,16 +249,21 @@ def bench(
 # --- collaborators from the deploy room: where the profile's server runs, and launching it ---
 
 
-def locate_server(profile_name: str) -> tuple[str, str | None]:
-    """The profile's running server, found by label: (base URL, the variant it runs)."""
+def locate_server(profile_name: str) -> LocatedServer:
+    """The profile's running server, found by label: its base URL, the variant it runs and the
+    checkpoint `up` recorded on it (so smoke can warn when compared reports differ in it)."""
     from opsctl.core import labels
     from opsctl.deploy import app as deploy_app
     from opsctl.engine.dockerpy import connect
+    from opsctl.traffic.app import LocatedServer
 
     engine = connect()
     url = deploy_app.base_url_for(engine, profile_name)  # LaunchError (exit 4) when none runs
     servers = [s for s in deploy_app.find_servers(engine, profile_name) if s.status == "running"]
-    return url, servers[0].labels.get(labels.VARIANT) if servers else None
+    if not servers:
+        return LocatedServer(url, None)
+    return LocatedServer(url, servers[0].labels.get(labels.VARIANT),
+                         deploy_app.checkpoint_of(servers[0]))
 
 
 def serving_container(base_url: str) -> ServingContainer:

@@ -24,7 +24,7 @@ def tune(
     budget: Annotated[float | None, typer.Option("--budget", callback=within(0.1, 7 * 24 * 60),
                       help="Minutes for the "
                       "whole search; when the grid does not fit, successive halving "
-                      "(docs/trace-and-tune.md).")] = None,
+                      "(docs/trace-and-tune.md); 0.1 to 10080 (a week).")] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Concurrency of "
                            "each point's bench (the load you serve).")] = 8,
     requests: Annotated[int, typer.Option("--requests", min=4, help="Measured requests per "
@@ -49,12 +49,12 @@ def tune(
     successfully, 130 interrupted (the state is kept: --resume).
     """
     from opsctl.cli.deploy import _image_for, _verify_server
+    from opsctl.config.profiles import load_profile
     from opsctl.core.clock import SYSTEM_CLOCK
     from opsctl.core.errors import SmokeError, UsageError
     from opsctl.core.files import check_output_path
     from opsctl.core.redact import api_key_from_env
     from opsctl.core.reports import REPORTS_DIR, stamp
-    from opsctl.deploy.profiles import load_profile
     from opsctl.deploy.state import StateDir
     from opsctl.engine.dockerpy import connect
     from opsctl.tune import app as tune_app

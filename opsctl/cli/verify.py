@@ -33,10 +33,10 @@ def verify(
 
     import httpx
 
+    from opsctl.config.profiles import load_profile
     from opsctl.core.files import atomic_write_text, check_output_path
     from opsctl.core.httpcap import checked_base_url
-    from opsctl.deploy.profiles import load_profile
-    from opsctl.traffic.client import api_key_from_env
+    from opsctl.core.redact import api_key_from_env
     from opsctl.verify.app import raise_on_mismatch, read_log, run_verify
     from opsctl.verify.view import show_verify
 

@@ -43,8 +43,9 @@ EXIT_CODES = (
              "including a patch that does not apply, post-build verification, and a push "
              "the registry refuses or that cannot reach it"),
     ExitCode(EXIT_LAUNCH, "launch", "launch or readiness failed",
-             "including a server that cannot be reached or breaks off its answer, and the "
-             "Docker engine refusing a request"),
+             "including a server that cannot be reached or breaks off its answer, a "
+             "checkpoint the image cannot load (`up`'s preflight), and the Docker engine "
+             "refusing a request"),
     ExitCode(EXIT_SMOKE, "smoke", "smoke check or SLO failed",
              "including a failed bench request"),
     ExitCode(EXIT_DAEMON, "daemon", "Docker daemon unreachable",

@@ -23,6 +23,8 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+from opsctl.config.profiles import Deployment, Profile
+from opsctl.config.review import computes
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.errors import (
     EXIT_DAEMON,
@@ -44,18 +46,17 @@ from opsctl.decide.report import (
     Gate,
     Level,
     Probe,
+    ResolvedField,
     VariantRecord,
     write_report,
 )
 from opsctl.decide.verdict import compare_pairs, recommend
 from opsctl.deploy import ownership, readiness
 from opsctl.deploy.app import HttpFactory, ImageFor, Progress, Verifier, down, present_image, up
-from opsctl.deploy.gate import GateSmoke, SmokeAsk, UpProgress, attention_kind
-from opsctl.deploy.profiles import Deployment, Profile
-from opsctl.deploy.review import computes
 from opsctl.deploy.state import StateDir
 from opsctl.engine.api import Engine
-from opsctl.traffic.bench_report import BenchReport
+from opsctl.gate.gate import GateSmoke, SmokeAsk, UpProgress, attention_kind
+from opsctl.traffic.bench_report import BenchReport, LevelResult
 from opsctl.traffic.smoke_report import SmokeReport
 from opsctl.traffic.smoke_report import verdict_error as smoke_verdict
 from opsctl.verify.app import VerifyResult
@@ -220,6 +221,8 @@ def _run_variant(ctx: _Ctx, deployment: Deployment, image: str,
         verifying.append(True)
         result = ctx.verify(shown, url, log_text)
         verified.append(_write(folder / VERIFY_FILE, json.dumps(result.to_json(), indent=2)))
+        record.resolved = [ResolvedField(field=c.field, expected=c.expected, source=c.source,
+                                         served=c.resolved, status=c.status) for c in result.checks]
         return result
 
     try:
@@ -278,10 +281,16 @@ def _smoke_and_bench(ctx: _Ctx, deployment: Deployment, base_url: str, folder: P
     record.levels = [Level(concurrency=lv.concurrency, tpot_p50_ms=lv.tpot_ms.p50,
                            tpot_p90_ms=lv.tpot_ms.p90,
                            output_tokens_per_s=lv.output_tokens_per_s if lv.completed else None,
-                           failures=lv.failed + lv.warmup_failed, aborted=lv.aborted)
+                           failures=lv.failed + lv.warmup_failed, aborted=lv.aborted,
+                           accept_length=_accept_length(lv))
                      for lv in run.levels]
     record.bench_note = run.error or run.stopped
     return report
+
+
+def _accept_length(level: LevelResult) -> float | None:
+    accept = level.server.spec_accept_length if level.server else None
+    return round(accept.mean, 3) if accept else None
 
 
 def _raise_stop(report: SmokeReport | BenchReport, what: str, where: Path) -> None:

@@ -9,7 +9,7 @@ written afresh, atomically; a run stopped by Ctrl-C is still written, marked par
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -42,10 +42,24 @@ class Level(BaseModel):
     output_tokens_per_s: float | None
     failures: int  # measured and warm-up requests that failed
     aborted: str | None = None  # why the level stopped early
+    # Tokens per speculative verify step, from the server's sglang:spec_accept_length (MTP only).
+    accept_length: float | None = None
 
     @property
     def clean(self) -> bool:
         return self.failures == 0 and self.aborted is None and self.tpot_p50_ms is not None
+
+
+class ResolvedField(BaseModel):
+    """One setting: what the variant's release resolves for it (its `profile resolve` record, the
+    variant's `expect`, or the release facts), beside what the running server's /server_info or
+    /model_info said."""
+
+    field: str
+    expected: Any
+    source: str  # where the expectation comes from
+    served: Any
+    status: str  # ok / mismatch / unknown, as verify judged it
 
 
 class Probe(BaseModel):
@@ -59,7 +73,7 @@ class VariantRecord(BaseModel):
     description: str
     release: str  # the sglang release the variant pins
     image: str
-    computes: str  # deploy.review.computes: what attention it runs on the model
+    computes: str  # config.review.computes: what attention it runs on the model
     attention: str  # dense attention / sparse attention (or the whole line for another model)
     kv_cache_dtype: str | None  # as the variant sets it (None: the release's default)
     directory: str  # its evidence, relative to the run directory
@@ -69,6 +83,7 @@ class VariantRecord(BaseModel):
     exit_code: int | None = None  # of a failed start: 4 launch, 6 daemon, 2 usage
     evidence: list[str] = []  # files that show it, relative to the run directory
     verify: str | None = None  # up's verdict: verified / MISMATCH: fields
+    resolved: list[ResolvedField] = []  # verify's checks: the resolved expectation vs the server
     checkpoint: str | None = None  # the weights' combined sha256, or "unavailable: why"
     accuracy: Score | None = None  # GSM8K as smoke scored it (share correct, Wilson 95%)
     probes: list[Probe] = []
@@ -180,17 +195,24 @@ def markdown(report: DecideReport) -> str:
         lines += [f"- **{r.variant}** ({r.failed_gate}): {r.reason}; evidence: "
                   + ", ".join(_link(path, Path(path).name) for path in r.evidence)
                   for r in out]
+    lines += _resolved_lines(report)
     lines += ["", "## Latency and throughput", "",
-              "| variant | concurrency | TPOT p50 (ms) | TPOT p90 (ms) | output tok/s | failures |",
-              "|---|---:|---:|---:|---:|---:|"]
+              "TPOT is per output token (a speculative step that yields three tokens counts "
+              "three); accept length is the server's own `sglang:spec_accept_length` (MTP "
+              "variants; `-` without speculation).", "",
+              "| variant | concurrency | TPOT p50 (ms) | TPOT p90 (ms) | output tok/s | accept length "
+              "| failures |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
     for r in report.variants:
         for lv in r.levels:
             failures = str(lv.failures) + (f" ({lv.aborted})" if lv.aborted else "")
             lines.append(f"| {_cell(r.variant)} | {lv.concurrency} | {fmt(lv.tpot_p50_ms, '{:.2f}')} "
                          f"| {fmt(lv.tpot_p90_ms, '{:.2f}')} | "
-                         f"{fmt(lv.output_tokens_per_s, '{:.1f}')} | {_cell(failures)} |")
+                         f"{fmt(lv.output_tokens_per_s, '{:.1f}')} | "
+                         f"{'-' if lv.accept_length is None else f'{lv.accept_length:.2f}'} | "
+                         f"{_cell(failures)} |")
         if r.bench_note:
-            lines.append(f"| {_cell(r.variant)} | - | - | - | - | {_cell(r.bench_note)} |")
+            lines.append(f"| {_cell(r.variant)} | - | - | - | - | - | {_cell(r.bench_note)} |")
     lines += ["", "## Greedy outputs, variant against variant", ""]
     lines += [f"- {p.a} vs {p.b}: **{p.outcome}**: {p.detail}" for p in report.pairs] or [
         "- fewer than two variants were smoked: nothing to compare"]
@@ -200,3 +222,26 @@ def markdown(report: DecideReport) -> str:
               "sparse attention differ past index_topk tokens by design, so such pairs are "
               "not compared.", ""]
     return "\n".join(lines)
+
+
+def _resolved_lines(report: DecideReport) -> list[str]:
+    """Per variant, what its release resolves for each checked setting beside what the server
+    said (verify's checks; the expectation's source names the record it came from)."""
+    shown = [r for r in report.variants if r.resolved]
+    if not shown:
+        return []
+    lines = ["", "## What sglang resolves, and what the server said", "",
+             "Expected values come from the variant's `opsctl profile resolve` record (sglang's "
+             "own resolution, run offline), its `expect`, or the release facts; the server's come "
+             "from its /server_info and /model_info.", "",
+             "| variant | setting | expected | from | server said | status |",
+             "|---|---|---|---|---|---|"]
+    for r in shown:
+        lines += [f"| {_cell(r.variant)} | {_cell(f.field)} | {_cell(_value(f.expected))} | "
+                  f"{_cell(f.source)} | {_cell(_value(f.served))} | {_cell(f.status)} |"
+                  for f in r.resolved]
+    return lines
+
+
+def _value(value: Any) -> str:
+    return "-" if value is None else str(value)

@@ -18,6 +18,12 @@ from pathlib import Path
 
 import httpx
 
+from opsctl.argspec.resolution import GpuReport
+from opsctl.config import resolve
+from opsctl.config.profiles import Deployment
+from opsctl.config.resolve import Resolved, Runner
+from opsctl.config.review import VariantSummary, summary
+from opsctl.config.runspec import base_url, run_spec, server_labels
 from opsctl.core import labels
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.errors import LaunchError, OpsctlError, UsageError
@@ -26,9 +32,8 @@ from opsctl.deploy import ownership, readiness
 from opsctl.deploy.custody import CLEANUP_GRACE_SECONDS as CLEANUP_GRACE_SECONDS
 from opsctl.deploy.custody import Custody, Note, RunRecord, after_cleanup
 from opsctl.deploy.logsave import LOGS_DIR
-from opsctl.deploy.profiles import Deployment
-from opsctl.deploy.review import VariantSummary, summary
-from opsctl.deploy.runspec import base_url, run_spec, server_labels
+from opsctl.deploy.preflight import Preflight, run_preflight
+from opsctl.deploy.preflight import describe as describe_preflight
 from opsctl.deploy.serverstatus import ServerStatus as ServerStatus
 from opsctl.deploy.serverstatus import StatusResult as StatusResult
 from opsctl.deploy.serverstatus import status as status
@@ -72,6 +77,7 @@ class DryRun:
     spec: RunSpec
     base_url: str
     summary: VariantSummary  # the release it runs, what it computes, its release's warnings
+    preflight: str = ""  # what `up` would check first (opsctl.deploy.preflight)
 
 
 @dataclass(frozen=True)
@@ -103,9 +109,13 @@ def up(
     state: StateDir | None = None,
     logs_dir: Path = LOGS_DIR,
     on_note: Note = _quiet,
+    preflight: Preflight | None = run_preflight,
 ) -> UpResult:
     """Start the deployment, wait until it truly serves, then verify it (unless `verify` is
     None) and record the verdict and checkpoint in `state`.
+
+    First (unless `preflight` is None) the image loads the mounted checkpoint in a throwaway
+    container (opsctl.deploy.preflight); a failure raises before anything is replaced or started.
 
     Holds the profile's lock throughout (ProfileBusy when another run holds it). On failure,
     timeout, mismatch or Ctrl-C it removes what this run created, found by its run id, saving
@@ -127,7 +137,8 @@ def up(
     url = base_url(deployment)
     custody = Custody(engine, state, logs_dir, clock, on_note)
     with ownership.profile_locks(state, [run.profile], "up", clock):
-        for info in engine.find(server_labels(run.profile)):
+        found = engine.find(server_labels(run.profile))
+        for info in found:
             if info.status == "running" and not replace:
                 if info.labels.get(labels.CONFIG_HASH) == spec.labels[labels.CONFIG_HASH]:
                     return UpResult(container=info, base_url=url, already_up=True,
@@ -137,6 +148,9 @@ def up(
                     f"(variant {info.labels.get(labels.VARIANT)!r})",
                     hint="pass --replace to swap it, or `opsctl down` first",
                 )
+        if preflight is not None:  # before what runs is replaced: a failure leaves it serving
+            on_note(preflight(deployment, engine, image).summary())
+        for info in found:
             on_note(f"removing {info.name} ({info.status}; saving its log first)")
             custody.retire(info, _grace(info), "replaced by `opsctl up`")
         with ownership.InterruptGuard() as guard:
@@ -251,15 +265,17 @@ def _last_log_line(engine: Engine, container_id: str) -> str:
     return lines[-1][-160:] if lines else ""
 
 
-def dry_run(deployment: Deployment, image_for: ImageFor) -> DryRun:
-    """What `up` would run; needs no engine and no prior build."""
+def dry_run(deployment: Deployment, image_for: ImageFor, preflight: bool = True) -> DryRun:
+    """What `up` would run (and check first, unless `preflight` is off); needs no engine and no
+    prior build."""
     try:
         image = image_for(deployment)
     except OpsctlError as exc:
         # Say what is missing instead of failing: the rest of the plan is still worth reading.
         image = f"<{deployment.image.repository}: {exc.message}>"
     return DryRun(deployment=deployment, spec=run_spec(deployment, image), base_url=base_url(deployment),
-                  summary=summary(deployment))
+                  summary=summary(deployment),
+                  preflight=describe_preflight(deployment, image, enabled=preflight))
 
 
 # --- down, status, logs ------------------------------------------------------------------------
@@ -326,3 +342,27 @@ def logs(engine: Engine, profile_name: str | None, *, follow: bool, tail: int) -
 
 def _grace(info: ContainerInfo) -> int:
     return int(info.labels.get(labels.STOP_GRACE_SECONDS, "30"))
+
+
+@dataclass(frozen=True)
+class ResolveResult:
+    """`profile resolve`: each variant's record, and the record files written (if asked)."""
+
+    resolved: list[Resolved]
+    written: list[Path] = field(default_factory=list)
+
+
+def profile_resolve(deployments: list[Deployment], gpu_for: Callable[[Deployment], GpuReport],
+                    model_config: Path | None = None, write_records: bool = False,
+                    runner: Runner | None = None) -> ResolveResult:
+    """The pinned releases' own resolution of each deployment (opsctl.config.resolve).
+
+    With `write_records`, every record is written (atomically) and records of these profiles'
+    variants that no longer exist are removed. Without, a variant the release refuses is an
+    error (exit 2) after its record is returned for printing.
+    """
+    resolved = resolve.resolve(deployments, gpu_for, model_config, runner)
+    if write_records:
+        profiles = sorted({d.profile.name for d in deployments})
+        return ResolveResult(resolved, resolve.write(resolved, stale_from=profiles))
+    return ResolveResult(resolved)

@@ -17,10 +17,10 @@ from typing import Literal
 
 import httpx
 
+from opsctl.config.profiles import Deployment, to_argv
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.paths import project_root
 from opsctl.deploy import readiness
-from opsctl.deploy.profiles import Deployment, to_argv
 from opsctl.sim.config import SimArgs
 
 # "ready": the readiness probe passes; "listen": the port accepts connections (warm-up 503s are

@@ -14,12 +14,12 @@ from datetime import datetime
 
 import httpx
 
+from opsctl.config.runspec import NO_PATCH, server_labels
 from opsctl.core import labels
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.errors import OpsctlError
 from opsctl.deploy import readiness
 from opsctl.deploy.logsave import exit_text
-from opsctl.deploy.runspec import NO_PATCH, server_labels
 from opsctl.deploy.state import StateDir
 from opsctl.engine.api import ContainerInfo, Engine
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from opsctl.config.runspec import server_labels
 from opsctl.core.errors import UsageError
 from opsctl.core.redact import redact_userinfo
-from opsctl.deploy.runspec import server_labels
 from opsctl.engine.api import ContainerInfo, Engine
 
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})

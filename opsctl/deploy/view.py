@@ -1,10 +1,11 @@
 """How the deploy room's results look: the live readiness line of `up`, the status table, the
-dry-run plan, the steps and outcome of `up --gate`, `profile show` and `host p2p`. The only
+dry-run plan, `profile show` and `host p2p`. The only
 module of opsctl/deploy/ that knows about rich.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,14 +16,21 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from opsctl.deploy.app import DownResult, DryRun, LogsResult, Progress, StatusResult, UpResult
-from opsctl.deploy.gate import GateResult
+from opsctl.config.profiles import Deployment
+from opsctl.config.review import ProfileShow, VariantSummary
+from opsctl.config.runspec import HEALTH_PATH
+from opsctl.deploy.app import (
+    DownResult,
+    DryRun,
+    LogsResult,
+    Progress,
+    ResolveResult,
+    StatusResult,
+    UpResult,
+)
 from opsctl.deploy.hostcheck import HostP2pReport
 from opsctl.deploy.logsave import LOGS_DIR
-from opsctl.deploy.profiles import Deployment
 from opsctl.deploy.readiness import Phase
-from opsctl.deploy.review import ProfileShow, VariantSummary
-from opsctl.deploy.runspec import HEALTH_PATH
 
 
 def _variant_lines(summary: VariantSummary, indent: str = "") -> list[str]:
@@ -30,6 +38,7 @@ def _variant_lines(summary: VariantSummary, indent: str = "") -> list[str]:
         f"# {indent}sglang {summary.sglang_version} on {summary.base}, "
         f"patch switch {'on' if summary.patched else 'off'}",
         f"# {indent}computes: {summary.computes}",
+        *([f"# {indent}speculative: {summary.speculative}"] if summary.speculative else []),
         *(f"# {indent}warning: {warning}" for warning in summary.warnings),
     ]
 
@@ -63,6 +72,7 @@ def dry_run_text(plan: DryRun) -> str:
         f"# ready when {plan.base_url}/health_generate is 200 and /v1/models lists "
         f"{deployment.profile.model.served_name!r}",
         *_healing_lines(plan),
+        *([f"# {plan.preflight}"] if plan.preflight else []),
     ])
 
 
@@ -115,23 +125,6 @@ def print_up(console: Console, result: UpResult) -> None:
         shown = checkpoint.id[:12] if checkpoint.id else f"unavailable ({checkpoint.unavailable})"
         console.print(Text(f"verify: {result.verdict.summary()}; checkpoint {shown}"),
                       highlight=False, soft_wrap=True)
-
-
-def gate_step(console: Console) -> Callable[[str], None]:
-    """Prints each step of `up --gate` as it happens."""
-    return lambda line: console.print(Text.assemble(("gate:", "bold"), " ", line),
-                                      highlight=False, soft_wrap=True)
-
-
-def print_gate(console: Console, result: GateResult) -> None:
-    """The outcome; a failure's one line and hint are the error the CLI prints after this."""
-    if result.push_error:
-        console.print(Text.assemble(("warning:", "bold yellow"), f" {result.push_error}"),
-                      highlight=False, soft_wrap=True)
-    if result.outcome == "passed":
-        console.print(Text.assemble(("gate passed", "bold green"),
-                                    f" {result.profile}/{result.variant}; smoke report "
-                                    f"{result.report}"), highlight=False, soft_wrap=True)
 
 
 def print_down(console: Console, result: DownResult) -> None:
@@ -191,4 +184,40 @@ def host_p2p_text(report: HostP2pReport) -> str:
     ]
     if found.sys_advisable:
         lines.append("  set container.nccl_p2p_level: SYS in the profile to use it")
+    return "\n".join(lines)
+
+
+def _short(value: object, width: int = 100) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def resolve_text(result: ResolveResult) -> str:
+    """Per variant: what its release resolved (as /server_info will say it), or its refusal."""
+    lines: list[str] = []
+    for item in result.resolved:
+        record = item.record
+        gpu = record["gpu"]
+        lines.append(
+            f"{record['profile']} / {record['variant']}: sglang {record['sglang_version']} "
+            f"{record['outcome']} (reported GPU: {gpu['count']}x {gpu['name']}, "
+            f"sm_{gpu['compute_capability'].replace('.', '')}, {gpu['memory_gib']:g} GiB)")
+        if record["outcome"] != "resolved":
+            failed = record[record["outcome"]]
+            lines.append(f"  {record['outcome']}: {failed['error']} [{failed['where']}]")
+            lines.extend(f"  not run: {n['branch']}: {n['why']}" for n in record["not_run"])
+            continue
+        for label, value in record["server_info"].items():
+            lines.append(f"  {label:<32} {_short(value)}")
+        row = record["kv_row"]
+        lines.append(f"  {'KV row':<32} " + (
+            f"{row['bytes']} bytes ({row['elements']} x {row['pool_dtype']}, sglang's pool sizing)"
+            if row.get("computed") else f"not computed: {row['error']}"))
+        left = record["left_to_sglang"]
+        lines.append(f"  left to sglang ({len(left)} settings sglang changed from its default):")
+        lines.extend(f"    {name} = {_short(change['resolved'], 80)} "
+                     f"(default {_short(change['default'], 30)})"
+                     for name, change in left.items())
+        lines.extend(f"  not run: {n['branch']}: {n['why']}" for n in record["not_run"])
+    lines.extend(f"wrote {path}" for path in result.written)
     return "\n".join(lines)

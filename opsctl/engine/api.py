@@ -217,9 +217,11 @@ class Engine(Protocol):
         ...
 
     def run_to_completion(
-        self, image: str, command: list[str], timeout_seconds: float = 120
+        self, image: str, command: list[str], timeout_seconds: float = 120,
+        mounts: tuple[Mount, ...] = (),
     ) -> tuple[int, str]:
-        """Run a throwaway container (no network, no GPU); returns (exit code, output)."""
+        """Run a throwaway container (no network, no GPU, `mounts` bound) and remove it, whatever
+        happens; returns (exit code, output), (124, ...) past `timeout_seconds`."""
         ...
 
     # --- images ---
@@ -231,6 +233,11 @@ class Engine(Protocol):
     def image_id(self, ref: str) -> str | None: ...
 
     def image_repo_digests(self, ref: str) -> list[str]: ...
+
+    def image_env(self, ref: str) -> dict[str, str] | None:
+        """The environment the image's config sets (CUDA_VERSION in NVIDIA's images), or None
+        when the engine does not have it."""
+        ...
 
     def pull_image(self, ref: str) -> list[str]:
         """Pull a third-party image; returns its repo digests (LaunchError when it cannot)."""

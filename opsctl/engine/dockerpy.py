@@ -10,6 +10,15 @@ the `docker buildx` CLI, is not needed. opsctl never pulls: containers are creat
 Every call is bounded by the client's timeout (a daemon that hangs fails the call instead of
 blocking opsctl), and a daemon that stops answering or fails mid-call raises DaemonUnreachable
 (exit 6) with one line, never the SDK's chained traceback.
+
+The module holds the whole seam to the Docker SDK: the engine class, how a RunSpec becomes
+`containers.create` arguments, Docker's refusals as LaunchErrors, a dying daemon as
+DaemonUnreachable, the frames of a multiplexed log stream, a bounded `docker exec`, and how
+images move in and out (`docker import` of a root filesystem; a push that reads the digest the
+registry answered, never computed here; an image's repo digests and environment). Credentials:
+the Docker SDK reads docker's own client configuration (~/.docker/config.json, its credential
+store and helpers, as `docker login` left them) and hands them to the daemon; opsctl never takes
+a password or token itself.
 """
 
 from __future__ import annotations
@@ -17,10 +26,12 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import re
 import secrets
+import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,21 +39,346 @@ import docker
 import docker.errors
 import docker.types
 import requests
+import urllib3.exceptions
 
 from opsctl.core.errors import BuildError, DaemonUnreachable, LaunchError
 from opsctl.core.labels import MANAGED, ROLE, ROLE_VERIFY, TRUE
-from opsctl.engine import dockerimages
-from opsctl.engine.api import BuildEvent, ContainerInfo, Engine, ExecResult, RunSpec, image_missing
-from opsctl.engine.dockercalls import (
-    LOG_FRAME_HEADER,
-    TRANSPORT,
-    answering,
-    create_kwargs,
-    launch_error,
-    published_ports,
-    read_exactly,
-    run_exec,
+from opsctl.engine.api import (
+    DIGEST_PATTERN,
+    BuildEvent,
+    ContainerInfo,
+    Engine,
+    ExecResult,
+    Mount,
+    PortBinding,
+    RunSpec,
+    image_missing,
+    name_taken,
+    port_taken,
 )
+
+LOG_FRAME_HEADER = struct.Struct(">BxxxL")  # stream (1 stdout, 2 stderr), payload length
+# What a daemon that dies, hangs or breaks off an answer raises through the SDK.
+TRANSPORT = (requests.exceptions.RequestException, urllib3.exceptions.HTTPError,
+             ConnectionError, TimeoutError)
+# Docker's own words for failures a user can cause, mapped to what to do about them.
+PORT_TAKEN = re.compile(r"port is already allocated|address already in use|bind for .* failed", re.I)
+_NO_GPU_RUNTIME = re.compile(r"could not select device driver|nvidia-container-cli|unknown runtime", re.I)
+_NANOSECONDS = 1_000_000_000
+_EXIT_CODE_WAIT_S = 5.0  # after its output ends, how long the daemon may take to record the exit
+
+
+@contextlib.contextmanager
+def answering(what: str) -> Iterator[None]:
+    """Turn the daemon dying, hanging or failing (5xx) during `what` into DaemonUnreachable:
+    one line, no chained traceback, worded as opsctl.core.failures words the same families.
+    Docker's 4xx refusals pass through to the caller."""
+    try:
+        yield
+    except docker.errors.APIError as exc:
+        if exc.status_code is None or exc.status_code < 500:
+            raise
+        said = " ".join(str(exc.explanation or exc).split())[:200]
+        raise DaemonUnreachable(f"the Docker engine failed mid-call ({exc.status_code}: {said}) "
+                                f"while {what}",
+                                hint="check `docker info`; `opsctl status` shows what is left") from None
+    except (*TRANSPORT, docker.errors.DockerException) as exc:
+        said = " ".join(str(exc).split())[:200]
+        raise DaemonUnreachable(
+            f"the Docker engine stopped answering: {type(exc).__name__}: {said} (while {what})",
+            hint="check `docker info` and DOCKER_HOST; `opsctl status` shows what is left",
+        ) from None
+
+
+def docker_mounts(mounts: Iterable[Mount]) -> list[docker.types.Mount]:
+    return [docker.types.Mount(target=m.target, source=m.source, type=m.kind,
+                               read_only=m.read_only) for m in mounts]
+
+
+def create_kwargs(spec: RunSpec) -> dict[str, Any]:
+    """`containers.create` arguments for `spec`."""
+    mounts = docker_mounts(spec.mounts)
+    device_requests = []
+    if spec.gpus:
+        device_requests.append(
+            docker.types.DeviceRequest(device_ids=[str(g) for g in spec.gpus], capabilities=[["gpu"]])
+        )
+    ulimits = [
+        docker.types.Ulimit(name=name, soft=soft, hard=hard) for name, (soft, hard) in spec.ulimits.items()
+    ]
+    return {
+        "image": spec.image,
+        "command": spec.command,
+        "name": spec.name,
+        "labels": spec.labels,
+        "environment": spec.env,
+        "ports": {f"{p.container_port}/tcp": (p.host_address, p.host_port) for p in spec.ports},
+        "mounts": mounts,
+        "device_requests": device_requests or None,
+        "ipc_mode": "host" if spec.ipc_host else None,
+        "shm_size": spec.shm_size,
+        "ulimits": ulimits or None,
+        "init": spec.init,
+        "stop_signal": "SIGTERM",
+        "network_mode": spec.network_mode,
+        **_healing_kwargs(spec),
+    }
+
+
+def _healing_kwargs(spec: RunSpec) -> dict[str, Any]:
+    """The restart policy, health check and log rotation of `spec`, as the SDK takes them; the
+    health check runs through /bin/sh exactly as `docker run --health-cmd` (the dry run) does."""
+    kwargs: dict[str, Any] = {}
+    if spec.restart_max is not None:
+        kwargs["restart_policy"] = ({"Name": "on-failure", "MaximumRetryCount": spec.restart_max}
+                                    if spec.restart_max else {"Name": "no"})
+    if spec.healthcheck is not None:
+        check = spec.healthcheck
+        kwargs["healthcheck"] = docker.types.Healthcheck(
+            test=["CMD-SHELL", check.command], interval=check.interval_seconds * _NANOSECONDS,
+            timeout=check.timeout_seconds * _NANOSECONDS, retries=check.retries,
+            start_period=check.start_period_seconds * _NANOSECONDS)
+    if spec.log_rotation is not None:
+        kwargs["log_config"] = docker.types.LogConfig(
+            type="json-file", config={"max-size": spec.log_rotation.max_size,
+                                      "max-file": str(spec.log_rotation.max_files)})
+    return kwargs
+
+
+def launch_error(exc: docker.errors.APIError, spec: RunSpec) -> LaunchError:
+    """Docker refusing to create or start `spec`'s container, said so a user can act on it."""
+    text = str(exc.explanation or exc)
+    if PORT_TAKEN.search(text):
+        return port_taken(spec)
+    if _NO_GPU_RUNTIME.search(text):
+        return LaunchError(
+            f"the engine cannot give GPUs {spec.gpus} to a container: {text.splitlines()[0]}",
+            hint="install the NVIDIA Container Toolkit and restart dockerd; "
+            "opsctl never falls back to CPU",
+        )
+    if exc.status_code == 409:
+        return name_taken(spec)
+    return LaunchError(f"docker refused to start the container: {text.splitlines()[0]}",
+                       hint="see the engine's message above")
+
+
+def read_exactly(raw: Any, size: int) -> bytes:
+    """`size` bytes of a response body; b"" at its clean end. A body cut inside a frame is the
+    daemon breaking off: ConnectionError."""
+    data = b""
+    while len(data) < size:
+        chunk = raw.read(size - len(data))
+        if not chunk:
+            if data:
+                raise ConnectionError(f"the log stream ended inside a frame ({len(data)} of "
+                                      f"{size} bytes)")
+            return b""
+        data += chunk
+    return data
+
+
+def published_ports(attrs: dict[str, Any]) -> tuple[PortBinding, ...]:
+    """The host ports a container's inspect data says it publishes (configured bindings, so a
+    stopped container still says which port it would take)."""
+    bindings = (attrs.get("HostConfig") or {}).get("PortBindings") or {}
+    return tuple(
+        PortBinding(container_port=int(port.split("/")[0]), host_port=int(host["HostPort"]),
+                    host_address=host.get("HostIp") or "0.0.0.0")
+        for port, hosts in sorted(bindings.items()) for host in hosts or []
+        if port.endswith("/tcp") and str(host.get("HostPort") or "").isdigit())
+
+
+def run_exec(api: Any, container_id: str, command: list[str], env: dict[str, str],
+             timeout_seconds: float, max_output_bytes: int) -> ExecResult:
+    """`docker exec` bounded in time and memory (see `Engine.exec`).
+
+    The SDK's exec stream waits for data without a deadline, so it is read in a daemon thread
+    that keeps only the output's tail; at the deadline the stream is shut, which ends that read,
+    and opsctl returns instead of waiting on a command that may never finish.
+    """
+    with answering("starting a command in a container"):
+        try:
+            exec_id = api.exec_create(container_id, command, environment=env or None,
+                                      stdout=True, stderr=True, tty=False)["Id"]
+            stream = api.exec_start(exec_id, stream=True)
+        except docker.errors.APIError as exc:
+            if exc.status_code is not None and exc.status_code >= 500:
+                raise
+            said = " ".join(str(exc.explanation or exc).split())[:200]
+            raise LaunchError(f"cannot run {command[0]!r} in container {container_id[:12]}: {said}",
+                              hint="is it still running? `opsctl status`") from None
+    tail = bytearray()
+    cut: list[bool] = []  # non-empty once output was dropped
+    failed: list[BaseException] = []
+
+    def pump() -> None:
+        try:
+            for chunk in stream:
+                tail.extend(chunk)
+                if len(tail) > max_output_bytes:
+                    del tail[:len(tail) - max_output_bytes]
+                    cut.append(True)
+        except (*TRANSPORT, OSError, docker.errors.DockerException) as exc:
+            failed.append(exc)
+
+    reader = threading.Thread(target=pump, name="opsctl-exec", daemon=True)
+    reader.start()
+    try:
+        reader.join(max(0.0, timeout_seconds))
+    finally:  # the deadline, or Ctrl-C: stop reading; the command is left to its own end
+        timed_out = reader.is_alive()
+        if timed_out:
+            with contextlib.suppress(*TRANSPORT, OSError, docker.errors.DockerException):
+                stream.close()
+            reader.join(1.0)
+    if timed_out:
+        return ExecResult(exit_code=None, output=bytes(tail), truncated=bool(cut), timed_out=True)
+    if failed:
+        with answering("reading a command's output"):
+            raise failed[0]
+    return ExecResult(exit_code=_exit_code(api, exec_id), output=bytes(tail), truncated=bool(cut))
+
+
+def _exit_code(api: Any, exec_id: str) -> int | None:
+    """The finished command's exit code; the daemon records it just after the output ends."""
+    deadline = time.monotonic() + _EXIT_CODE_WAIT_S
+    with answering("reading a command's exit code"):
+        while True:
+            state = api.exec_inspect(exec_id)
+            if not state.get("Running") or time.monotonic() > deadline:
+                code = state.get("ExitCode")
+                return None if state.get("Running") or code is None else int(code)
+            time.sleep(0.05)
+
+
+# --- images: import, push, config -------------------------------------------------------------
+
+# The longest silence allowed between two messages of a push: a registry may take minutes to
+# commit a large layer after its upload, longer than the client's usual per-call timeout.
+PUSH_STALL_SECONDS = 600
+_STATUS_DIGEST = re.compile(r"\bdigest: (sha256:[0-9a-f]{64})\b")
+_UNREACHABLE = re.compile(r"connection refused|no such host|i/o timeout|dial tcp|"
+                          r"server gave HTTP response to HTTPS client|certificate", re.I)
+_DENIED = re.compile(r"unauthorized|denied|authentication required|no basic auth", re.I)
+
+
+def repo_digests(client: docker.DockerClient, ref: str) -> list[str]:
+    try:
+        return list(client.images.get(ref).attrs.get("RepoDigests") or [])
+    except docker.errors.ImageNotFound:
+        return []
+
+
+def image_env(client: docker.DockerClient, ref: str) -> dict[str, str] | None:
+    """The image's configured environment (Config.Env, `NAME=value` each); None when absent."""
+    with answering("inspecting an image"):
+        try:
+            attrs = client.images.get(ref).attrs
+        except docker.errors.ImageNotFound:
+            return None
+    pairs = [str(item).partition("=") for item in (attrs.get("Config") or {}).get("Env") or []]
+    return {name: value for name, _, value in pairs if name}
+
+
+def import_rootfs(client: docker.DockerClient, tarball: Path, ref: str, changes: list[str]) -> str:
+    """`docker import` a root filesystem tarball as `ref` (repository:tag); returns the image id."""
+    repository, tag = split_target(ref)
+    try:
+        client.api.import_image(src=str(tarball), repository=repository, tag=tag, changes=changes)
+    except docker.errors.APIError as exc:
+        raise BuildError(
+            f"the engine refused to import {ref}: {str(exc.explanation or exc).splitlines()[0]}",
+            hint="check the engine's log (journalctl -u docker) and free disk space",
+        ) from None
+    try:
+        return str(client.images.get(ref).id)
+    except docker.errors.ImageNotFound:
+        raise BuildError(f"import of {ref} reported no image", hint="retry with --force") from None
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """REGISTRY/REPO:TAG as (REGISTRY/REPO, TAG); the tag is after the last colon of the last
+    path component (a registry's port has its colon before a slash)."""
+    repository, _, tag = target.rpartition(":")
+    if not repository or "/" in tag:
+        raise ValueError(f"{target} names no tag")
+    return repository, tag
+
+
+def push(client: docker.DockerClient, image: str, target: str,
+         on_event: Callable[[BuildEvent], None]) -> str:
+    """Tag `image` (a tag or an image id) as `target` and push it; returns the registry's digest."""
+    repository, tag = split_target(target)
+    with answering(f"tagging {target}"):
+        try:
+            client.api.tag(image, repository, tag)
+        except docker.errors.ImageNotFound:
+            raise image_missing(image) from None
+    api = client.api
+    usual_timeout = api.timeout
+    api.timeout = PUSH_STALL_SECONDS
+    try:
+        with answering(f"pushing {target}"):
+            try:
+                stream = api.push(repository, tag=tag, stream=True, decode=True)
+                return _follow(stream, target, on_event)
+            except docker.errors.APIError as exc:
+                if exc.status_code is not None and exc.status_code >= 500:
+                    raise
+                raise push_error(target, str(exc.explanation or exc)) from None
+    except BaseException:
+        _untag(client, target)  # a failed push leaves no tag of a registry behind
+        raise
+    finally:
+        api.timeout = usual_timeout
+
+
+def _untag(client: docker.DockerClient, target: str) -> None:
+    """Remove the tag `target` only (the image keeps its other tags and stays)."""
+    with contextlib.suppress(docker.errors.DockerException, *TRANSPORT):
+        client.api.remove_image(target, force=False, noprune=True)
+
+
+def _follow(stream: Any, target: str, on_event: Callable[[BuildEvent], None]) -> str:
+    digest = ""
+    for chunk in stream:
+        if chunk.get("error") or chunk.get("errorDetail"):
+            detail = (chunk.get("errorDetail") or {}).get("message") or chunk.get("error")
+            raise push_error(target, str(detail))
+        aux = chunk.get("aux") or {}
+        if DIGEST_PATTERN.fullmatch(str(aux.get("Digest", ""))):
+            digest = str(aux["Digest"])
+        status = str(chunk.get("status") or "")
+        found = _STATUS_DIGEST.search(status)
+        if found and not digest:
+            digest = found.group(1)
+        if status:
+            layer = f"{chunk['id']}: " if chunk.get("id") else ""
+            on_event(BuildEvent(text=f"{layer}{status} {chunk.get('progress') or ''}".rstrip(),
+                                step="push"))
+    if not digest:
+        raise BuildError(f"the push of {target} ended without the registry's digest",
+                         hint="push again; `docker push` shows the registry's whole answer")
+    return digest
+
+
+def push_error(target: str, detail: str) -> BuildError:
+    """The daemon's or registry's refusal as one line, with what to do about it."""
+    said = " ".join(detail.split())[:240]
+    registry = target.split("/", 1)[0]
+    if _DENIED.search(said):
+        hint = (f"log in with `docker login {registry}` (opsctl uses docker's own credential "
+                "store and never takes a password itself), and check the repository's push rights")
+    elif _UNREACHABLE.search(said):
+        hint = (f"check that {registry} is up and reachable from the Docker daemon; a registry "
+                "without TLS must be listed in dockerd's insecure-registries (127.0.0.0/8 is by "
+                "default)")
+    else:
+        hint = "see the registry's message; `docker push` shows its whole answer"
+    return BuildError(f"push of {target} failed: {said}", hint=hint)
+
+
+# --- the engine --------------------------------------------------------------------------------
 
 DAEMON_TIMEOUT_SECONDS = 10
 
@@ -267,10 +603,10 @@ class DockerEngine:
             return None
 
     def image_repo_digests(self, ref: str) -> list[str]:
-        try:
-            return list(self._client.images.get(ref).attrs.get("RepoDigests") or [])
-        except docker.errors.ImageNotFound:
-            return []
+        return repo_digests(self._client, ref)
+
+    def image_env(self, ref: str) -> dict[str, str] | None:
+        return image_env(self._client, ref)
 
     def pull_image(self, ref: str) -> list[str]:
         """Pull a third-party image (monitoring only; opsctl never pulls what it builds).
@@ -311,7 +647,7 @@ class DockerEngine:
 
     def import_rootfs(self, tarball: Path, repository: str, tag: str, changes: list[str]) -> str:
         """`docker import` a root filesystem tarball as repository:tag; returns the image id."""
-        return dockerimages.import_rootfs(self._client, tarball, f"{repository}:{tag}", changes)
+        return import_rootfs(self._client, tarball, f"{repository}:{tag}", changes)
 
     def build(
         self,
@@ -367,11 +703,12 @@ class DockerEngine:
         return image_id
 
     def push(self, image: str, target: str, on_event: Callable[[BuildEvent], None]) -> str:
-        """Tag and push; see opsctl.engine.dockerimages."""
-        return dockerimages.push(self._client, image, target, on_event)
+        """Tag and push; see opsctl.engine."""
+        return push(self._client, image, target, on_event)
 
     def run_to_completion(
-        self, image: str, command: list[str], timeout_seconds: float = 120
+        self, image: str, command: list[str], timeout_seconds: float = 120,
+        mounts: tuple[Mount, ...] = (),
     ) -> tuple[int, str]:
         """Run a throwaway container (no network, no GPU) and return (exit code, output)."""
         # Named up front: a Ctrl-C while the daemon creates it leaves no id in hand, only the name.
@@ -379,7 +716,7 @@ class DockerEngine:
         try:
             container = self._client.containers.create(
                 image=image, command=command, network_disabled=True, detach=True, name=name,
-                labels={MANAGED: TRUE, ROLE: ROLE_VERIFY},
+                labels={MANAGED: TRUE, ROLE: ROLE_VERIFY}, mounts=docker_mounts(mounts),
             )
         except docker.errors.ImageNotFound:
             raise BuildError(f"image {image} vanished before verification", hint="rebuild") from None

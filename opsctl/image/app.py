@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from opsctl.argspec import stack
 from opsctl.argspec.extract import Extraction, extract
+from opsctl.config import patchsets
+from opsctl.config.profiles import Profile
 from opsctl.core.errors import UsageError
-from opsctl.deploy.profiles import Profile
 from opsctl.engine.api import BuildEvent, Engine
-from opsctl.image import baseimage, patchset, registry, upstream
+from opsctl.image import basecheck, baseimage, patchset, registry, upstream
 from opsctl.image import build as builder
 from opsctl.image.baseimage import BaseImageResult
 from opsctl.image.build import BuildResult
@@ -41,6 +43,15 @@ def build(the_plan: BuildPlan, engine: Engine, force: bool, on_event: OnEvent) -
                             "(debootstrap + docker import, about a minute)"))
         baseimage.build_debian_base(engine, force=False, on_event=on_event)
     return builder.build(the_plan, engine, force=force, on_event=on_event)
+
+
+def check_bases(the_plans: list[BuildPlan], engine: Engine,
+                driver: str | None) -> list[basecheck.BaseNote]:
+    """Before any build: every plan's base is on the engine (BuildError, exit 3, naming the tag,
+    the `docker pull` and the alternatives) and what its CUDA asks of `driver` (the host's
+    NVIDIA driver, basecheck.host_driver()). opsctl's own Debian base is built when absent."""
+    return basecheck.check_bases([(p.base_image, p.sglang_version) for p in the_plans], engine,
+                                 driver, built_here=[baseimage.DEBIAN_BASE])
 
 
 def push_repository(value: str) -> str:
@@ -76,12 +87,18 @@ def patch_check(sglang_src: Path | None, sglang_version: str | None,
 
 def patch_apply(sglang_src: Path, version: str | None) -> CheckReport:
     """Verify, then patch a real sglang tree in place (the build's code path)."""
-    return patchset.apply(sglang_src, patchset.patch_set_dir(version or _tree_version(sglang_src)))
+    return patchset.apply(sglang_src, patchsets.patch_set_dir(version or _tree_version(sglang_src)))
 
 
 def sglang_args_extract(version: str, wheel_dir: Path | None, output: Path | None) -> Extraction:
     """Record the real parser of sglang `version` (wheel from `wheel_dir` or the wheel cache)."""
     return extract(version, wheel_dir, output)
+
+
+def sglang_args_stack(version: str, wheel_dir: Path | None, output: Path | None
+                      ) -> stack.StackRecord:
+    """Record the image stack of sglang `version`: its pins, and its transformers on the model configs."""
+    return stack.generate(version, wheel_dir, output)
 
 
 def _tree_version(src: Path) -> str:

@@ -31,6 +31,7 @@ from opsctl.core import labels
 from opsctl.core.errors import BuildError
 from opsctl.engine.api import BuildEvent, Engine
 from opsctl.image import imagecheck, trust
+from opsctl.image.basecheck import missing_base_hint
 from opsctl.image.context import stage_context
 from opsctl.image.lock import BaseResolution, check_lock, write_lock
 from opsctl.image.plan import BuildPlan
@@ -54,12 +55,11 @@ class BuildResult:
     reverified: bool = False  # it existed, but was not recorded as verified here
 
 
-def resolve_base(engine: Engine, ref: str) -> BaseResolution:
+def resolve_base(engine: Engine, ref: str, sglang_version: str | None = None) -> BaseResolution:
     image_id = engine.image_id(ref)
     if image_id is None:
-        hint = ("build it with `opsctl base-image`" if ref.startswith("opsctl/")
-                else f"opsctl never pulls: `docker pull {ref}` first, then build again")
-        raise BuildError(f"base image {ref} is not present on this engine", hint=hint)
+        raise BuildError(f"base image {ref} is not present on this engine",
+                         hint=missing_base_hint(ref, sglang_version))
     name = _repository_of(ref)
     for repo_digest in engine.image_repo_digests(ref):
         repo, _, digest = repo_digest.partition("@")
@@ -87,7 +87,7 @@ def _normalise(repo: str) -> str:
 def build(
     plan: BuildPlan, engine: Engine, force: bool, on_event: Callable[[BuildEvent], None]
 ) -> BuildResult:
-    base = resolve_base(engine, plan.base_image)
+    base = resolve_base(engine, plan.base_image, plan.sglang_version)
     relocked = check_lock(plan.lock_path, base, force, engine.image_labels(base.from_ref) or {},
                           on_event)
     content_hash = plan.content_hash(base.digest)

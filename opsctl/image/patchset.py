@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 try:
+    from opsctl.config.patchsets import MANIFEST, patch_set_dir, read_manifest
     from opsctl.core.errors import PatchError, ProfileError
     from opsctl.core.paths import project_root
 except ImportError:  # standalone inside the image build: same messages, plain exceptions
@@ -49,8 +50,12 @@ except ImportError:  # standalone inside the image build: same messages, plain e
     def project_root() -> Path:
         return Path(os.environ.get("OPSCTL_PROJECT_DIR", Path(__file__).resolve().parents[2]))
 
+    MANIFEST = "manifest.json"
 
-MANIFEST = "manifest.json"
+    def read_manifest(patch_dir: Path) -> dict[str, Any]:  # checked on the host before staging
+        return dict(json.loads((patch_dir / MANIFEST).read_text()))
+
+
 # Both spellings: setuptools-scm writes one, vcs-versioning (0.5.23) the same assignment.
 _VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M)
 
@@ -82,44 +87,6 @@ class CheckReport:
 
 
 # --- the patch set on disk ----------------------------------------------------------------------
-
-
-def patches_root() -> Path:
-    return project_root() / "patches" / "sglang"
-
-
-def available_versions() -> list[str]:
-    root = patches_root()
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if (p / MANIFEST).is_file())
-
-
-def patch_set_dir(version: str) -> Path:
-    path = patches_root() / version
-    if not (path / MANIFEST).is_file():
-        known = ", ".join(available_versions()) or "none"
-        raise PatchError(
-            f"no patch set for sglang {version}",
-            hint=f"patch sets exist for: {known} (patches/sglang/<version>/manifest.json)",
-        )
-    return path
-
-
-def _read_manifest(patch_dir: Path) -> dict[str, Any]:
-    path = patch_dir / MANIFEST
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise PatchError(f"cannot read {path}: {exc}", hint="restore the patch set") from None
-    for key in ("sglang_version", "files", "new_files", "switch_env", "layout_findings"):
-        if key not in data:
-            raise PatchError(f"{path}: manifest lacks {key!r}", hint="restore the patch set")
-    return data
-
-
-def load_manifest(version: str) -> dict[str, Any]:
-    return _read_manifest(patch_set_dir(version))
 
 
 def _sha256_file(path: Path) -> str:
@@ -156,7 +123,7 @@ def _patch_set_digest(patch_dir: Path, manifest: dict[str, Any]) -> str:
 def patch_set_sha256(version: str) -> str:
     """Hash over the manifest, the diffs and the new files: the build's image label."""
     patch_dir = patch_set_dir(version)
-    return _patch_set_digest(patch_dir, _read_manifest(patch_dir))
+    return _patch_set_digest(patch_dir, read_manifest(patch_dir))
 
 
 def patch_set_files(version: str) -> dict[str, Path]:
@@ -166,7 +133,7 @@ def patch_set_files(version: str) -> dict[str, Path]:
     self-contained inside the build context.
     """
     patch_dir = patch_set_dir(version)
-    manifest = _read_manifest(patch_dir)
+    manifest = read_manifest(patch_dir)
     files = {MANIFEST: patch_dir / MANIFEST}
     files.update({entry["diff"]: patch_dir / entry["diff"] for entry in manifest["files"]})
     files.update({Path(entry["source"]).name: _new_file_source(patch_dir, entry)
@@ -305,14 +272,14 @@ def _stage_readable(src: Path, patch_dir: Path, manifest: dict[str, Any], stage:
 def check(sglang_src: Path, version: str) -> CheckReport:
     """Apply the patch set for `version` to a temporary copy of `sglang_src`'s files."""
     patch_dir = patch_set_dir(version)
-    manifest = _read_manifest(patch_dir)
+    manifest = read_manifest(patch_dir)
     with tempfile.TemporaryDirectory(prefix="opsctl-patch-") as tmp:
         return _stage_readable(Path(sglang_src), patch_dir, manifest, Path(tmp))
 
 
 def apply(site_packages: Path, patch_dir: Path) -> CheckReport:
     """The build path: verify and patch in a temporary copy, then install over `site_packages`."""
-    manifest = _read_manifest(Path(patch_dir))
+    manifest = read_manifest(Path(patch_dir))
     with tempfile.TemporaryDirectory(prefix="opsctl-patch-") as tmp:
         stage = Path(tmp)
         report = _stage_readable(Path(site_packages), Path(patch_dir), manifest, stage)

@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from opsctl import __version__
+from opsctl.config import patchsets
+from opsctl.config.profile_checks import is_secret_name
+from opsctl.config.profiles import PATCH_SWITCH_ENV, Deployment, ImageSpec, Profile
 from opsctl.core import labels, wheels
 from opsctl.core.errors import BuildError, ProfileError, UsageError
 from opsctl.core.files import sha256_file
 from opsctl.core.paths import project_root
-from opsctl.deploy.profile_checks import is_secret_name
-from opsctl.deploy.profiles import PATCH_SWITCH_ENV, Deployment, ImageSpec, Profile
 from opsctl.image import imagecheck, patchset
 from opsctl.image.lock import lock_dir, read_lock
 
@@ -223,7 +224,7 @@ def _sglang_inputs(version: str) -> tuple[dict[str, Path], dict[str, Any], str]:
     The patch set is staged as `patchset.patch_set_files` lays it out, which is what
     `patchset.py apply --patch-dir` reads in the image.
     """
-    manifest = patchset.load_manifest(version)
+    manifest = patchsets.load_manifest(version)
     for entry in manifest["new_files"]:
         source = project_root() / entry["source"]
         if sha256_file(source) != entry["sha256"]:
@@ -242,7 +243,7 @@ def _sglang_inputs(version: str) -> tuple[dict[str, Path], dict[str, Any], str]:
     if switch != PATCH_SWITCH_ENV:
         raise BuildError(
             f"patch set {version} names runtime switch {switch!r}, profiles use "
-            f"{PATCH_SWITCH_ENV!r}", hint="the manifest and opsctl.deploy.profiles must agree")
+            f"{PATCH_SWITCH_ENV!r}", hint="the manifest and opsctl.config.profiles must agree")
     # The new file that defines the switch (the kernel module the patched backend imports).
     switch_module = next((entry["destination"] for entry in manifest["new_files"]
                           if f'SWITCH_ENV = "{switch}"' in (project_root() / entry["source"]).read_text()),
@@ -295,6 +296,9 @@ def _simulator_inputs(root: Path) -> dict[str, Path]:
     files: dict[str, Path] = {"app/opsctl/__init__.py": root / "opsctl" / "__init__.py"}
     for path in sim_modules(root):
         files[f"app/opsctl/sim/{path.name}"] = path
+    # The releases' own resolutions of the profiles' variants (opsctl.sim.records reads them).
+    for path in sorted(root.glob("sglang-args/*/resolved/*.json")):
+        files[f"app/{path.relative_to(root).as_posix()}"] = path
     for dist in SIM_DISTRIBUTIONS:
         wheel = wheels.fetch(dist, importlib.metadata.version(dist))
         files[f"wheels/{wheel.name}"] = wheel

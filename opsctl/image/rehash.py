@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from opsctl.config.patchsets import read_manifest
 from opsctl.core.files import sha256_file
 from opsctl.image.patchset import (
     MANIFEST,
     _new_file_source,
-    _read_manifest,
     _run_patch,
     patch_set_dir,
 )
@@ -30,7 +30,7 @@ from opsctl.image.patchset import (
 def rehash(version: str, sglang_src: Path, wheel: Path | None = None) -> dict[str, Any]:
     """Recompute every sha256 in `version`'s manifest from `sglang_src` and the repo files."""
     patch_dir = patch_set_dir(version)
-    manifest = _read_manifest(patch_dir)
+    manifest = read_manifest(patch_dir)
     for entry in manifest["files"]:
         upstream = Path(sglang_src) / entry["path"]
         entry["upstream_sha256"] = sha256_file(upstream)

@@ -12,6 +12,7 @@ import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from opsctl.config import patchsets
 from opsctl.core import wheels
 from opsctl.core.errors import PatchError
 from opsctl.core.files import sha256_file
@@ -31,7 +32,7 @@ def unpack_wheel(wheel: Path, dest: Path, members: Iterable[str] | None = None) 
 
 def members_for(version: str) -> list[str]:
     """The files a patch set reads from (or adds to) the sglang tree."""
-    manifest = patchset.load_manifest(version)
+    manifest = patchsets.load_manifest(version)
     return [f["path"] for f in manifest["files"]] + [n["destination"] for n in manifest["new_files"]]
 
 
@@ -42,7 +43,7 @@ def check_release(sglang_version: str, patch_version: str | None = None,
     The wheel's sha256 is compared with the manifest's when it is the same wheel file.
     """
     version = patch_version or sglang_version
-    manifest = patchset.load_manifest(version)
+    manifest = patchsets.load_manifest(version)
     wheel = wheels.fetch("sglang", sglang_version, cache_dir)
     recorded = manifest.get("wheel", {})
     if recorded.get("filename") == wheel.name and sha256_file(wheel) != recorded.get("sha256"):

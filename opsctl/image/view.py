@@ -18,7 +18,9 @@ from rich.status import Status
 from rich.text import Text
 
 from opsctl.argspec.extract import Extraction
+from opsctl.argspec.stack import StackRecord
 from opsctl.engine.api import BuildEvent
+from opsctl.image.basecheck import BaseNote
 from opsctl.image.baseimage import BaseImageResult
 from opsctl.image.build import ANSI_ESCAPE, BuildResult, shorten
 from opsctl.image.patchset import CheckReport
@@ -119,6 +121,13 @@ def show_push(out: Console, err: Console, result: PushResult) -> None:
     out.print(result.reference, highlight=False, soft_wrap=True, markup=False)
 
 
+def show_base_notes(err: Console, notes: list[BaseNote]) -> None:
+    """Before the builds: a base this host's driver cannot run (warning), or what was not checked."""
+    for note in notes:
+        label = ("warning:", "bold yellow") if note.warning else ("note:", "bold")
+        err.print(Text.assemble(label, f" {note.text}"), highlight=False, soft_wrap=True)
+
+
 def show_base_images(console: Console, results: list[BaseImageResult]) -> None:
     for result in results:
         state = "present" if result.skipped else "built"
@@ -128,6 +137,15 @@ def show_base_images(console: Console, results: list[BaseImageResult]) -> None:
 def show_patch_report(console: Console, report: CheckReport) -> None:
     for line in report.lines():
         console.print(line, highlight=False, soft_wrap=True, markup=False)
+
+
+def show_stack(console: Console, record: StackRecord) -> None:
+    console.print(f"wrote {record.path}: sglang {record.version} pins transformers "
+                  f"{record.transformers or '(none)'}", highlight=False, soft_wrap=True, markup=False)
+    for architecture, found in sorted(record.models.items()):
+        verdict = "loads" if found.get("loads") else f"does NOT load: {found.get('error')}"
+        console.print(f"  {architecture} ({found.get('config')}): {verdict}", highlight=False,
+                      soft_wrap=True, markup=False)
 
 
 def show_extraction(console: Console, result: Extraction) -> None:

@@ -52,7 +52,6 @@ class Timing:
 
 
 PRODUCTION_TIMING = Timing("30s", "5m", "4h", "1h")
-TEST_TIMING = Timing("1s", "1s", "1h", "1h")  # tests only: notify at once
 
 
 def receivers_path() -> Path:

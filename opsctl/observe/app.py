@@ -13,15 +13,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from opsctl.observe import exporter as exporter_module
-from opsctl.observe import metricsproxy, monitoring, view
+from opsctl.observe import metricsproxy, monitoring
 from opsctl.observe import report as report_module
 from opsctl.observe.servers import ServerSource
 
 if TYPE_CHECKING:
     import httpx
 
-    from opsctl.deploy.profiles import Profile
+    from opsctl.config.profiles import Profile
     from opsctl.engine.api import Engine
+
+DecodeLatencyPlot = Callable[[report_module.DecodeLatency, Path], Path]
+
 
 @dataclass(frozen=True)
 class RenderResult:
@@ -123,8 +126,9 @@ def metrics_proxy(
 
 def report(
     client: httpx.Client, out: Path, since_seconds: float, variant_regex: str = ".*",
-    step: float | None = None, end: float | None = None,
+    step: float | None = None, end: float | None = None, *, plot: DecodeLatencyPlot,
 ) -> ReportResult:
-    """Query the decode-latency panels from the Prometheus behind `client`; draw them to `out`."""
+    """Query the decode-latency panels from the Prometheus behind `client`; `plot` draws them to
+    `out` (the view's matplotlib drawing, passed in by the CLI)."""
     data = report_module.decode_latency(client, since_seconds, variant_regex, step, end)
-    return ReportResult(view.plot_decode_latency(data, out), data)
+    return ReportResult(plot(data, out), data)

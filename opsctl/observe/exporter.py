@@ -33,7 +33,7 @@ from opsctl.observe.metrics import UNKNOWN, bench_families, merge_families, smok
 from opsctl.observe.servers import ServerSource, ServerStateCollector
 
 if TYPE_CHECKING:
-    from opsctl.deploy.profiles import Deployment
+    from opsctl.config.profiles import Deployment
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from opsctl.core.errors import EXIT_SMOKE, OpsctlError
 SMOKE_JOB = "opsctl_smoke"
 BENCH_JOB = "opsctl_bench"
 GATE_JOB = "opsctl_gate"
-GATE_OUTCOMES = ("passed", "failed", "interrupted")  # the values of opsctl.deploy.gate.Outcome
+GATE_OUTCOMES = ("passed", "failed", "interrupted")  # the values of opsctl.gate.gate.Outcome
 UNKNOWN = "unknown"
 PUSH_TIMEOUT_SECONDS = 10.0
 # Bench percentiles pushed per variant and concurrency: report field -> metric stem.
@@ -97,12 +97,13 @@ def smoke_families(report: dict[str, Any]) -> list[Metric]:
             "opsctl_smoke_check_success", "1 if the named smoke check passed, else 0.",
             {**base, "check": check["name"]}, 1.0 if check["status"] == "pass" else 0.0,
         ))
-    slo = report.get("slo") or {}
-    for field, stem in (("tpot_p50_ms", "tpot"), ("ttft_p50_ms", "ttft")):
-        if slo.get(field) is not None:
+    # The run's own medians, whatever quantile the profile's SLO states.
+    stream = report.get("stream") or {}
+    for field, stem in (("tpot_p50_s", "tpot"), ("ttft_p50_s", "ttft")):
+        if stream.get(field) is not None:
             out.append(_gauge(
                 f"opsctl_smoke_{stem}_p50_seconds", f"Median {stem.upper()} measured by smoke.",
-                base, slo[field] / 1000.0,
+                base, float(stream[field]),
             ))
     return merge_families(out)
 

@@ -33,7 +33,7 @@ from opsctl.core.errors import UsageError
 from opsctl.core.httpcap import MAX_BODY_BYTES, BodyTooLarge, capped_client, mib, read_capped
 
 if TYPE_CHECKING:
-    from opsctl.deploy.profiles import Profile
+    from opsctl.config.profiles import Profile
 
 DEFAULT_PORT = 9465
 UPSTREAM_TIMEOUT_S = 8.0  # under Prometheus' default scrape_timeout of 10 s

@@ -37,7 +37,7 @@ from opsctl.observe.promnames import SloRule, slo_rules
 from opsctl.observe.promrules import PRODUCTION_TIMING, RuleTiming
 
 if TYPE_CHECKING:
-    from opsctl.deploy.profiles import Profile
+    from opsctl.config.profiles import Profile
 
 PROMETHEUS_PORT = 9090
 PUSHGATEWAY_PORT = 9091

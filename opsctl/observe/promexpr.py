@@ -1,8 +1,8 @@
 """Building blocks of opsctl's Prometheus rules: timings, PromQL helpers, the alert shape.
 
-Production windows follow the SRE workbook's multi-window burn rates; tests render the same
-rules with windows of seconds (`TEST_TIMING`) to watch alerts fire in a live Prometheus. What
-fires, and on which labels, is the same under both timings.
+Production windows follow the SRE workbook's multi-window burn rates; the tests render the same
+rules with windows of seconds (their own `RuleTiming`, tests/ruletiming.py) to watch alerts fire
+in a live Prometheus. What fires, and on which labels, is the same under both timings.
 """
 
 from __future__ import annotations
@@ -90,28 +90,6 @@ PRODUCTION_TIMING = RuleTiming(
     health_for="2m",
     gpu_for="5m",
 )
-# Test-only: the same rules with windows of seconds, for a live Prometheus scraping every
-# second. Never shipped; alert semantics (what fires, on which labels) are unchanged.
-TEST_TIMING = RuleTiming(
-    fast_burn=BurnWindow(short="10s", long="30s", budget_spent=0.02, period="1h", for_="0s"),
-    slow_burn=BurnWindow(short="20s", long="60s", budget_spent=0.05, period="6h", for_="0s"),
-    slo_slice="10s",
-    server_down_for="0s",
-    kv_cache_for="0s",
-    kv_pressure_for="0s",
-    errors_for="0s",
-    errors_window="15s",
-    smoke_failing_for="0s",
-    smoke_stale_seconds=3600,
-    stall_window="10s",
-    stall_for="0s",
-    restart_window="30s",
-    crash_loop_window="60s",
-    health_for="0s",
-    gpu_for="0s",
-)
-
-
 def rate_sum(selector: str, by: str, window: str) -> str:
     return f"sum by ({by}) (rate({selector}[{window}]))"
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from opsctl.core.errors import ProfileError
 
 if TYPE_CHECKING:
-    from opsctl.deploy.profiles import Profile
+    from opsctl.config.profiles import Profile
 
 # sglang's default ITL/TPOT buckets, identical in 0.5.23 (observability/metrics_collector.py,
 # TokenizerMetricsCollector) and 0.5.9 (metrics/collector.py);

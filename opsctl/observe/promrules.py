@@ -11,7 +11,6 @@ from typing import Any
 from opsctl.observe import gpu, promslo
 from opsctl.observe.promexpr import (
     PRODUCTION_TIMING,
-    TEST_TIMING,
     RuleTiming,
     alert,
     indent,
@@ -20,7 +19,7 @@ from opsctl.observe.promexpr import (
 )
 from opsctl.observe.promnames import ITL, QUANTILES, RATE_WINDOW, SloRule, sglang
 
-__all__ = ["PRODUCTION_TIMING", "TEST_TIMING", "RuleTiming", "alert_rules", "recording_rules"]
+__all__ = ["PRODUCTION_TIMING", "RuleTiming", "alert_rules", "recording_rules"]
 BY = "variant, instance"
 
 

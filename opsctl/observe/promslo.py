@@ -1,4 +1,4 @@
-"""The SLO rules: the profile's objectives (opsctl/deploy/sloconfig.py) as recording rules and
+"""The SLO rules: the profile's objectives (opsctl/config/sloconfig.py) as recording rules and
 multi-window burn-rate alerts, with the same meaning smoke and bench give them.
 
 An objective "`quantile` of requests within `threshold` in `target` of the time over `window`"

@@ -9,7 +9,7 @@ Contract (other code and tests call exactly this):
                        cache_pvc: str | None = None, name: str | None = None,
                        router_image: str | None = None) -> list[dict[str, Any]]
 
-`deployment` is `load_profile(P).resolve(V)` (opsctl.deploy.profiles); `image` the image
+`deployment` is `load_profile(P).resolve(V)` (opsctl.config.profiles); `image` the image
 reference the pods run (a pushed digest reference, or the local tag before a push); `replicas`
 the serving units behind the router; `model_pvc` a PersistentVolumeClaim holding the weights
 (else the profile's model.host_path as a hostPath); `cache_pvc` a claim for the JIT cache (else
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from opsctl.config.profiles import Deployment
 from opsctl.core.errors import UsageError
 from opsctl.core.files import atomic_write_dir, check_output_path
-from opsctl.deploy.profiles import Deployment
 from opsctl.observe.promconfig import dump_yaml
 from opsctl.render import meta
 from opsctl.render.monitoring import monitoring_objects

@@ -28,8 +28,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from opsctl.deploy.profiles import Deployment
-from opsctl.deploy.runspec import HEALTH_PATH
+from opsctl.config.profiles import Deployment
+from opsctl.config.runspec import HEALTH_PATH
 
 PORT_NAME = "http"
 STARTUP_PERIOD_SECONDS = 10

@@ -1,7 +1,7 @@
 """The serving units: a Deployment of one-host pods, or a LeaderWorkerSet when the profile spans
 hosts (server.nnodes > 1), each pod what `opsctl up` would run on a host.
 
-One source of truth: the container's args are `deploy.runspec.run_spec(...).command`, the argv
+One source of truth: the container's args are `config.runspec.run_spec(...).command`, the argv
 `up` runs, checked against the pinned sglang's parser; they go to `args` (not `command`), as
 `docker run IMAGE ARGV` replaces only the image's CMD. The env is run_spec's (the variant's env,
 its patch switch, the health-endpoint setting), with service links off so the cluster's own
@@ -29,11 +29,11 @@ from __future__ import annotations
 from typing import Any
 
 from opsctl.argspec import spec as sglang_args
+from opsctl.config.profile_checks import extra_args_problem
+from opsctl.config.profiles import to_argv
+from opsctl.config.runspec import run_spec
 from opsctl.core import labels
 from opsctl.core.errors import UsageError
-from opsctl.deploy.profile_checks import extra_args_problem
-from opsctl.deploy.profiles import to_argv
-from opsctl.deploy.runspec import run_spec
 from opsctl.render import meta, probes
 from opsctl.render.target import Target
 

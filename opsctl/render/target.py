@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from opsctl import __version__
+from opsctl.config.profiles import Deployment
+from opsctl.config.runspec import deployment_labels
 from opsctl.core import labels
-from opsctl.deploy.profiles import Deployment
-from opsctl.deploy.runspec import deployment_labels
 from opsctl.render import meta
 
 _NOT_IN_A_CLUSTER = (labels.BASE_URL, labels.PATCH_SHA256)

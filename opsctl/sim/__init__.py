@@ -4,6 +4,10 @@ It is the embedded default target of the README demo and of CI, and a fixture fo
 bench and monitoring tests. Every path, JSON shape, metric name, type, bucket and label below
 was checked against the sglang 0.5.23 wheel (``srt/entrypoints/http_server.py``,
 ``srt/entrypoints/openai/``, ``srt/observability/metrics_collector.py``, ``srt/utils/auth.py``).
+Its OpenAI bodies (model list, completions, chat, SSE chunks, usage, errors) are checked
+against both pinned releases' own pydantic models (``srt/entrypoints/openai/protocol.py``) by
+``tests/component/test_sim_protocol.py``, its info keys against their source by
+``tests/component/test_sim_info_keys.py`` (docs/architecture.md, "The simulator against sglang").
 
 It runs inside a minimal Debian bookworm image with only python3 and ``prometheus_client``,
 so this package imports nothing but the standard library, ``prometheus_client`` and itself
@@ -31,8 +35,9 @@ quantization, decode CUDA-graph size, served name, model path) carry what that r
 for the given flags on the simulated device, defaults filled in (``opsctl.sim.releases``).
 When the resolved attention backend is flashinfer it prints the gather-then-cast patch's
 start-up line to stdout, ``active`` with ``OPSCTL_KV_GATHER_CAST=1`` and an FP8 KV cache,
-``inactive`` with the reason otherwise (``opsctl.sim.patchmarker``). Only ``/server_info``,
-``/model_info`` and that line follow the release; the metrics are 0.5.23's.
+``inactive`` with the reason otherwise (``opsctl.sim.patchmarker``). ``/server_info``,
+``/model_info``, that line and the OpenAI bodies where the releases differ (usage, the chat
+message, chat chunks: ``opsctl.sim.shapes``) follow the release; the metrics are 0.5.23's.
 
 Behaviour (environment variables; the admin endpoint takes the same keys, lower case, no prefix):
 

@@ -1,9 +1,10 @@
 """The generation endpoints: /v1/chat/completions, /v1/completions and native /generate.
 
-Shapes follow ``srt/entrypoints/openai/`` and ``srt/entrypoints/http_server.py`` of the 0.5.23
-wheel: chat chunks are built like ``sse_utils.build_sse_content`` (msgspec, ``reasoning_content``
-always present in a delta), usage/other objects like the pydantic models' ``model_dump_json()``;
-request ids are bare uuid4 hex, as ``OpenAIServingBase._generate_request_id_base`` returns None.
+Shapes follow ``srt/entrypoints/openai/`` and ``srt/entrypoints/http_server.py`` of the pinned
+release: the pydantic models' ``model_dump_json()`` (the completions usage chunk with
+``exclude_none=True``), where the releases differ (usage, the chat message, chat chunks: 0.5.23
+builds them with msgspec's ``sse_utils.build_sse_content``) ``opsctl.sim.shapes``; request ids
+are bare uuid4 hex, as ``OpenAIServingBase._generate_request_id_base`` returns None.
 Every request's output is decided up front by ``_plan`` (opsctl.sim.generate).
 """
 
@@ -18,6 +19,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from opsctl.sim import shapes
 from opsctl.sim.config import SimArgs
 from opsctl.sim.engine import Engine, RequestTimes, TokenEvent
 from opsctl.sim.evalmode import eval_plan
@@ -29,7 +31,7 @@ from opsctl.sim.generate import (
     prompt_key,
 )
 from opsctl.sim.metrics import SglangMetrics
-from opsctl.sim.state import ApiError, BehaviourBox, Lifecycle
+from opsctl.sim.state import INVALID_REQUEST, ApiError, BehaviourBox, Lifecycle
 from opsctl.sim.wire import CutStream, Request, Response, StreamingResponse, json_response
 
 SSE_DONE = b"data: [DONE]\n\n"
@@ -54,34 +56,28 @@ def _sse(payload: Any) -> bytes:
     return b"data: " + _json_bytes(payload) + b"\n\n"
 
 
-def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-    """UsageInfo.model_dump() as UsageProcessor.calculate_token_usage fills it (no cache report)."""
-    return {
-        "prompt_tokens": prompt_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-        "completion_tokens": completion_tokens,
-        "prompt_tokens_details": None,
-        "reasoning_tokens": 0,
-        "completion_tokens_details": None,
-    }
-
-
 def _matched(finish: dict[str, Any] | None) -> Any:
     return finish.get("matched") if finish else None
 
 
-def _positive_int(body: dict[str, Any], key: str, default: int | None) -> int | None:
+def _positive_int(body: dict[str, Any], key: str, default: int | None,
+                  model_checks_sign: bool = False) -> int | None:
+    """A token limit; not an integer is the request model's rejection, below 1 is the model's
+    where it has a validator for it (``model_checks_sign``: CompletionRequest.max_tokens)."""
     value = body.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ApiError(400, f"{key} must be a positive integer")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(400, f"{key} must be a positive integer", INVALID_REQUEST)
+    if value < 1:
+        raise ApiError(400, f"{key} must be a positive integer",
+                       INVALID_REQUEST if model_checks_sign else "BadRequestError")
     return value
 
 
 def _number(value: Any, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ApiError(400, f"{key} must be a number")
+        raise ApiError(400, f"{key} must be a number", INVALID_REQUEST)
     return float(value)
 
 
@@ -95,13 +91,18 @@ class Generation:
         lifecycle: Lifecycle,
         engine: Engine,
         metrics: SglangMetrics | None,
+        release: str,
     ) -> None:
         self._args = args
+        self._release = release
         self._box = box
         self._life = lifecycle
         self._engine = engine
         self._metrics = metrics
         self._error_counter = 0  # generation requests seen under error_rate (deterministic)
+
+    def _usage(self, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+        return shapes.usage(self._release, prompt_tokens, completion_tokens)
 
     def _admit_generation(self, request: Request) -> dict[str, Any]:
         """Body of a generation request, or ApiError for warm-up, faults and bad JSON."""
@@ -111,9 +112,9 @@ class Generation:
         try:
             body = request.json()
         except (ValueError, UnicodeDecodeError) as exc:
-            raise ApiError(400, f"Invalid JSON body: {exc}") from None
+            raise ApiError(400, f"Invalid JSON body: {exc}", INVALID_REQUEST) from None
         if not isinstance(body, dict):
-            raise ApiError(400, "The request body must be a JSON object.")
+            raise ApiError(400, "The request body must be a JSON object.", INVALID_REQUEST)
         behaviour = self._box.get()
         if behaviour.fault == "error_rate":
             before = int(self._error_counter * behaviour.error_rate)
@@ -142,10 +143,14 @@ class Generation:
     async def chat(self, request: Request) -> Response | StreamingResponse:
         body = self._admit_generation(request)
         messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise ApiError(400, "Messages cannot be empty.")
+        if not isinstance(messages, list):
+            raise ApiError(400, "messages: a list is required", INVALID_REQUEST)
+        if not messages:
+            raise ApiError(400, "Messages cannot be empty.")  # serving_chat._validate_request
         if not all(isinstance(m, dict) for m in messages):
-            raise ApiError(400, "Each message must be an object.")
+            raise ApiError(400, "Each message must be an object.", INVALID_REQUEST)
+        if not all(shapes.role_accepted(self._release, m.get("role")) for m in messages):
+            raise ApiError(400, "A message's role is not one the release accepts.", INVALID_REQUEST)
         if body.get("n", 1) != 1:
             raise ApiError(400, "The simulator supports n=1 only.")
         max_new = _positive_int(body, "max_completion_tokens", None)
@@ -171,13 +176,12 @@ class Generation:
             "model": gen.model,
             "choices": [{
                 "index": 0,
-                "message": {"role": "assistant", "content": "".join(e.text for e in events),
-                            "reasoning_content": None},
+                "message": shapes.chat_message(self._release, "".join(e.text for e in events)),
                 "logprobs": None,
                 "finish_reason": last.finish_reason["type"] if last.finish_reason else None,
                 "matched_stop": _matched(last.finish_reason),
             }],
-            "usage": _usage(gen.prompt_tokens, last.completion_tokens),
+            "usage": self._usage(gen.prompt_tokens, last.completion_tokens),
             "metadata": {"weight_version": self._args.weight_version},
         })
 
@@ -185,14 +189,12 @@ class Generation:
                            ) -> AsyncIterator[bytes]:
         rid = uuid.uuid4().hex
         created = int(time.time())
+        head = {"id": rid, "object": "chat.completion.chunk", "created": created,
+                "model": gen.model}
 
         def chunk(delta: dict[str, Any], finish: str | None = None, matched: Any = None
                   ) -> bytes:
-            return _sse({"id": rid, "object": "chat.completion.chunk", "created": created,
-                         "model": gen.model,
-                         "choices": [{"index": 0, "delta": {"reasoning_content": None, **delta},
-                                      "logprobs": None, "finish_reason": finish,
-                                      "matched_stop": matched}]})
+            return _sse(shapes.chat_chunk(self._release, head, delta, finish, matched))
 
         last: TokenEvent | None = None
         async for event in self._events(gen, times):
@@ -205,9 +207,8 @@ class Generation:
         yield chunk({}, finish["type"] if finish else None, _matched(finish))
         if gen.include_usage:
             completion = last.completion_tokens if last else 0
-            yield _sse({"id": rid, "object": "chat.completion.chunk", "created": created,
-                        "model": gen.model, "choices": [],
-                        "usage": _usage(gen.prompt_tokens, completion)})
+            yield _sse({**head, "choices": [],
+                        "usage": self._usage(gen.prompt_tokens, completion)})
         yield SSE_DONE
 
     def _completion_prompt(self, body: dict[str, Any]) -> tuple[Any, int]:
@@ -219,8 +220,10 @@ class Generation:
         if isinstance(prompt, list) and prompt and all(
                 isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             return prompt, len(prompt)
-        if prompt in (None, "", []):
-            raise ApiError(400, "Prompt cannot be empty")
+        if prompt is None or not isinstance(prompt, (str, list)):
+            raise ApiError(400, "prompt: a string or a list is required", INVALID_REQUEST)
+        if prompt in ("", []):
+            raise ApiError(400, "Prompt cannot be empty")  # serving_completions._validate_request
         raise ApiError(400, "The simulator takes one prompt: a string or a list of token ids.")
 
     async def completions(self, request: Request) -> Response | StreamingResponse:
@@ -228,7 +231,8 @@ class Generation:
         prompt, prompt_tokens = self._completion_prompt(body)
         if body.get("n", 1) != 1:
             raise ApiError(400, "The simulator supports n=1 only.")
-        max_new = _positive_int(body, "max_tokens", 16)  # CompletionRequest.max_tokens = 16
+        # CompletionRequest.max_tokens = 16, and its validator wants it positive.
+        max_new = _positive_int(body, "max_tokens", 16, model_checks_sign=True)
         temperature = _temperature(body)
         gen = GenerationInput(
             model=str(body.get("model", "default")),
@@ -250,7 +254,7 @@ class Generation:
                 "finish_reason": last.finish_reason["type"] if last.finish_reason else None,
                 "matched_stop": _matched(last.finish_reason),
             }],
-            "usage": _usage(gen.prompt_tokens, last.completion_tokens),
+            "usage": self._usage(gen.prompt_tokens, last.completion_tokens),
             "metadata": {"weight_version": self._args.weight_version},
         })
 
@@ -269,7 +273,7 @@ class Generation:
                         "usage": None})
             last = event
         if gen.include_usage:
-            usage = _usage(gen.prompt_tokens, last.completion_tokens if last else 0)
+            usage = self._usage(gen.prompt_tokens, last.completion_tokens if last else 0)
             # The completions usage chunk is dumped with exclude_none=True.
             yield _sse({"id": rid, "object": "text_completion", "created": created,
                         "model": gen.model, "choices": [],

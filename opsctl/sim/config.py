@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -287,6 +287,9 @@ class Behaviour:
     kv_usage: float | None = None
     health_delay_ms: float = 0.0
     trace_cast: str = "auto"
+    # Speculative decoding (MTP): mean tokens per decode step; 0 = none. A step's tokens arrive
+    # together and the step takes itl_ms, so TPOT per output token is itl_ms / this.
+    spec_accept_length: float = 0.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Behaviour:
@@ -334,6 +337,15 @@ class Behaviour:
     def itl_seconds(self, running: int, graph_max_bs: int | None = None) -> float:
         eager = EAGER_ITL_FACTOR if graph_max_bs is not None and running > graph_max_bs else 1.0
         return eager * (self.itl_ms + self.itl_slope_ms * max(running - 1, 0)) / 1000.0
+
+    def step_sizes(self) -> Iterator[int]:
+        """Tokens per decode step after the first token: 1 without speculation, else whole
+        steps whose running mean is spec_accept_length (deterministic, at least 1 each)."""
+        length = max(self.spec_accept_length, 1.0)
+        step = 0
+        while True:
+            yield max(round((step + 1) * length) - round(step * length), 1)
+            step += 1
 
     def ttft_seconds(self) -> float:
         factor = 20.0 if self.fault == "slow_first_token" else 1.0

@@ -114,6 +114,9 @@ class Engine:
             return pinned
         return min(self._used_tokens / SIM_MAX_TOTAL_NUM_TOKENS, 1.0)
 
+    def spec_accept_length(self) -> float:
+        return self._behaviour().spec_accept_length
+
     def gen_throughput(self) -> float:
         return self._throughput.rate(time.monotonic())
 
@@ -145,6 +148,8 @@ class Engine:
                 await loop.create_future()  # never resolves; ends only by cancellation
             deadline = admitted + behaviour.ttft_seconds()
             first_at = last_at = 0.0
+            steps = behaviour.step_sizes()
+            left_in_step = step_size = 1  # the first token is the prefill's
             for position in range(plan.total):
                 delay = deadline - loop.time()
                 if delay > 0:
@@ -160,16 +165,25 @@ class Engine:
                     first_latency = now - times.received
                     if self._metrics is not None:
                         self._metrics.observe_time_to_first_token(first_latency, stream)
-                elif self._metrics is not None:
-                    self._metrics.observe_inter_token_latency(now - last_at)
-                last_at = now
+                step_end = left_in_step == 1 or position == plan.total - 1
+                if position and step_end and self._metrics is not None:
+                    # As sglang: a step's gap split evenly over the tokens it produced
+                    # (0.5.23 observability/metrics_collector.py:2161-2173).
+                    made = step_size - left_in_step + 1
+                    for _ in range(made):
+                        self._metrics.observe_inter_token_latency((now - last_at) / made)
+                if step_end:
+                    last_at = now
                 finish = None
                 if position == plan.total - 1:
                     finish = plan.finish_reason()
                     finished = True
                     self._observe_finished(plan, prompt_tokens, stream, times, first_at, now)
                 yield TokenEvent(position, token_id, text, produced, finish, first_latency)
-                deadline += self._behaviour().itl_seconds(self._running, self.graph_max_bs)
+                left_in_step -= 1
+                if left_in_step == 0:  # a decode step ends: the next one's tokens come one ITL later
+                    left_in_step = step_size = next(steps)
+                    deadline += self._behaviour().itl_seconds(self._running, self.graph_max_bs)
         finally:
             self._running -= 1
             self._used_tokens -= prompt_tokens + produced

@@ -4,8 +4,12 @@
 is ``dataclasses.asdict(server_args)`` plus the scheduler's status, token limits, the internal
 states and the version. 0.5.23 (``http_server.py:812-893``, ``utils/common.py:3584-3593``):
 /model_info also carries the served name, parsers and load format; /server_info is
-``server_args.resolved_dict()`` plus ``launch_command``, ``kv_events``, ``startup_time`` and
-``frontend``. The fields ``opsctl verify`` checks carry what the release resolves
+``server_args.resolved_dict()`` plus ``launch_command``, the scheduler's ready message
+(``managers/scheduler.py`` ``get_init_info``: status, token limits, ``startup_time``,
+``hicache_object_layout``), ``kv_events``, ``startup_time`` and ``frontend``. The key sets are
+checked against the wheels' source by ``tests/component/test_sim_info_keys.py``. The fields
+``opsctl verify`` checks carry what the release resolves: its own resolution of this argv where
+``opsctl profile resolve`` recorded one (``opsctl.sim.records``), else the hand-read table
 (``opsctl.sim.releases``); every other given flag is echoed as given.
 """
 
@@ -17,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from opsctl.sim import records
 from opsctl.sim.config import SimArgs
 from opsctl.sim.engine import SIM_MAX_TOTAL_NUM_TOKENS
 from opsctl.sim.releases import RELEASES, Checkpoint, resolve
@@ -46,6 +51,13 @@ def _place(payload: dict[str, Any], key: tuple[str, ...], value: Any) -> None:
     node[key[-1]] = value
 
 
+def _hicache_disabled(page_size: Any) -> dict[str, Any]:
+    """0.5.23 scheduler.get_init_info's layout without a hierarchical cache
+    (``mem_cache/hicache_storage.py`` ``disabled_l3_layout``), in every /server_info."""
+    return {"enabled": False, "backend": None, "page_size": page_size,
+            "hicache_object_layout": {"pools": []}, "reason": "Hierarchical cache is disabled"}
+
+
 @dataclass(frozen=True)
 class ServerView:
     """What the info endpoints report: fixed at start-up except for the live parts passed in."""
@@ -55,8 +67,19 @@ class ServerView:
     model_config: Mapping[str, Any]
 
     def resolved(self, fault: str) -> dict[str, Any]:
-        """The checked settings as reported; the misresolve fault swaps the attention backend."""
+        """The checked settings as reported; the misresolve fault swaps the attention backend.
+
+        From the release's own resolution when a record of exactly this argv exists and no
+        config.json names another model (opsctl.sim.records), else from the hand-read table.
+        """
         settings = resolve(self.release, self.args.typed_flags(), Checkpoint(self.model_config))
+        recorded = None if self.model_config else records.resolved_for(self.release,
+                                                                        self.args.argv)
+        if recorded is not None:
+            for name, fact in RELEASES[self.release].items():
+                present, value = records.lookup(recorded, fact.key)
+                if present:
+                    settings[name] = value
         if fault == "misresolve":
             chosen = settings["attention_backend"]
             settings["attention_backend"] = (
@@ -121,8 +144,9 @@ class ServerView:
             **fields,
             "launch_command": " ".join(args.argv),
             **scheduler,
-            "kv_events": None,
             "startup_time": startup,
+            "hicache_object_layout": _hicache_disabled(fields.get("page_size")),
+            "kv_events": None,
             "internal_states": [state],
             "version": self.release,
             "frontend": "python",

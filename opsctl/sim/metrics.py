@@ -53,6 +53,7 @@ class SchedulerView(Protocol):
     def token_usage(self) -> float: ...
     def gen_throughput(self) -> float: ...
     def max_total_num_tokens(self) -> int: ...
+    def spec_accept_length(self) -> float: ...
 
 
 def tokenizer_labels(args: SimArgs) -> dict[str, str]:
@@ -171,6 +172,9 @@ class SglangMetrics:
             ("max_total_num_tokens", "Maximum total number of tokens in the KV cache pool."),
             ("context_len", "Maximum context length."),
             ("is_cuda_graph", "Whether the batch is using CUDA graph."),
+            # 0.5.23 observability/metrics_collector.py:511-516; 0 without speculation.
+            ("spec_accept_length", "Mean acceptance length of speculative decoding (accepted "
+             "drafts + bonus token per forward)."),
         ):
             self._sched_gauges[name] = Gauge(f"sglang:{name}", doc, sched, registry=reg)
         self.queue_time = Histogram(
@@ -207,6 +211,7 @@ class SglangMetrics:
             "max_total_num_tokens": lambda: float(view.max_total_num_tokens()),
             "context_len": lambda: float(self._context_len),
             "is_cuda_graph": lambda: 1.0 if view.running() else 0.0,
+            "spec_accept_length": view.spec_accept_length,
         }
         for name, read in readers.items():
             self._sched_gauges[name].labels(**self.sched_labels).set_function(read)

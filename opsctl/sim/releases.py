@@ -6,11 +6,14 @@ per release and setting, where the value is reported, which flag sets it and wha
 resolves without it, read from the release wheels (paths under ``sglang/srt/``).
 
 opsctl.verify keeps the same facts for the checking side; the simulator may not import it (it
-runs with the standard library alone), so ``tests/unit/test_sim_releases.py`` holds the two
-tables together. Where the real default depends on the GPU or the checkpoint, the verify table
-says so and the simulator computes it for its simulated device: the profile's target card,
-an RTX PRO 6000 Blackwell (sm_120, 96 GB), and a GLM-5 checkpoint unless the model path holds
-a config.json that says otherwise.
+runs with the standard library alone), so ``tests/component/test_sim_releases.py`` holds the two
+tables together, and ``tests/unit/test_release_tables_vs_records.py`` holds both to the
+release's own resolution of every profile variant (``opsctl profile resolve``'s records, which
+the simulator reports directly for exactly such an argv: opsctl.sim.records). Where the real
+default depends on the GPU or the checkpoint, the verify table says so and the simulator
+computes it for its simulated device: the profile's target card, an RTX PRO 6000 Blackwell
+(sm_120, 96 GB), and a GLM-5 checkpoint unless the model path holds a config.json that says
+otherwise.
 """
 
 from __future__ import annotations

@@ -16,16 +16,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from opsctl.config.evalconfig import EvalConfig
+from opsctl.config.profiles import Profile, load_profile
+from opsctl.config.releases import flag_values
+from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import OpsctlError, UsageError
 from opsctl.core.redact import redact_userinfo
 from opsctl.core.reports import default_bench_dir, default_smoke_path
-from opsctl.deploy.evalconfig import EvalConfig
-from opsctl.deploy.profiles import Profile, load_profile
-from opsctl.deploy.sloconfig import Slo
 from opsctl.traffic.arrival import Arrival
 from opsctl.traffic.bench import BenchOptions, Launcher, Progress, Target, parse_targets, run_bench
-from opsctl.traffic.bench_report import BenchReport, write_report_files
+from opsctl.traffic.bench_report import BenchReport
 from opsctl.traffic.bench_report import verdict_error as bench_verdict
+from opsctl.traffic.bench_serving import write_report_files
 from opsctl.traffic.client import Api, ClientFactory
 from opsctl.traffic.drivers import SweepDriver
 from opsctl.traffic.served import local_tokenizer
@@ -34,11 +36,20 @@ from opsctl.traffic.smoke_evals import DatasetLoader, EvalRequest, plan_evals
 from opsctl.traffic.smoke_report import SmokeReport, write_report
 from opsctl.traffic.smoke_report import verdict_error as smoke_verdict
 from opsctl.traffic.workloads import WorkloadSpec, build
-from opsctl.verify.checks import flag_values
 
-# profile name -> (base URL of its running server, the variant it runs or None).
+
 # Raises LaunchError (exit 4) when no server of the profile runs.
-ServerLocator = Callable[[str], tuple[str, str | None]]
+@dataclass(frozen=True)
+class LocatedServer:
+    """A profile's running server as the deploy room finds it: where, which variant, and the
+    checkpoint `up` recorded on it (a smoke report's `checkpoint` shape; None when unrecorded)."""
+
+    base_url: str
+    variant: str | None
+    checkpoint: dict[str, Any] | None = None
+
+
+ServerLocator = Callable[[str], LocatedServer]
 # A launcher for the profile's variants; called only when bench has no --base-url.
 LauncherFactory = Callable[[Profile], Launcher]
 # (report kind, the report's JSON dict, gateway URL); raises OpsctlError when the push fails.
@@ -88,9 +99,8 @@ class SmokeTarget:
     profile: str | None
     variant: str | None
     profile_alias: str | None
-    tpot_p50_ms: float | None
-    ttft_p50_ms: float | None
     eval_config: EvalConfig | None = None  # the profile's `eval:` section
+    checkpoint: dict[str, Any] | None = None  # what the located server runs, as `up` recorded it
     slo: Slo | None = None  # the profile's objectives: the one SLO meaning (deploy/sloconfig.py)
 
 
@@ -139,11 +149,10 @@ def smoke(
     evals = plan_evals(request.evals, target.eval_config, load_dataset)
     options = SmokeOptions(
         base_url=target.base_url, profile=target.profile, variant=target.variant,
-        profile_alias=target.profile_alias, tpot_p50_ms=target.tpot_p50_ms,
-        ttft_p50_ms=target.ttft_p50_ms, api_key=request.api_key, model=request.model,
+        profile_alias=target.profile_alias, api_key=request.api_key, model=request.model,
         api=request.api, request_timeout_s=request.request_timeout_s,
         overall_timeout_s=request.overall_timeout_s, compare_with=request.compare_with,
-        evals=evals, slo=target.slo,
+        evals=evals, slo=target.slo, checkpoint=target.checkpoint,
     )
     report = run_smoke(options, client_factory)
     path = request.json_path or default_smoke_path()
@@ -161,14 +170,15 @@ def resolve_smoke_target(
     the `eval:` settings.
     """
     if base_url and not profile:
-        return SmokeTarget(base_url=base_url, profile=None, variant=variant, profile_alias=None,
-                           tpot_p50_ms=None, ttft_p50_ms=None)
+        return SmokeTarget(base_url=base_url, profile=None, variant=variant, profile_alias=None)
     loaded = load_profile(profile)
     loaded.resolve(variant)  # UsageError when the profile has no such variant
+    checkpoint = None
     if base_url:
         url, running = base_url, variant  # a label for the report; the profile validated it
     else:
-        url, running = locate(loaded.name)
+        found = locate(loaded.name)
+        url, running, checkpoint = found.base_url, found.variant, found.checkpoint
         if variant and running and running != variant:
             raise UsageError(
                 f"profile {loaded.name!r} runs variant {running!r}, not {variant!r}",
@@ -178,8 +188,7 @@ def resolve_smoke_target(
     return SmokeTarget(
         base_url=url, profile=loaded.name, variant=running,
         profile_alias=loaded.model.served_name,
-        tpot_p50_ms=loaded.slo.tpot_p50_ms, ttft_p50_ms=loaded.slo.ttft_p50_ms,
-        eval_config=loaded.eval, slo=loaded.slo,
+        eval_config=loaded.eval, slo=loaded.slo, checkpoint=checkpoint,
     )
 
 

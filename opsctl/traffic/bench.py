@@ -41,11 +41,11 @@ from typing import Protocol
 
 import httpx
 
+from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import LaunchError, OpsctlError, UsageError, stop_reason
 from opsctl.core.httpcap import checked_base_url
 from opsctl.core.options import comma_items
-from opsctl.core.redact import mask_secret, redact, redact_model, redact_userinfo
-from opsctl.deploy.sloconfig import Slo
+from opsctl.core.redact import API_KEY_ENV, mask_secret, redact, redact_model, redact_userinfo
 from opsctl.traffic.arrival import Arrival
 from opsctl.traffic.bench_report import (
     BenchConfig,
@@ -53,7 +53,7 @@ from opsctl.traffic.bench_report import (
     ClientInfo,
     VariantResult,
 )
-from opsctl.traffic.client import API_KEY_ENV, Api, ClientFactory, make_client
+from opsctl.traffic.client import Api, ClientFactory, make_client
 from opsctl.traffic.drivers import OPSCTL, SweepDriver
 from opsctl.traffic.levels import (
     CUT_SHORT,

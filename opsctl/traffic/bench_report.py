@@ -20,11 +20,9 @@ from opsctl.core.errors import (
     SmokeError,
     UsageError,
 )
-from opsctl.core.files import atomic_write_text
 from opsctl.core.partial import PartialReport
-from opsctl.core.reports import BENCH_JSON, BENCH_MARKDOWN, BENCH_SERVING_JSONL
+from opsctl.core.reports import BENCH_JSON
 from opsctl.traffic.client import Api
-from opsctl.traffic.markdown import markdown_table
 from opsctl.traffic.served import ModelResolution
 from opsctl.traffic.server_sampler import ServerFigures
 
@@ -156,18 +154,6 @@ class BenchReport(PartialReport):
     variants: list[VariantResult]
     failed_requests: int
     passed: bool
-
-
-def write_report_files(report: BenchReport, out_dir: Path) -> list[Path]:
-    """bench.json, bench.md and bench_serving.jsonl, each written afresh (never appended); the
-    plots are the view's."""
-    from opsctl.traffic.bench_serving import jsonl  # it imports this module's models
-
-    return [
-        atomic_write_text(out_dir / BENCH_JSON, report.model_dump_json(indent=2) + "\n"),
-        atomic_write_text(out_dir / BENCH_MARKDOWN, markdown_table(report)),
-        atomic_write_text(out_dir / BENCH_SERVING_JSONL, jsonl(report)),
-    ]
 
 
 def verdict_error(report: BenchReport, out_dir: Path) -> OpsctlError | None:

@@ -13,10 +13,14 @@ writes that opsctl adds (`tag` aside) are under `opsctl`, so nothing reads them 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+from opsctl.core.files import atomic_write_text
+from opsctl.core.reports import BENCH_JSON, BENCH_MARKDOWN, BENCH_SERVING_JSONL
 from opsctl.traffic.bench_report import BenchReport, LevelResult, Pcts, VariantResult
 from opsctl.traffic.drivers import backend_name
+from opsctl.traffic.markdown import markdown_table
 
 # (sglang's metric stem, the level's field): e.g. mean_ttft_ms, p99_e2e_latency_ms.
 _FIGURES = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("itl", "itl_ms"),
@@ -69,3 +73,13 @@ def jsonl(report: BenchReport) -> str:
     """One line per (variant, level), in run order."""
     return "".join(json.dumps(level_row(report, variant, level)) + "\n"
                    for variant in report.variants for level in variant.levels)
+
+
+def write_report_files(report: BenchReport, out_dir: Path) -> list[Path]:
+    """bench.json, bench.md and bench_serving.jsonl, each written afresh (never appended); the
+    plots are the view's."""
+    return [
+        atomic_write_text(out_dir / BENCH_JSON, report.model_dump_json(indent=2) + "\n"),
+        atomic_write_text(out_dir / BENCH_MARKDOWN, markdown_table(report)),
+        atomic_write_text(out_dir / BENCH_SERVING_JSONL, jsonl(report)),
+    ]

@@ -44,14 +44,9 @@ import httpx
 
 from opsctl.core.errors import LaunchError, UsageError
 from opsctl.core.httpcap import IDENTITY, CappedAsyncTransport
-from opsctl.core.redact import API_KEY_ENV as API_KEY_ENV  # re-exported: the traffic room's name
-from opsctl.core.redact import api_key_from_env as api_key_from_env
 from opsctl.core.redact import auth_headers
-from opsctl.core.redact import mask_secret as mask_secret
-from opsctl.core.redact import redact as redact
 from opsctl.traffic.payload import Api, Malformed, Piece, body_message, decode_json, parse_piece
-from opsctl.traffic.wire import ErrorKind as ErrorKind  # re-exported: results name their kind
-from opsctl.traffic.wire import Failed, Wire
+from opsctl.traffic.wire import ErrorKind, Failed, Wire
 
 TokenSource = Literal["usage", "chunks"]
 

@@ -38,11 +38,13 @@ _SIDE_BY_SIDE: tuple[tuple[str, Callable[[LevelResult], float | None], str, str]
     ("TTFT p50", lambda lv: lv.ttft_ms.p50, "ttft_ms", "p50"),
 )
 SERVER_HEADER = ("conc", *(f"{h} client / server (ms)" for h, *_ in _SIDE_BY_SIDE),
-                 "running mean/max", "queued mean/max", "KV max", "GPU util mean",
+                 "running mean/max", "queued mean/max", "KV max", "accept len mean", "GPU util mean",
                  "GPU mem max (MiB)")
 SERVER_NOTE = ("Server columns: the server's own /metrics during the measured phase (histograms "
                "end minus start; gauges sampled periodically); `~` marks a percentile estimated "
-               "from histogram buckets, `>=` one beyond the top bucket. GPU: this host's "
+               "from histogram buckets, `>=` one beyond the top bucket. Accept len: tokens per "
+               "speculative verify step (sglang:spec_accept_length; `-` without speculation). "
+               "GPU: this host's "
                "nvidia-smi, utilisation averaged over GPUs and samples, the highest memory used.")
 
 
@@ -66,6 +68,8 @@ def server_cells(level: LevelResult) -> list[str]:
     for gauge in (server.running, server.queued):
         cells.append(f"{gauge.mean:.1f}/{gauge.max:g}" if gauge else "n/a")
     cells.append(f"{server.kv_usage.max * 100:.1f}%" if server.kv_usage else "n/a")
+    accept = server.spec_accept_length
+    cells.append(f"{accept.mean:.2f}" if accept else "-")
     utils = [g.util_mean_pct for g in server.gpus if g.util_mean_pct is not None]
     mems = [g.mem_used_max_mib for g in server.gpus if g.mem_used_max_mib is not None]
     cells.append(f"{sum(utils) / len(utils):.0f}% ({len(utils)} GPU)" if utils

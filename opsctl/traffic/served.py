@@ -16,7 +16,8 @@ import httpx
 from pydantic import BaseModel
 
 from opsctl.core.errors import UsageError
-from opsctl.traffic.client import API_KEY_ENV, ServerUnreachable
+from opsctl.core.redact import API_KEY_ENV
+from opsctl.traffic.client import ServerUnreachable
 from opsctl.traffic.payload import Malformed, body_message, decode_json, model_ids
 
 

@@ -57,7 +57,9 @@ from opsctl.traffic.promtext import (
 )
 
 PREFIXES = ("sglang:", "sglang_")
-GAUGES = ("num_running_reqs", "num_queue_reqs", "token_usage")
+# spec_accept_length: accepted draft tokens + the bonus token per verify step (speculative
+# decoding; 0.5.23 observability/metrics_collector.py:511-516, 0.5.9 metrics/collector.py:388).
+GAUGES = ("num_running_reqs", "num_queue_reqs", "token_usage", "spec_accept_length")
 # (ServerFigures field, histogram base name, whether a page without it deserves a note)
 HISTOGRAMS = (
     ("itl_ms", "inter_token_latency_seconds", True),
@@ -114,6 +116,10 @@ class ServerFigures(BaseModel):
     running: GaugeFigure | None = None
     queued: GaugeFigure | None = None
     kv_usage: GaugeFigure | None = None  # share of the KV pool in use, 0..1
+    # Mean tokens per verify step of speculative decoding (MTP); None when the server exports no
+    # positive value (sglang exports 0 without speculation). Tokens per second divided by it is
+    # the step rate: TPOT is per output token, so a step that yields 3 tokens counts as 3.
+    spec_accept_length: GaugeFigure | None = None
     itl_ms: LatencyFigure | None = None
     ttft_ms: LatencyFigure | None = None
     tpot_ms: LatencyFigure | None = None  # None: not exported (0.5.9)
@@ -163,6 +169,11 @@ def combine_requests(values: Mapping[Labels, float]) -> float | None:
             key = tuple(pair for pair in labels if pair[0] not in RANK_LABELS)
             groups[key] = max(groups.get(key, value), value)
     return sum(groups.values()) if groups else None
+
+
+def combine_mean(values: Mapping[Labels, float]) -> float | None:
+    finite = [value for value in values.values() if math.isfinite(value)]
+    return sum(finite) / len(finite) if finite else None
 
 
 def combine_usage(values: Mapping[Labels, float]) -> float | None:
@@ -274,7 +285,8 @@ class LevelSampler:
         for name in GAUGES:
             values = _series(parsed, name)
             self._sets = max(self._sets, len(values))
-            combine = combine_usage if name == "token_usage" else combine_requests
+            combine = {"token_usage": combine_usage, "spec_accept_length": combine_mean}.get(
+                name, combine_requests)
             self._gauges[name].add(combine(values))
 
     async def _poll_gpu(self, probe: GpuProbe) -> None:
@@ -305,8 +317,9 @@ class LevelSampler:
 
     def _finish(self, end: dict[str, dict[Labels, Histogram]] | None, cut: str | None) -> None:
         figures, start = self._figures, self._start or {}
-        figures.running, figures.queued, figures.kv_usage = (
+        figures.running, figures.queued, figures.kv_usage, accept = (
             self._gauges[name].figure() for name in GAUGES)
+        figures.spec_accept_length = accept if accept is not None and accept.max > 0 else None
         if figures.running is None:
             figures.notes.append(f"no gauge sample during the level (shorter than the "
                                  f"{self._interval:g}s interval, or every scrape failed)")

@@ -22,10 +22,9 @@ from typing import Any
 
 import httpx
 
-from opsctl.core.redact import redact_model
-from opsctl.deploy.sloconfig import Slo
+from opsctl.config.sloconfig import Slo
+from opsctl.core.redact import API_KEY_ENV, mask_secret, redact, redact_model
 from opsctl.traffic.client import (
-    API_KEY_ENV,
     Api,
     ClientFactory,
     RequestResult,
@@ -34,8 +33,6 @@ from opsctl.traffic.client import (
     endpoint,
     generate,
     make_client,
-    mask_secret,
-    redact,
     request_body,
     stream_generate,
 )
@@ -88,8 +85,6 @@ class SmokeOptions:
     profile: str | None = None
     variant: str | None = None
     profile_alias: str | None = None
-    tpot_p50_ms: float | None = None
-    ttft_p50_ms: float | None = None
     api_key: str | None = None
     model: str | None = None
     api: Api = "completions"
@@ -119,9 +114,7 @@ class _Run:
         self.divergence: Divergence | None = None
         self.gsm8k: EvalResult | None = None
         self.probes: list[ProbeResult] | None = None
-        self.slo = SloRecord(
-            tpot_p50_ms_limit=options.tpot_p50_ms, ttft_p50_ms_limit=options.ttft_p50_ms
-        )
+        self.slo = SloRecord()
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from opsctl.config.evalconfig import DEFAULT_QUESTIONS, DEFAULT_SHOTS, EvalConfig, Gsm8kConfig, resolve_path
 from opsctl.core.errors import UsageError
-from opsctl.deploy.evalconfig import EvalConfig, Gsm8kConfig, resolve_path
 from opsctl.traffic.client import Api, TrafficClient
 from opsctl.traffic.evals.dataset import Dataset
-from opsctl.traffic.evals.gsm8k import DEFAULT_QUESTIONS, DEFAULT_SHOTS, EvalResult, run_gsm8k
+from opsctl.traffic.evals.gsm8k import EvalResult, run_gsm8k
 from opsctl.traffic.evals.probes import ProbeResult, run_long_context_probes
 from opsctl.traffic.smoke_report import CheckStatus
 

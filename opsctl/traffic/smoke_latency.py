@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from opsctl.deploy import sloconfig
-from opsctl.traffic.client import RequestResult, redact
-from opsctl.traffic.smoke_report import CheckStatus, SloRecord, StreamRecord
+from opsctl.config import sloconfig
+from opsctl.core.redact import redact
+from opsctl.traffic.client import RequestResult
+from opsctl.traffic.smoke_report import CheckStatus, ObjectiveRecord, SloRecord, StreamRecord
 from opsctl.traffic.stats import itl_note, percentile
 
 
@@ -53,35 +54,11 @@ def ms(seconds: float | None) -> str:
 def check_slo(slo: SloRecord, stream: StreamRecord | None,
               objectives: sloconfig.Slo | None = None) -> tuple[CheckStatus, str]:
     """The profile's objectives over this run (one slice of time, judged as the alerts judge
-    one: at least `quantile` of the requests within the threshold); without them, each p50
-    against its limit. Records the measured values in ``slo``."""
-    if objectives is not None and (objectives.tpot or objectives.ttft):
-        return _check_objectives(slo, stream, objectives)
-    if slo.tpot_p50_ms_limit is None and slo.ttft_p50_ms_limit is None:
-        return "skip", "no SLO thresholds (profile has none, or no profile given)"
-    if stream is None or stream.ok == 0:
-        return "fail", "no streaming measurements to compare with the SLO"
-    verdicts: list[str] = []
-    failed = False
-    for label, limit, value_s in (
-        ("TPOT p50", slo.tpot_p50_ms_limit, stream.tpot_p50_s),
-        ("TTFT p50", slo.ttft_p50_ms_limit, stream.ttft_p50_s),
-    ):
-        if limit is None:
-            continue
-        if value_s is None:
-            failed = True
-            verdicts.append(f"{label}: not measured (limit {limit:g} ms)")
-            continue
-        value_ms = value_s * 1000
-        if label == "TPOT p50":
-            slo.tpot_p50_ms = round(value_ms, 3)
-        else:
-            slo.ttft_p50_ms = round(value_ms, 3)
-        over = value_ms > limit
-        failed |= over
-        verdicts.append(f"{label} {value_ms:.1f} ms {'>' if over else '<='} {limit:g} ms")
-    return ("fail" if failed else "pass"), "; ".join(verdicts)
+    one: at least `quantile` of the requests within the threshold). Records each objective with
+    what was measured in ``slo``."""
+    if objectives is None or not (objectives.tpot or objectives.ttft):
+        return "skip", "no SLO objectives (the profile has none, or no profile given)"
+    return _check_objectives(slo, stream, objectives)
 
 
 def _check_objectives(slo: SloRecord, stream: StreamRecord | None,
@@ -96,10 +73,9 @@ def _check_objectives(slo: SloRecord, stream: StreamRecord | None,
             continue
         result = sloconfig.check(objective, values)
         name = f"{label} p{objective.quantile * 100:g}"
-        if label == "TPOT":
-            slo.tpot_p50_ms_limit, slo.tpot_p50_ms = objective.threshold_ms, result.observed_ms
-        else:
-            slo.ttft_p50_ms_limit, slo.ttft_p50_ms = objective.threshold_ms, result.observed_ms
+        setattr(slo, label.lower(), ObjectiveRecord(
+            quantile=objective.quantile, threshold_ms=objective.threshold_ms,
+            observed_ms=result.observed_ms, within_share=result.within_share))
         if result.passed is None or result.observed_ms is None or result.within_share is None:
             failed = True
             verdicts.append(f"{name}: not measured (limit {objective.threshold_ms:g} ms)")

@@ -23,7 +23,7 @@ from opsctl.traffic.evals.gsm8k import EvalItem, EvalResult
 from opsctl.traffic.evals.probes import ProbeResult
 from opsctl.traffic.served import ModelResolution
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: slo records objectives by quantile (no p50-only fields)
 MAX_REPORT_BYTES = 256 << 20  # a reference report, GSM8K outputs included
 
 CheckStatus = Literal["pass", "fail", "skip"]
@@ -69,11 +69,18 @@ class StreamRecord(BaseModel):
     errors: list[str] = []
 
 
+class ObjectiveRecord(BaseModel):
+    """One profile objective judged over this run: its quantile, threshold, what was measured."""
+
+    quantile: float
+    threshold_ms: float
+    observed_ms: float | None = None  # this run's `quantile`-quantile (nearest rank)
+    within_share: float | None = None  # share of this run's requests at or under the threshold
+
+
 class SloRecord(BaseModel):
-    tpot_p50_ms_limit: float | None = None
-    tpot_p50_ms: float | None = None
-    ttft_p50_ms_limit: float | None = None
-    ttft_p50_ms: float | None = None
+    tpot: ObjectiveRecord | None = None
+    ttft: ObjectiveRecord | None = None
 
 
 class SmokeReport(PartialReport):

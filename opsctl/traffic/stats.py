@@ -7,7 +7,7 @@ x[floor(r)] + (r - floor(r)) * (x[floor(r)+1] - x[floor(r)]). The standard devia
 population one (divide by n), numpy's default and what sglang.bench_serving reports.
 
 Goodput counts the measured requests that meet every limit of the profile's SLO
-(opsctl.deploy.sloconfig.request_is_good: a missing TTFT or TPOT does not meet its limit).
+(opsctl.config.sloconfig.request_is_good: a missing TTFT or TPOT does not meet its limit).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
+from opsctl.config.sloconfig import Slo, request_is_good
 from opsctl.core.redact import redact
-from opsctl.deploy.sloconfig import Slo, request_is_good
 from opsctl.traffic.bench_report import CLIENT_BOUND_SHARE, Goodput, LevelResult, Pcts
 from opsctl.traffic.client import RequestResult
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from opsctl.config.profiles import Deployment
 from opsctl.core.clock import Clock
 from opsctl.core.errors import Interrupted, OpsctlError
-from opsctl.deploy.profiles import Deployment
 from opsctl.tune import report, search
 from opsctl.tune.search import GRID, Point, Price
 from opsctl.tune.state import Measurement, Question, TuneState, now, resumed

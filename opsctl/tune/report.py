@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
+from opsctl.config.profiles import Deployment
 from opsctl.core.files import atomic_write_text
-from opsctl.deploy.profiles import Deployment
 from opsctl.tune.state import Measurement, TuneState
 
 TUNE_MD = "tune.md"

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from opsctl.config.profiles import Deployment
 from opsctl.core.errors import Interrupted
 from opsctl.deploy import app as deploy_app
 from opsctl.deploy.app import ImageFor, Verifier
-from opsctl.deploy.profiles import Deployment
 from opsctl.deploy.state import StateDir
 from opsctl.engine.api import Engine
 from opsctl.traffic.bench import BenchOptions, Target, run_bench

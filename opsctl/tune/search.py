@@ -26,9 +26,9 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from opsctl.config.profile_models import ServerSettings
+from opsctl.config.profiles import Deployment
 from opsctl.core.errors import UsageError
-from opsctl.deploy.profile_models import ServerSettings
-from opsctl.deploy.profiles import Deployment
 
 # Fields that are not performance knobs: where the server listens, what it runs, secrets.
 NOT_TUNABLE = frozenset({"entrypoint", "host", "port", "extra_args", "api_key_env",

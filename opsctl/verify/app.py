@@ -15,12 +15,13 @@ from typing import Any
 
 import httpx
 
+from opsctl.config.profiles import Deployment, to_argv
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.errors import LaunchError, UsageError
 from opsctl.core.files import open_regular
-from opsctl.deploy.profiles import Deployment, to_argv
+from opsctl.core.redact import API_KEY_ENV
 from opsctl.kernels.kv_gather_cast import parse_marker
-from opsctl.traffic.client import API_KEY_ENV, ServerUnreachable
+from opsctl.traffic.client import ServerUnreachable
 from opsctl.verify import checks
 from opsctl.verify.checks import FieldCheck
 from opsctl.verify.facts import Value, facts_for
@@ -118,6 +119,21 @@ def _checked_expect(known: Mapping[str, Any], expect: Mapping[str, Value] | None
     return expect
 
 
+def resolution_of(deployment: Deployment) -> checks.Resolution | None:
+    """The release's own resolution of the deployment's current argv, from its record."""
+    from opsctl.config.resolve import current_record
+
+    found = current_record(deployment)
+    if found is None:
+        return None
+    record, path = found
+    gpu = record["gpu"]
+    return checks.Resolution(
+        resolved=record["resolved"],
+        source=f"sglang {record['sglang_version']}'s own resolution on {gpu['count']}x "
+               f"{gpu['name']} sm_{gpu['compute_capability'].replace('.', '')} ({path})")
+
+
 def run_verify(deployment: Deployment, client: httpx.Client, *, log_text: str | None = None,
                expect: Mapping[str, Value] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                clock: Clock = SYSTEM_CLOCK) -> VerifyResult:
@@ -130,7 +146,7 @@ def run_verify(deployment: Deployment, client: httpx.Client, *, log_text: str | 
                          hint="opsctl/verify/facts.py records them per pinned release")
     argv = to_argv(deployment)[len(deployment.server.entrypoint):]
     expected = checks.expectations(facts, argv, profile.model.architecture,
-                                   _checked_expect(facts, expect))
+                                   _checked_expect(facts, expect), resolution_of(deployment))
     server_info = fetch_json(client, "/server_info", timeout_s, clock)
     model_info = fetch_json(client, "/model_info", timeout_s, clock)
     found = [checks.version_check(version, server_info),

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from opsctl.deploy.releases import DSA_ARCHITECTURES
+from opsctl.config.releases import DSA_ARCHITECTURES, flag_values
 from opsctl.verify.facts import (
     VERSION_KEY,
     Default,
@@ -51,20 +51,6 @@ class FieldCheck:
     reason: str = ""  # why the status is "unknown"
 
 
-def flag_values(argv: Sequence[str]) -> dict[str, str]:
-    """``--flag value`` and ``--flag=value`` pairs of an argv; a later one wins, as in argparse."""
-    values: dict[str, str] = {}
-    for index, token in enumerate(argv):
-        if not token.startswith("--"):
-            continue
-        flag, eq, inline = token.partition("=")
-        if eq:
-            values[flag] = inline
-        elif index + 1 < len(argv) and not argv[index + 1].startswith("--"):
-            values[flag] = argv[index + 1]
-    return values
-
-
 def _typed(value: str, integer: bool) -> Value:
     if integer:
         try:
@@ -100,9 +86,22 @@ def _from_default(name: str, fact: FieldFact, default: Default,
     return _from_default(name, fact, branch, known)
 
 
+@dataclass(frozen=True)
+class Resolution:
+    """The release's own resolution of this very argv (opsctl.config.resolve's record)."""
+
+    resolved: Mapping[str, Any]  # the record's `resolved`: /server_info's settings part
+    source: str  # which record, on which reported GPU
+
+
 def expectations(facts: Mapping[str, FieldFact], argv: Sequence[str], architecture: str | None,
-                 expect: Mapping[str, Value] | None = None) -> dict[str, Expectation]:
-    """field -> what the release should resolve for this argv (entrypoint excluded)."""
+                 expect: Mapping[str, Value] | None = None,
+                 resolution: Resolution | None = None) -> dict[str, Expectation]:
+    """field -> what the release should resolve for this argv (entrypoint excluded).
+
+    In order: the variant's `expect`; the release's own resolution of this argv when a current
+    record exists; else the flag and the hand-read defaults of opsctl.verify.facts.
+    """
     given_flags = flag_values(argv)
     dsa = architecture in DSA_ARCHITECTURES
     out: dict[str, Expectation] = {}
@@ -110,6 +109,11 @@ def expectations(facts: Mapping[str, FieldFact], argv: Sequence[str], architectu
         if expect and name in expect:
             out[name] = Expectation(expect[name], True, "the variant's expect")
             continue
+        if resolution is not None:
+            present, value = lookup(resolution.resolved, fact.key)
+            if present and (value is None or isinstance(value, str | int)):
+                out[name] = Expectation(value, True, resolution.source)
+                continue
         given = given_flags.get(fact.flag)
         if given is not None and given not in fact.unset and not (dsa and fact.forced):
             value = fact.aliases.get(given, given) if dsa else given

@@ -15,10 +15,13 @@ moves. How the endpoints are built:
   of each field, else its input) plus ``launch_command``, ``startup_time``, ``version``.
 
 The defaults below are those of a DSA model (GLM-5, ``GlmMoeDsaForCausalLM``; the set is
-opsctl.deploy.releases.DSA_ARCHITECTURES) on CUDA; where they depend on the GPU or the
+opsctl.config.releases.DSA_ARCHITECTURES) on CUDA; where they depend on the GPU or the
 checkpoint the entry says on what, and the profile must state the value it expects.
 ``opsctl.sim.releases`` keeps the simulator's copy of this table
-(``tests/unit/test_sim_releases.py`` holds the two together).
+(``tests/component/test_sim_releases.py`` holds the two together). For a variant of a profile
+under deploy/, verify expects its record instead (the release's own resolution, ``opsctl profile
+resolve``); these defaults serve argvs without a current record, and
+``tests/unit/test_release_tables_vs_records.py`` checks them against every record.
 """
 
 from __future__ import annotations

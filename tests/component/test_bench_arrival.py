@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import OpsctlRunner, SimServer
 
-from opsctl.deploy.sloconfig import Slo
+from opsctl.config.sloconfig import Slo
 from opsctl.traffic.arrival import Arrival, Batch, drive, poisson_gaps
 from opsctl.traffic.bench import BenchOptions, Target, run_bench
 from opsctl.traffic.bench_report import write_report_files

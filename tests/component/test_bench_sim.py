@@ -12,7 +12,8 @@ from conftest import SimServer
 
 from opsctl.core.errors import EXIT_LAUNCH, EXIT_SMOKE, EXIT_USAGE, LaunchError
 from opsctl.traffic.bench import BenchOptions, Target, run_bench, sweep
-from opsctl.traffic.bench_report import verdict_error, write_report_files
+from opsctl.traffic.bench_report import verdict_error
+from opsctl.traffic.bench_serving import write_report_files
 
 StartSim = Callable[..., SimServer]
 FAST = {"OPSCTL_SIM_TTFT_MS": "5", "OPSCTL_SIM_ITL_MS": "2"}

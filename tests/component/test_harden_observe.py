@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from stubhttp import CLOSE, Answer, StubServer, json_answer
 
-from opsctl.deploy.profiles import load_profile
+from opsctl.config.profiles import load_profile
 from opsctl.observe import monitoring
 
 

@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 from unprivileged import without_dac_override
 
+from opsctl.config import patchsets
 from opsctl.core import wheels
 from opsctl.core.errors import PatchError
 from opsctl.image import patchset, upstream
 
 VERSION = "0.5.9"
-MANIFEST = patchset.load_manifest(VERSION)
+MANIFEST = patchsets.load_manifest(VERSION)
 BACKEND = MANIFEST["files"][0]["path"]
 KERNEL = MANIFEST["new_files"][0]["destination"]
 
@@ -143,10 +144,10 @@ def test_the_new_kernel_failing_to_write_leaves_the_backend_untouched(
     writes_kernel = _failing(shutil.copyfile, lambda a: Path(str(a[1])).name == beside_kernel)
     monkeypatch.setattr(patchset.shutil, "copyfile", writes_kernel)
     with pytest.raises(PatchError, match="No space left on device; the tree is unchanged"):
-        patchset.apply(tree, patchset.patch_set_dir(VERSION))
+        patchset.apply(tree, patchsets.patch_set_dir(VERSION))
     assert snapshot(tree) == before  # the backend still imports nothing that is missing
     monkeypatch.undo()
-    patchset.apply(tree, patchset.patch_set_dir(VERSION))  # and apply works again
+    patchset.apply(tree, patchsets.patch_set_dir(VERSION))  # and apply works again
     assert (tree / KERNEL).is_file()
 
 
@@ -155,5 +156,5 @@ def test_a_rename_failing_half_way_is_rolled_back(tree: Path, monkeypatch: pytes
     renames_kernel = _failing(os.replace, lambda a: Path(str(a[1])).name == Path(KERNEL).name)
     monkeypatch.setattr(patchset.os, "replace", renames_kernel)
     with pytest.raises(PatchError, match="the tree is unchanged"):
-        patchset.apply(tree, patchset.patch_set_dir(VERSION))
+        patchset.apply(tree, patchsets.patch_set_dir(VERSION))
     assert snapshot(tree) == before

@@ -19,10 +19,10 @@ import pytest
 import yaml
 from unprivileged import without_dac_override
 
+from opsctl.config.profiles import load_profile
+from opsctl.config.runspec import run_spec
 from opsctl.core.errors import ProfileError
 from opsctl.core.paths import project_root
-from opsctl.deploy.profiles import load_profile
-from opsctl.deploy.runspec import run_spec
 
 SIM = (project_root() / "deploy" / "sim.yaml").read_text()
 SECRET = "sk-sentinel-value-4242"

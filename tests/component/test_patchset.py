@@ -17,14 +17,15 @@ from typing import Any
 
 import pytest
 
+from opsctl.config import patchsets
+from opsctl.config.profiles import load_profile
+from opsctl.config.support import variant_support_problem
 from opsctl.core import wheels
 from opsctl.core.errors import PatchError
 from opsctl.core.paths import project_root
-from opsctl.deploy.profiles import load_profile
 from opsctl.image import lock, patchset
 from opsctl.image.context import stage_context
 from opsctl.image.plan import plan
-from opsctl.image.support import variant_support_problem
 from opsctl.image.upstream import members_for, unpack_wheel
 
 VERSIONS = ["0.5.9", "0.5.23"]
@@ -80,7 +81,7 @@ def edit_manifest(root: Path, version: str, **changes: str) -> None:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_patch_set_applies_to_its_pinned_release(upstream: dict[str, Path], version: str) -> None:
-    manifest = patchset.load_manifest(version)
+    manifest = patchsets.load_manifest(version)
     report = patchset.check(upstream[version], version)
     assert report.version == version
     assert [f.path for f in report.patched] == [BACKEND]
@@ -94,7 +95,7 @@ def test_patch_set_applies_to_its_pinned_release(upstream: dict[str, Path], vers
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_manifest_records_the_real_wheel(version: str) -> None:
-    manifest = patchset.load_manifest(version)
+    manifest = patchsets.load_manifest(version)
     wheel = wheels.fetch("sglang", version)
     if wheel.name != manifest["wheel"]["filename"]:
         pytest.skip(f"this interpreter downloads {wheel.name}, the manifest records another wheel")
@@ -103,7 +104,7 @@ def test_manifest_records_the_real_wheel(version: str) -> None:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_shipped_kernel_is_the_tested_module(version: str) -> None:
-    (entry,) = patchset.load_manifest(version)["new_files"]
+    (entry,) = patchsets.load_manifest(version)["new_files"]
     assert entry["source"] == "opsctl/kernels/kv_gather_cast.py"
     assert entry["sha256"] == sha256(project_root() / entry["source"])
 
@@ -112,8 +113,8 @@ def test_shipped_kernel_is_the_tested_module(version: str) -> None:
 def test_apply_in_place_compiles_then_refuses_a_second_time(tree: Path) -> None:
     version = patchset.tree_version(tree)
     assert version in VERSIONS
-    report = patchset.apply(tree, patchset.patch_set_dir(version))
-    manifest = patchset.load_manifest(version)
+    report = patchset.apply(tree, patchsets.patch_set_dir(version))
+    manifest = patchsets.load_manifest(version)
     assert sha256(tree / BACKEND) == manifest["files"][0]["patched_sha256"]
     assert sha256(tree / KERNEL_DEST) == sha256(project_root() / "opsctl/kernels/kv_gather_cast.py")
     source = (tree / BACKEND).read_text()
@@ -122,7 +123,7 @@ def test_apply_in_place_compiles_then_refuses_a_second_time(tree: Path) -> None:
     assert ".to(q.dtype)" in source  # the ragged paths keep their own (cheap) casts
     assert report.patched[0].path == BACKEND
     with pytest.raises(PatchError, match="already applied"):
-        patchset.apply(tree, patchset.patch_set_dir(version))
+        patchset.apply(tree, patchsets.patch_set_dir(version))
 
 
 def test_the_staged_build_context_applies_on_its_own(
@@ -167,7 +168,7 @@ def test_wrong_version(upstream: dict[str, Path]) -> None:
 
 def test_no_patch_set_for_version() -> None:
     with pytest.raises(PatchError, match="no patch set for sglang 0.0.1"):
-        patchset.patch_set_dir("0.0.1")
+        patchsets.patch_set_dir("0.0.1")
 
 
 def test_not_an_sglang_tree(tmp_path: Path) -> None:
@@ -213,7 +214,7 @@ def test_removed_line_changed_is_rejected(tree: Path, project_copy: Path) -> Non
 
 def test_reversed_patch_is_detected(tree: Path, project_copy: Path) -> None:
     # An already-patched file whose hash the manifest does not know: GNU patch sees the reversal.
-    patchset.apply(tree, patchset.patch_set_dir("0.5.9"))
+    patchset.apply(tree, patchsets.patch_set_dir("0.5.9"))
     (tree / KERNEL_DEST).unlink()
     edit_manifest(project_copy, "0.5.9", upstream_sha256=sha256(tree / BACKEND),
                   patched_sha256="0" * 64)
@@ -267,7 +268,7 @@ def test_glm5_fp8_flashinfer_is_refused_with_the_manifest_reason(version: str) -
         assert problem is not None
         assert "656-byte scaled DSA row" in problem
         assert f"sglang {version}" in problem
-        assert problem == patchset.load_manifest(version)["layout_findings"][0]["reason"]
+        assert problem == patchsets.load_manifest(version)["layout_findings"][0]["reason"]
 
 
 @pytest.mark.parametrize(("version", "prefix"), [("0.5.9", "--nsa"), ("0.5.23", "--dsa")])

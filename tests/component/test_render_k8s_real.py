@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import SimServer
 
+from opsctl.config.profiles import load_profile
 from opsctl.core import wheels
-from opsctl.deploy.profiles import load_profile
 from opsctl.render.app import render_objects
 from opsctl.render.router import ROUTER_VERSION, router_args
 from opsctl.render.target import Target

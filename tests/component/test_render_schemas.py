@@ -17,7 +17,7 @@ import yaml
 from conftest import REPO_ROOT
 from k8sschemas import K8S_VERSION, LWS_CRD, crd_errors, schema_errors, schema_errors_of_sets
 
-from opsctl.deploy.profiles import load_profile
+from opsctl.config.profiles import load_profile
 from opsctl.render.app import render_objects
 
 GOLDENS = sorted((REPO_ROOT / "tests" / "unit" / "golden" / "k8s").glob("*.yaml"))

@@ -92,3 +92,21 @@ def test_random_prompts_use_the_tokenizer_of_the_profiles_model_mount(
     assert model is not None
     mismatch = [note for note in model.notes if "/model_info reports tokenizer" in note]
     assert bool(mismatch) == bool(served_tokenizer)
+
+
+def test_speculative_steps_count_per_token_and_report_the_accept_length(sim_server: StartSim) -> None:
+    # 2.5 tokens per 30 ms decode step, as the sim profile's bf16kv-mtp variant: TPOT is per token.
+    env = {"OPSCTL_SIM_TTFT_MS": "20", "OPSCTL_SIM_ITL_MS": "30", "OPSCTL_SIM_SPEC_ACCEPT_LENGTH": "2.5"}
+    url = sim_server(env=env, args=["--served-model-name", "glm-5", "--enable-metrics"]).url
+    figures = sampled(url)
+    accept = figures.spec_accept_length
+    assert accept is not None and accept.mean == pytest.approx(2.5)
+    # One ITL observation per token after the first, each a step's gap over its tokens (as sglang).
+    assert figures.itl_ms is not None and figures.itl_ms.count == REQUESTS * (TOKENS - 1)
+    assert figures.tpot_ms is not None and figures.tpot_ms.mean is not None
+    assert figures.tpot_ms.mean < 30 * 0.7  # per output token, not per 30 ms step
+
+
+def test_no_speculation_reports_no_accept_length(sim_server: StartSim) -> None:
+    url = sim_server(env=SLOW_ENOUGH, args=["--served-model-name", "glm-5", "--enable-metrics"]).url
+    assert sampled(url).spec_accept_length is None

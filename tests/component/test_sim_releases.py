@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from opsctl.deploy import releases as deploy_releases
+from opsctl.config import releases as deploy_releases
 from opsctl.kernels import kv_gather_cast as kernel
 from opsctl.sim import patchmarker
 from opsctl.sim import releases as sim

@@ -40,7 +40,7 @@ def sim(start: StartSim, **env: str) -> str:
                                             "--enable-metrics"]).url
 
 
-def _no_locator(profile_name: str) -> tuple[str, str | None]:
+def _no_locator(profile_name: str) -> app.LocatedServer:
     raise AssertionError("--base-url needs no locator")
 
 

@@ -14,8 +14,8 @@ from typing import Any
 from conftest import OpsctlRunner, SimServer
 from rich.console import Console
 
+from opsctl.config.profiles import Profile
 from opsctl.core.errors import OpsctlError
-from opsctl.deploy.profiles import Profile
 from opsctl.traffic import app, view
 from opsctl.traffic.bench import Launcher
 from opsctl.traffic.client import make_client
@@ -38,7 +38,7 @@ def _smoke_request(url: str, tmp_path: Path, gateway: str | None) -> app.SmokeRe
                             gateway=gateway)
 
 
-def _no_locator(profile_name: str) -> tuple[str, str | None]:
+def _no_locator(profile_name: str) -> app.LocatedServer:
     raise AssertionError("--base-url needs no locator")
 
 

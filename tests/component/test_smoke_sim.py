@@ -16,6 +16,7 @@ import httpx
 import pytest
 from conftest import SimServer
 
+from opsctl.config.sloconfig import Objective, Slo
 from opsctl.core.errors import EXIT_LAUNCH, EXIT_SMOKE
 from opsctl.traffic.smoke import SmokeOptions, run_smoke
 from opsctl.traffic.smoke_report import SmokeReport, verdict_error, write_report
@@ -130,14 +131,16 @@ def test_stream_cut_midway_fails_streaming_only(sim_server: StartSim) -> None:
 def test_slow_first_token_breaks_the_ttft_slo(sim_server: StartSim) -> None:
     # TTFT 100 ms x 20 = 2 s against a 1 s limit; the healthy server is 10x under it.
     slow = sim(sim_server, OPSCTL_SIM_FAULT="slow_first_token", OPSCTL_SIM_TTFT_MS="100")
-    report = smoke(slow, ttft_p50_ms=1000.0)
+    ttft_1s = Slo(ttft=Objective(quantile=0.5, threshold_ms=1000))
+    report = smoke(slow, slo=ttft_1s)
     assert statuses(report)["streaming"] == "pass"
     assert statuses(report)["slo"] == "fail"
     assert "TTFT p50" in detail(report, "slo") and "> 1000 ms" in detail(report, "slo")
-    assert report.slo.ttft_p50_ms is not None and report.slo.ttft_p50_ms > 1000.0
+    observed = report.slo.ttft.observed_ms if report.slo.ttft else None
+    assert observed is not None and observed > 1000.0
 
     healthy = sim(sim_server, OPSCTL_SIM_TTFT_MS="100")
-    assert statuses(smoke(healthy, ttft_p50_ms=1000.0))["slo"] == "pass"
+    assert statuses(smoke(healthy, slo=ttft_1s))["slo"] == "pass"
 
 
 def test_hang_past_the_request_timeout_fails_every_request(sim_server: StartSim) -> None:

@@ -11,8 +11,8 @@ import httpx
 import pytest
 from conftest import OpsctlRunner
 
+from opsctl.config.profiles import Deployment, load_profile, to_argv
 from opsctl.deploy import localsim
-from opsctl.deploy.profiles import Deployment, load_profile, to_argv
 from opsctl.sim.releases import RELEASE_ENV
 from opsctl.verify.app import run_verify
 
@@ -54,8 +54,26 @@ def test_verify_passes_against_the_variants_own_flags(start: Start, profile: str
     statuses = {check.field: check.status for check in result.checks}
     assert statuses["patched_path"] == "ok"
     assert statuses["attention_backend"] == statuses["kv_cache_dtype"] == "ok"
-    if profile == "glm5-nvfp4-rtx6000":  # 0.5.9 with every DSA flag set: nothing left unknown
-        assert result.unknown == []
+    # Every variant under deploy/ has its release's own resolution recorded: nothing is left
+    # unknown, and each expectation names the record it comes from.
+    assert result.unknown == []
+    page = next(check for check in result.checks if check.field == "page_size")
+    assert (page.expected, page.status) == (64, "ok")
+    assert f"resolved/{profile}.{variant}.json" in page.source
+
+
+def test_without_a_current_record_verify_falls_back_to_the_hand_read_defaults(
+        start: Start) -> None:
+    """A variant whose argv differs from its record (an edited profile): the record is stale and
+    not used; the checkpoint-shaped page size is unknown again, as the facts table says."""
+    deployment = load_profile("glm5-nvfp4-rtx6000").resolve("gathercast")
+    server = deployment.server.model_copy(update={"chunked_prefill_size": 4096})
+    edited = deployment.model_copy(update={"server": server})
+    sim = start(edited)
+    with httpx.Client(base_url=sim.url) as client:
+        result = run_verify(edited, client, log_text=sim.logs())
+    assert [check.field for check in result.unknown] == ["page_size"]
+    assert result.mismatches == []
 
 
 def test_the_real_profile_expects_the_normalised_bf16_spelling(start: Start) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from opsctl.config import patchsets
 from opsctl.core.errors import EXIT_BUILD, EXIT_DAEMON
 from opsctl.core.paths import project_root
 from opsctl.image import patchset
@@ -39,10 +40,10 @@ VERSION = str(_PROFILE_YAML["image"]["sglang_version"])
 # The profile needs one image per release its variants pin and --base-image names one: the
 # default variant's, which runs the profile's own pin.
 ONE_IMAGE = ("--profile", PROFILE, "--variant", str(_PROFILE_YAML["default_variant"]))
-OTHER_VERSION = next(v for v in patchset.available_versions() if v != VERSION)
+OTHER_VERSION = next(v for v in patchsets.available_versions() if v != VERSION)
 STANDIN = f"opsctl/sglang-standin:{VERSION}"
 OTHER_STANDIN = f"opsctl/sglang-standin:{OTHER_VERSION}"
-PATCHED = patchset.load_manifest(VERSION)["files"][0]["path"]
+PATCHED = patchsets.load_manifest(VERSION)["files"][0]["path"]
 PLANTED_TOKEN = "hf_opsctlPlantedFakeToken0123456789abcdef"
 
 
@@ -142,7 +143,7 @@ def test_production_dockerfile_on_the_standin(locks: dict[str, str], standins: N
                     HF_TOKEN=PLANTED_TOKEN, HUGGING_FACE_HUB_TOKEN=PLANTED_TOKEN, **locks)
     assert result.returncode == 0, result.stdout + result.stderr
     tag = last_line(result.stdout)
-    manifest = patchset.load_manifest(VERSION)
+    manifest = patchsets.load_manifest(VERSION)
     labels = json.loads(docker("inspect", "--format", "{{json .Config.Labels}}", tag))
     standin_id = docker("inspect", "--format", "{{.Id}}", STANDIN).strip()
     assert labels["opsctl.sglang-version"] == VERSION
@@ -231,7 +232,7 @@ def test_base_with_a_modified_target_file(locks: dict[str, str], standins: None)
 
 
 def test_patch_that_no_longer_applies(locks: dict[str, str], standins: None, project_copy: Path) -> None:
-    manifest = patchset.load_manifest(VERSION)
+    manifest = patchsets.load_manifest(VERSION)
     diff = project_copy / "patches" / "sglang" / VERSION / manifest["files"][0]["diff"]
     lines = diff.read_text().splitlines(keepends=True)
     # Change the first context line of the first hunk: the upstream file still matches its sha256,

@@ -76,6 +76,12 @@ def test_decide_disqualifies_reports_the_disagreement_and_recommends(
     assert report["recommendation"].startswith(f"run {report['winner']}: correct on every gate")
     page = (out / "decide.md").read_text()
     assert f"**{report['recommendation']}**" in page and "### Disqualified" in page
+    # The simulator runs the sim profile's recorded argvs: verify expects what sglang 0.5.23's own
+    # resolution recorded, beside what /server_info said.
+    native = {f["field"]: f for f in records["native"]["resolved"]}
+    assert native["dsa_decode_backend"]["expected"] == "flashinfer_sparse_mla"
+    assert native["dsa_decode_backend"]["status"] == "ok"
+    assert "## What sglang resolves, and what the server said" in page
     assert report["recommendation"] in done.stdout
     client = docker.from_env()
     assert client.containers.list(all=True, filters={"label": f"opsctl.profile={name}"}) == []

@@ -26,11 +26,11 @@ import pytest
 import yaml
 from dockerproxy import DockerProxy, Fault
 
+from opsctl.config.profiles import load_profile
+from opsctl.config.runspec import run_spec
 from opsctl.core.errors import EXIT_DAEMON, EXIT_INTERRUPTED, EXIT_LAUNCH
 from opsctl.core.paths import project_root
 from opsctl.deploy import app
-from opsctl.deploy.profiles import load_profile
-from opsctl.deploy.runspec import run_spec
 from opsctl.engine.dockerpy import connect
 
 pytestmark = pytest.mark.docker

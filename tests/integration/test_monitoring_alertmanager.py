@@ -25,13 +25,13 @@ from typing import Any
 import httpx
 import pytest
 from conftest import wait_http_ok
+from ruletiming import ALERTMANAGER_TEST_TIMING, TEST_TIMING
 
+from opsctl.config.profiles import load_profile
 from opsctl.core.paths import project_root
-from opsctl.deploy.profiles import load_profile
 from opsctl.observe import alertmanager, monitoring
 from opsctl.observe.promconfig import ScrapeTargets
 from opsctl.observe.promnames import slo_rules
-from opsctl.observe.promrules import TEST_TIMING
 
 pytestmark = pytest.mark.prometheus
 
@@ -175,7 +175,7 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chain]:
     files = monitoring.render_files(
         slo_rules(load_profile("sim")), targets, TEST_TIMING,
         receivers=alertmanager.load_receivers(root / "receivers.yml"),
-        alert_timing=alertmanager.TEST_TIMING)
+        alert_timing=ALERTMANAGER_TEST_TIMING)
     monitoring.write_files(files, root)
     processes = [
         _start([str(ALERTMANAGER), f"--config.file={root / alertmanager.CONFIG_FILE}",

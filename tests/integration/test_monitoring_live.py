@@ -29,14 +29,16 @@ import httpx
 import pytest
 import yaml
 from conftest import wait_http_ok
+from ruletiming import TEST_TIMING
 
-from opsctl.deploy.profiles import load_profile
+from opsctl.config.profiles import load_profile
+from opsctl.config.sloconfig import Objective, Slo
 from opsctl.observe import app, dashboard, monitoring
 from opsctl.observe.metrics import push_report
 from opsctl.observe.promconfig import ScrapeTargets
 from opsctl.observe.promnames import slo_rules
-from opsctl.observe.promrules import TEST_TIMING
 from opsctl.observe.report import QUERY_TIMEOUT_SECONDS, with_variant
+from opsctl.observe.view import plot_decode_latency
 from opsctl.traffic.bench import BenchOptions, Target, run_bench
 from opsctl.traffic.smoke import SmokeOptions, run_smoke
 
@@ -212,7 +214,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         smoke_reports = {}
         for variant, url in sims.items():
             report = run_smoke(SmokeOptions(base_url=url, profile="sim", variant=variant,
-                                            tpot_p50_ms=60, overall_timeout_s=120))
+                                            slo=Slo(tpot=Objective(quantile=0.5, threshold_ms=60)),
+                                            overall_timeout_s=120))
             smoke_reports[variant] = report.model_dump(mode="json")
             push_report("smoke", smoke_reports[variant], pushgateway)
         yield Stack(prometheus, pushgateway, sims, root, smoke_reports)
@@ -329,7 +332,8 @@ def test_report_renders_a_png_from_prometheus(stack: Stack, steady_load: None,
                                               tmp_path: Path) -> None:
     stack.eventually("variant:sglang_tpot_seconds:p50_rate5m", lambda r: len(r) == 2)
     with httpx.Client(base_url=stack.prometheus, timeout=QUERY_TIMEOUT_SECONDS) as client:
-        result = app.report(client, tmp_path / "decode.png", since_seconds=120, step=1)
+        result = app.report(client, tmp_path / "decode.png", plot=plot_decode_latency,
+                            since_seconds=120, step=1)
     assert result.path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -20,7 +20,8 @@ from opsctl.engine import dockerpy
 from opsctl.engine.api import ExecResult, PortBinding
 from opsctl.traffic.arrival import Arrival
 from opsctl.traffic.bench import BenchOptions, Target, run_bench
-from opsctl.traffic.bench_report import verdict_error, write_report_files
+from opsctl.traffic.bench_report import verdict_error
+from opsctl.traffic.bench_serving import write_report_files
 from opsctl.traffic.bench_serving_read import level_from_row, parse_row
 from opsctl.traffic.driver_sglang import MAX_ROW_BYTES, SglangBench, bench_argv, workload_for
 from opsctl.traffic.payload import Malformed

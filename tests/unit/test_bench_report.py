@@ -14,8 +14,8 @@ from opsctl.traffic.bench_report import (
     ClientInfo,
     VariantResult,
     verdict_error,
-    write_report_files,
 )
+from opsctl.traffic.bench_serving import write_report_files
 from opsctl.traffic.client import RequestResult
 from opsctl.traffic.markdown import delta_percent, markdown_table
 from opsctl.traffic.served import ModelResolution

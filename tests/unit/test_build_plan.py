@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from opsctl.config import patchsets
+from opsctl.config.profiles import PATCH_SWITCH_ENV, Profile, load_profile
 from opsctl.core.errors import EXIT_BUILD, EXIT_USAGE, BuildError, ProfileError, UsageError
-from opsctl.deploy.profiles import PATCH_SWITCH_ENV, Profile, load_profile
 from opsctl.engine.api import BuildEvent
 from opsctl.image import app as image_app
 from opsctl.image import build, imagecheck, lock, patchset, trust
@@ -101,7 +102,7 @@ def passing_report() -> str:
 
 def test_sglang_plan_stages_the_patch_set_and_expects_the_manifest_hashes() -> None:
     the_plan = plan(sglang_profile(), base_image=STANDIN)
-    manifest = patchset.load_manifest("0.5.23")
+    manifest = patchsets.load_manifest("0.5.23")
     assert "opsctl-build/patchset.py" in the_plan.files
     assert "opsctl-build/imagecheck.py" in the_plan.files
     assert "opsctl-build/patches/manifest.json" in the_plan.files
@@ -178,13 +179,37 @@ def test_expected_image_follows_the_lock(lock_dir: Path) -> None:
 # --- one image per release the variants pin ------------------------------------------------------
 
 
-def test_the_real_profile_needs_one_image_per_release() -> None:
-    profile = load_profile("glm5-nvfp4-rtx6000")
-    old, new = plans(profile)
+def two_release_profile(tmp_path: Path) -> Profile:
+    """The GLM profile plus a variant `old` on sglang 0.5.9, for a model 0.5.9 can load (GLM-5
+    itself cannot be on 0.5.9: its transformers has no glm_moe_dsa, sglang-args/0.5.9/stack.json)."""
+    text = (Path(__file__).parents[2] / "deploy" / "glm5-nvfp4-rtx6000.yaml").read_text()
+    text = text.replace("architecture: GlmMoeDsaForCausalLM", "architecture: DeepseekV3ForCausalLM")
+    text = text.replace('    SGLANG_TIMEOUT_KEEP_ALIVE: "900"', "")
+    text = text.replace("default_variant: gathercast", (
+        "  old:\n    description: the same on 0.5.9\n"
+        '    image: {sglang_version: "0.5.9", base: "lmsysorg/sglang:v0.5.9-cu130"}\n'
+        "    server: {disable_prefill_cuda_graph: false}\n"
+        "default_variant: gathercast"))
+    path = tmp_path / "two.yaml"
+    path.write_text(text)
+    return load_profile(str(path))
+
+
+def test_the_real_profile_needs_one_image(tmp_path: Path) -> None:
+    [only] = plans(load_profile("glm5-nvfp4-rtx6000"))
+    assert (only.sglang_version, only.base_image) == ("0.5.23", "lmsysorg/sglang:v0.5.23-cu130")
+    assert only.variants == ("baseline", "gathercast", "bf16kv", "bf16kv-mtp", "native", "native-mtp")
+    assert only.patch_set_sha256 == patchset.patch_set_sha256("0.5.23")
+    [sim] = plans(load_profile("sim"))
+    assert sim.variants == ("baseline", "gathercast", "bf16kv", "bf16kv-mtp", "native", "corrupt")
+
+
+def test_a_profile_needs_one_image_per_release(tmp_path: Path) -> None:
+    profile = two_release_profile(tmp_path)
+    new, old = plans(profile)
     assert (old.sglang_version, old.base_image, old.variants) == (
-        "0.5.9", "lmsysorg/sglang:v0.5.9-cu130", ("baseline", "gathercast", "bf16kv"))
-    assert (new.sglang_version, new.base_image, new.variants) == (
-        "0.5.23", "lmsysorg/sglang:v0.5.23-cu130", ("native",))
+        "0.5.9", "lmsysorg/sglang:v0.5.9-cu130", ("old",))
+    assert (new.sglang_version, new.base_image) == ("0.5.23", "lmsysorg/sglang:v0.5.23-cu130")
     # Each image carries its release's patch set, whether its variants switch it on or not.
     assert (old.patch_set_sha256, new.patch_set_sha256) == (
         patchset.patch_set_sha256("0.5.9"), patchset.patch_set_sha256("0.5.23"))
@@ -192,26 +217,24 @@ def test_the_real_profile_needs_one_image_per_release() -> None:
     assert old.content_tag(BASE_ID) != new.content_tag(BASE_ID)
     assert old.lock_path == new.lock_path  # one lock file per profile, keyed by base
     assert [p.sglang_version for p in plans(profile, variant="native")] == ["0.5.23"]
-    assert [p.sglang_version for p in plans(profile, variant="bf16kv")] == ["0.5.9"]
-    [sim] = plans(load_profile("sim"))
-    assert sim.variants == ("baseline", "gathercast", "bf16kv", "native", "corrupt")
+    assert [p.sglang_version for p in plans(profile, variant="old")] == ["0.5.9"]
 
 
-def test_expected_image_is_the_variants_image(lock_dir: Path) -> None:
-    profile = load_profile("glm5-nvfp4-rtx6000")
-    old, new = plans(profile)
+def test_expected_image_is_the_variants_image(lock_dir: Path, tmp_path: Path) -> None:
+    profile = two_release_profile(tmp_path)
+    new, old = plans(profile)
     for the_plan in (old, new):
         lock.write_lock(the_plan.lock_path, profile.name,
                         lock.BaseResolution(the_plan.base_image, BASE_ID, BASE_ID, "image-id"))
     assert expected_image(profile.resolve("native")) == new.content_tag(BASE_ID)
-    assert expected_image(profile.resolve("gathercast")) == old.content_tag(BASE_ID)
+    assert expected_image(profile.resolve("old")) == old.content_tag(BASE_ID)
     assert new.content_tag(BASE_ID).startswith("opsctl/sglang-glm5:0.5.23-")
 
 
 @pytest.mark.parametrize("option", ["base_image", "tag"])
-def test_base_image_and_tag_name_one_image(option: str) -> None:
-    profile = load_profile("glm5-nvfp4-rtx6000")
-    with pytest.raises(UsageError, match=r"needs 2 images \(sglang 0.5.9, 0.5.23\)") as info:
+def test_base_image_and_tag_name_one_image(option: str, tmp_path: Path) -> None:
+    profile = two_release_profile(tmp_path)
+    with pytest.raises(UsageError, match=r"needs 2 images \(sglang 0.5.23, 0.5.9\)") as info:
         plans(profile, **{option: "opsctl/x:1"})
     assert "--variant" in info.value.hint
     [only] = plans(profile, variant="native", **{option: "opsctl/x:1"})
@@ -224,8 +247,8 @@ def test_cli_build_dry_run_lists_every_image_without_an_engine() -> None:
         capture_output=True, text=True, timeout=60,
         env={**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"})
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("sglang  0.5.9") == 1 and result.stdout.count("sglang  0.5.23") == 1
-    assert "variants  native" in result.stdout and "variants  baseline, gathercast, bf16kv" in result.stdout
+    assert result.stdout.count("sglang  0.5.23") == 1 and "sglang  0.5.9" not in result.stdout
+    assert "variants  baseline, gathercast, bf16kv, bf16kv-mtp, native, native-mtp" in result.stdout
 
 
 # --- base resolution and the lock file -----------------------------------------------------------

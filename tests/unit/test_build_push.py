@@ -14,7 +14,7 @@ import pytest
 from fakes import FakeEngine
 
 from opsctl.core.errors import EXIT_USAGE, BuildError, LaunchError, UsageError
-from opsctl.engine import dockerimages
+from opsctl.engine import dockerpy as dockerimages
 from opsctl.engine.api import BuildEvent
 from opsctl.image import registry, trust
 from opsctl.image.build import BuildResult
@@ -245,8 +245,8 @@ def test_an_image_gone_before_the_push_is_named() -> None:
 def test_render_names_the_push_of_the_image_the_tag_names_now(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from opsctl.cli import render as render_cli
+    from opsctl.config.profiles import load_profile
     from opsctl.core.errors import DaemonUnreachable
-    from opsctl.deploy.profiles import load_profile
     from opsctl.engine import dockerpy
     from opsctl.image.plan import expected_image
 

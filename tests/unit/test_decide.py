@@ -20,6 +20,7 @@ from fakes import Behaviour, FakeClock, FakeEngine, FakeSglang
 from typer.testing import CliRunner
 
 from opsctl.cli import app
+from opsctl.config.profiles import Deployment, load_profile
 from opsctl.core import labels
 from opsctl.core.errors import (
     EXIT_INTERRUPTED,
@@ -33,19 +34,18 @@ from opsctl.decide import app as decide_app
 from opsctl.decide.app import BenchAsk, DecideRequest, DecideResult
 from opsctl.decide.report import DecideReport, VariantRecord
 from opsctl.deploy.app import ImageFor
-from opsctl.deploy.gate import SmokeAsk
 from opsctl.deploy.ownership import ProfileBusy
-from opsctl.deploy.profiles import Deployment, load_profile
 from opsctl.deploy.state import StateDir
 from opsctl.engine.api import ContainerInfo, RunSpec
+from opsctl.gate.gate import SmokeAsk
 from opsctl.traffic.bench import BenchOptions
 from opsctl.traffic.bench_report import (
     BenchReport,
     ClientInfo,
     LevelResult,
     VariantResult,
-    write_report_files,
 )
+from opsctl.traffic.bench_serving import write_report_files
 from opsctl.traffic.client import RequestResult
 from opsctl.traffic.evals.gsm8k import EvalResult
 from opsctl.traffic.evals.probes import ProbeResult
@@ -228,6 +228,10 @@ def test_the_variant_free_of_failures_at_the_highest_level_wins(tmp_path: Path) 
     assert f"**{report.recommendation}**" in page
     assert "[smoke](01-baseline/smoke.json) [bench](01-baseline/bench.json)" in page
     assert "| native | 8 | 19.00 |" in page
+    # What the release resolves beside what the server said, per variant, from verify's checks.
+    assert "## What sglang resolves, and what the server said" in page
+    assert "| baseline | tp_size | 8 | argv | 8 | ok |" in page
+    assert records["baseline"].resolved[0].field == "tp_size"
 
 
 def test_a_disagreement_is_evidence_not_a_disqualification(tmp_path: Path) -> None:

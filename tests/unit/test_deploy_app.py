@@ -16,12 +16,12 @@ import httpx
 import pytest
 from fakes import Behaviour, FakeClock, FakeEngine, FakeSglang
 
+from opsctl.config.profiles import Deployment, load_profile
+from opsctl.config.runspec import run_spec
 from opsctl.core import labels
 from opsctl.core.errors import EXIT_DAEMON, EXIT_LAUNCH, DaemonUnreachable, LaunchError, ProfileError
 from opsctl.deploy import app
-from opsctl.deploy.profiles import Deployment, load_profile
 from opsctl.deploy.readiness import Phase, http_ok, probe
-from opsctl.deploy.runspec import run_spec
 from opsctl.engine.api import Engine
 from opsctl.engine.dockerpy import DockerEngine
 

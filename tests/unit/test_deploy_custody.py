@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from fakes import Behaviour, FakeClock, FakeEngine, FakeSglang
 
+from opsctl.config.profiles import load_profile
+from opsctl.config.runspec import run_spec
 from opsctl.core import labels
 from opsctl.core.errors import (
     EXIT_DAEMON,
@@ -26,8 +28,6 @@ from opsctl.core.errors import (
 )
 from opsctl.deploy import app, custody
 from opsctl.deploy.ownership import ProfileBusy, profile_locks
-from opsctl.deploy.profiles import load_profile
-from opsctl.deploy.runspec import run_spec
 from opsctl.deploy.state import StateDir
 
 PROFILE = load_profile("sim")

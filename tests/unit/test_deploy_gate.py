@@ -15,12 +15,12 @@ from typing import Any, get_args
 import pytest
 from fakes import Behaviour, FakeClock, FakeEngine, FakeSglang
 
+from opsctl.config.profiles import Deployment, load_profile
 from opsctl.core import labels
 from opsctl.core.errors import EXIT_INTERRUPTED, EXIT_LAUNCH, EXIT_SMOKE, Interrupted, LaunchError, UsageError
-from opsctl.deploy import gate as gating
-from opsctl.deploy.gate import GateFailed, SmokeAsk
-from opsctl.deploy.profiles import Deployment, load_profile
 from opsctl.deploy.state import LastGood, StateDir
+from opsctl.gate import gate as gating
+from opsctl.gate.gate import GateFailed, SmokeAsk
 from opsctl.observe.metrics import GATE_OUTCOMES, gate_families
 from opsctl.traffic.smoke_report import CheckResult, SmokeReport, write_report
 from opsctl.verify.app import VerifyResult

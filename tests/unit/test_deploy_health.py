@@ -14,14 +14,14 @@ import requests
 import yaml
 from fakes import FakeClock, FakeEngine, FakeSglang
 
+from opsctl.config.profiles import load_profile
+from opsctl.config.runspec import HEALTH_GENERATION_ENV, run_spec
 from opsctl.core import labels
 from opsctl.core.errors import EXIT_DAEMON, DaemonUnreachable, ProfileError
 from opsctl.core.paths import project_root
 from opsctl.deploy import app, view
-from opsctl.deploy.profiles import load_profile
-from opsctl.deploy.runspec import HEALTH_GENERATION_ENV, run_spec
 from opsctl.engine.api import LogRotation
-from opsctl.engine.dockercalls import LOG_FRAME_HEADER, answering, create_kwargs, read_exactly
+from opsctl.engine.dockerpy import LOG_FRAME_HEADER, answering, create_kwargs, read_exactly
 
 SIM = load_profile("sim")
 GLM = load_profile("glm5-nvfp4-rtx6000")

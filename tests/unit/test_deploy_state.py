@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from fakes import Behaviour, FakeClock, FakeEngine, FakeSglang
 
+from opsctl.config.profiles import Deployment, load_profile
 from opsctl.core import labels
 from opsctl.core.errors import EXIT_LAUNCH, UsageError
 from opsctl.deploy import app
-from opsctl.deploy.profiles import Deployment, load_profile
 from opsctl.deploy.state import CheckpointRecord, StateDir, default_state_dir, host_checkpoint
 from opsctl.verify.app import VerifyMismatch, VerifyResult
 from opsctl.verify.checkpoint import checkpoint_id

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from opsctl.config.profiles import load_profile
 from opsctl.core.paths import project_root
-from opsctl.deploy.profiles import load_profile
 from opsctl.image.plan import plan, sim_modules
 
 

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch (CPU build) is needed for the kernel tests")
 pytest.importorskip("triton", reason="triton is needed for its CPU interpreter")
 
-from opsctl.deploy import profiles  # noqa: E402
+from opsctl.config import profiles  # noqa: E402
 from opsctl.kernels import kv_gather_cast  # noqa: E402
 from opsctl.kernels.seed_gather_cast import seed_gather_cast, seed_plan_indices  # noqa: E402
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
+from opsctl.config.profiles import load_profile
 from opsctl.core.errors import OpsctlError
-from opsctl.deploy.profiles import load_profile
 from opsctl.observe.exporter import (
     DeploymentCollector,
     DeploymentInfo,
@@ -39,7 +39,8 @@ def _smoke(passed: bool) -> dict[str, Any]:
             {"name": "slo", "status": "pass" if passed else "fail"},
             {"name": "compare", "status": "skip"},
         ],
-        "slo": {"tpot_p50_ms": 25.0, "ttft_p50_ms": 80.0, "tpot_p50_ms_limit": 60.0},
+        "stream": {"tpot_p50_s": 0.025, "ttft_p50_s": 0.080},
+        "slo": {"tpot": {"quantile": 0.9, "threshold_ms": 60.0, "observed_ms": 31.0}},
     }
 
 

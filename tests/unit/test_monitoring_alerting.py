@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from opsctl.config.profiles import load_profile
 from opsctl.core.errors import OpsctlError, ProfileError
 from opsctl.core.paths import project_root
-from opsctl.deploy.profiles import load_profile
 from opsctl.engine.api import ContainerInfo
 from opsctl.observe import alertmanager, gpu, monitoring, promrules, servers
 from opsctl.observe.promnames import slo_rules

@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from opsctl.config.profiles import load_profile
 from opsctl.core.errors import UsageError
 from opsctl.core.httpcap import MAX_BODY_BYTES, CappedTransport
-from opsctl.deploy.profiles import load_profile
 from opsctl.observe.metricsproxy import Reply, fetch_metrics, handle, read_token, upstream_for
 
 TOKEN = "0123456789abcdef0123"

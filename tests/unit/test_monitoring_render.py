@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ruletiming import TEST_TIMING
 
+from opsctl.config.profiles import Profile, load_profile
+from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import ProfileError
 from opsctl.core.paths import project_root
-from opsctl.deploy.profiles import Profile, load_profile
-from opsctl.deploy.sloconfig import Slo
 from opsctl.observe import dashboard, monitoring, promconfig, promrules, view
 from opsctl.observe.promnames import slo_rules
 
@@ -59,9 +60,10 @@ def test_slo_thresholds_must_sit_on_bucket_edges() -> None:
     assert slo_rules(custom)[0].le == "0.05"
     with pytest.raises(ProfileError, match="slo.ttft.threshold_ms 500 is not an edge"):
         slo_rules(_with_slo(profile, ttft={"quantile": 0.9, "threshold_ms": 500}))
-    # The legacy keys still load, as median objectives with the default target and window.
-    legacy = _with_slo(profile, tpot_p50_ms=80, ttft_p50_ms=2000)
-    assert [(r.name, r.le, r.quantile, r.window_seconds) for r in slo_rules(legacy)] == [
+    # Objectives with only a quantile and a threshold take the default target and window.
+    short = _with_slo(profile, tpot={"quantile": 0.5, "threshold_ms": 80},
+                      ttft={"quantile": 0.5, "threshold_ms": 2000})
+    assert [(r.name, r.le, r.quantile, r.window_seconds) for r in slo_rules(short)] == [
         ("tpot", "0.08", 0.5, 30 * 86400), ("ttft", "2.0", 0.5, 30 * 86400)]
     assert slo_rules(_with_slo(profile)) == ()
 
@@ -84,7 +86,7 @@ def test_burn_factors_follow_the_objective_window() -> None:
 
 def test_test_timing_only_shortens_windows() -> None:
     prod = promrules.alert_rules(SHIPPED_SLOS, promrules.PRODUCTION_TIMING)
-    fast = promrules.alert_rules(SHIPPED_SLOS, promrules.TEST_TIMING)
+    fast = promrules.alert_rules(SHIPPED_SLOS, TEST_TIMING)
     names = [[r["alert"] for r in g["rules"]] for g in prod["groups"]]
     assert names == [[r["alert"] for r in g["rules"]] for g in fast["groups"]]
     for group in prod["groups"]:

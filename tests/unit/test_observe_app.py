@@ -12,13 +12,14 @@ from typing import Any
 import httpx
 import pytest
 
+from opsctl.config.profiles import Profile, load_profile
 from opsctl.core import labels as keys
 from opsctl.core.errors import UsageError
 from opsctl.core.paths import PROJECT_DIR_ENV, project_root
-from opsctl.deploy.profiles import Profile, load_profile
 from opsctl.engine.api import ContainerInfo, RunSpec
 from opsctl.observe import app, monitoring
 from opsctl.observe.report import PrometheusError
+from opsctl.observe.view import plot_decode_latency
 
 END = 1795953600.0  # 2026-11-29T12:00:00Z
 
@@ -146,7 +147,7 @@ def _prometheus(queries: list[str], value: str | None) -> httpx.Client:
 def test_report_draws_the_dashboards_queries_with_the_variant_substituted(tmp_path: Path) -> None:
     queries: list[str] = []
     with _prometheus(queries, "0.025") as client:
-        result = app.report(client, tmp_path / "decode.png", since_seconds=120,
+        result = app.report(client, tmp_path / "decode.png", plot=plot_decode_latency, since_seconds=120,
                             variant_regex="gathercast", end=END)
     assert result.path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert result.data.source == "http://prometheus.test:9090"
@@ -157,10 +158,10 @@ def test_report_draws_the_dashboards_queries_with_the_variant_substituted(tmp_pa
 
 def test_report_without_data_fails_and_writes_nothing(tmp_path: Path) -> None:
     with _prometheus([], None) as client, pytest.raises(PrometheusError, match="no data"):
-        app.report(client, tmp_path / "decode.png", since_seconds=120, end=END)
+        app.report(client, tmp_path / "decode.png", plot=plot_decode_latency, since_seconds=120, end=END)
     assert not (tmp_path / "decode.png").exists()
 
 
 def test_report_refuses_an_empty_range(tmp_path: Path) -> None:
     with _prometheus([], "1") as client, pytest.raises(UsageError, match="positive"):
-        app.report(client, tmp_path / "decode.png", since_seconds=0)
+        app.report(client, tmp_path / "decode.png", plot=plot_decode_latency, since_seconds=0)

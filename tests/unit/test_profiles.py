@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from opsctl.config import patchsets
+from opsctl.config.profiles import PATCH_SWITCH_ENV, check_argv, load_profile
+from opsctl.config.runspec import run_spec
 from opsctl.core.errors import EXIT_USAGE, ProfileError, UsageError
 from opsctl.core.paths import project_root
-from opsctl.deploy.profiles import PATCH_SWITCH_ENV, check_argv, load_profile
-from opsctl.deploy.runspec import run_spec
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("OPSCTL_UPDATE_GOLDEN") == "1"
@@ -227,19 +228,21 @@ def test_setting_the_patch_switch_by_hand_is_refused(tmp_path: Path, where: str)
 
 
 def test_one_switch_name_in_profiles_kernel_and_patch_sets() -> None:
-    from opsctl.image import patchset
     from opsctl.kernels import kv_gather_cast
 
-    versions = patchset.available_versions()
+    versions = patchsets.available_versions()
     assert versions
-    names = {kv_gather_cast.SWITCH_ENV, *(patchset.load_manifest(v)["switch_env"] for v in versions)}
+    names = {kv_gather_cast.SWITCH_ENV, *(patchsets.load_manifest(v)["switch_env"] for v in versions)}
     assert names == {PATCH_SWITCH_ENV}
 
 
-def test_simulator_profiles_are_not_judged_by_the_patch_sets() -> None:
-    from opsctl.image.support import variant_support_problem
+def test_simulator_profiles_are_not_judged_by_the_patch_sets(tmp_path: Path) -> None:
+    from simprofile import sim_without_the_real_profiles_dsa_settings as sim_wrong
 
-    sim = load_profile("sim")  # loads, though the same flags on an sglang image would be refused
+    from opsctl.config.support import variant_support_problem
+
+    sim = load_profile(str(sim_wrong(tmp_path)))  # loads, though
+    # the same flags on an sglang image would be refused
     deployment = sim.resolve("gathercast")
     problem = variant_support_problem(
         sim.image.sglang_version, patched=deployment.patched, argv=check_argv(deployment),

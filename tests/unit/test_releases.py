@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from opsctl.deploy import releases
+from opsctl.config import releases
 
 GLM = "GlmMoeDsaForCausalLM"
 FLASHINFER = ["python3", "-m", "sglang.launch_server", "--attention-backend", "flashinfer"]
@@ -10,7 +10,8 @@ FLASHINFER = ["python3", "-m", "sglang.launch_server", "--attention-backend", "f
 
 def check(**overrides: object) -> releases.Findings:
     args: dict[str, object] = {
-        "version": "0.5.23", "architecture": GLM, "argv": FLASHINFER, "env": {}, "patched": False,
+        "version": "0.5.23", "architecture": GLM, "argv": FLASHINFER,
+        "env": {"SGLANG_ENABLE_JIT_DEEPGEMM": "0"}, "patched": False,
         "cuda_graph_max_bs": None, "max_running_requests": None,
     }
     args.update(overrides)

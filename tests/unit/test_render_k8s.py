@@ -16,11 +16,11 @@ import pytest
 import yaml
 from fakes import FakeEngine
 
+from opsctl.config.profiles import PATCH_SWITCH_ENV, Deployment, check_argv, load_profile
+from opsctl.config.runspec import run_spec
 from opsctl.core import labels
 from opsctl.core.errors import EXIT_USAGE, UsageError
 from opsctl.deploy import app as deploy_app
-from opsctl.deploy.profiles import PATCH_SWITCH_ENV, Deployment, check_argv, load_profile
-from opsctl.deploy.runspec import run_spec
 from opsctl.observe import dashboard
 from opsctl.observe.promnames import slo_rules
 from opsctl.observe.promrules import PRODUCTION_TIMING, alert_rules, recording_rules

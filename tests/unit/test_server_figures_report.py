@@ -55,7 +55,7 @@ def test_bench_md_puts_client_and_server_side_by_side() -> None:
     rows = {line.split(" | ")[1]: line for line in text.splitlines()
             if line.startswith("| gathercast | ")}
     assert "| 20.00 / 19.50 | 20.00 / ~18.00 | 20.00 / >=40.00 | 100.00 / n/a |" in rows["1"]
-    assert "| 1.5/2 | 0.0/0 | 12.5% | 70% (2 GPU) | 91000 |" in rows["1"]
+    assert "| 1.5/2 | 0.0/0 | 12.5% | - | 70% (2 GPU) | 91000 |" in rows["1"]
     assert "server figures: unavailable (the server has no /metrics)" in rows["2"]
     assert "gathercast c=1: server TTFT: reset: a count went down" in text
     assert "1 of 5 /metrics scrapes failed (GET /metrics: HTTP 500)" in text

@@ -105,3 +105,14 @@ def test_update_returns_a_new_behaviour_and_kv_usage_resets_with_null() -> None:
     pinned = base.updated({"kv_usage": 0.95, "itl_ms": 50})
     assert (pinned.kv_usage, pinned.itl_ms, base.itl_ms) == (0.95, 50.0, 20.0)
     assert pinned.updated({"kv_usage": None}).kv_usage is None
+
+
+def test_speculative_steps_average_the_accept_length() -> None:
+    from itertools import islice
+
+    from opsctl.sim.config import Behaviour
+
+    assert list(islice(Behaviour().step_sizes(), 5)) == [1, 1, 1, 1, 1]
+    steps = list(islice(Behaviour(spec_accept_length=2.5).step_sizes(), 40))
+    assert set(steps) == {2, 3} and sum(steps) / len(steps) == 2.5
+    assert Behaviour.from_env({"OPSCTL_SIM_SPEC_ACCEPT_LENGTH": "3"}).spec_accept_length == 3.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from opsctl.deploy.sloconfig import (
+from opsctl.config.sloconfig import (
     Objective,
     Slo,
     check,
@@ -39,13 +39,10 @@ def test_a_bad_objective_is_refused(bad: dict[str, object]) -> None:
         Slo.model_validate(bad)
 
 
-def test_the_old_median_keys_load_as_median_objectives() -> None:
-    slo = Slo.model_validate({"tpot_p50_ms": 80, "ttft_p50_ms": 2000})
-    assert slo.tpot == Objective(quantile=0.5, threshold_ms=80)
-    assert slo.ttft == Objective(quantile=0.5, threshold_ms=2000)
-    # What smoke reads today: the threshold of a median objective, nothing for another quantile.
-    assert (slo.tpot_p50_ms, slo.ttft_p50_ms) == (80, 2000)
-    assert Slo.model_validate({"tpot": {"quantile": 0.9, "threshold_ms": 80}}).tpot_p50_ms is None
+def test_the_median_only_keys_are_gone() -> None:
+    # 0.1.0 was never released: `tpot_p50_ms` was never a published syntax, so it is refused.
+    with pytest.raises(ValidationError):
+        Slo.model_validate({"tpot_p50_ms": 80})
 
 
 def test_share_and_quantile_say_the_same_thing() -> None:

@@ -15,9 +15,9 @@ import pytest
 import yaml
 from conftest import REPO_ROOT
 
+from opsctl.config.evalconfig import EvalConfig, resolve_path
+from opsctl.config.profiles import load_profile
 from opsctl.core.errors import EXIT_USAGE, ProfileError, UsageError
-from opsctl.deploy.evalconfig import EvalConfig, resolve_path
-from opsctl.deploy.profiles import load_profile
 from opsctl.traffic.evals.dataset import Dataset, DatasetError, load_gsm8k
 from opsctl.traffic.smoke_evals import EvalRequest, eval_request, plan_evals
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from opsctl.traffic.client import mask_secret, redact
+from opsctl.core.redact import mask_secret, redact
 from opsctl.traffic.served import choose_served_name
 
 

@@ -50,11 +50,10 @@ def test_running_container_is_found_by_label_and_smoked(
     target = resolve_smoke_target("sim", None, None, locate_server)
     assert (target.base_url, target.profile, target.variant) == (sim.url, "sim", "gathercast")
     assert target.profile_alias == "glm-5"
-    assert target.tpot_p50_ms is not None  # the sim profile's SLO travels with the target
+    assert target.slo is not None and target.slo.tpot is not None  # the profile's SLO travels
     report = run_smoke(SmokeOptions(base_url=target.base_url, profile=target.profile,
                                     variant=target.variant, profile_alias=target.profile_alias,
-                                    tpot_p50_ms=target.tpot_p50_ms,
-                                    ttft_p50_ms=target.ttft_p50_ms))
+                                    slo=target.slo))
     assert report.passed, report.checks
     assert report.check("slo").status == "pass"  # type: ignore[union-attr]
 
@@ -80,7 +79,7 @@ def test_base_url_needs_no_locator() -> None:
         raise AssertionError("nothing to locate with --base-url")
 
     bare = resolve_smoke_target(None, None, "http://127.0.0.1:9", refuse)
-    assert (bare.profile, bare.profile_alias, bare.tpot_p50_ms) == (None, None, None)
+    assert (bare.profile, bare.profile_alias, bare.slo) == (None, None, None)
     assert resolve_smoke_target(None, "gathercast", "http://127.0.0.1:9", refuse).variant == \
         "gathercast"
     with_profile = resolve_smoke_target("sim", "baseline", "http://127.0.0.1:9", refuse)

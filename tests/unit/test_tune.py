@@ -9,9 +9,9 @@ import pytest
 import yaml
 from fakes import FakeClock
 
+from opsctl.config.profile_models import Variant
+from opsctl.config.profiles import Deployment, load_profile
 from opsctl.core.errors import EXIT_INTERRUPTED, Interrupted, LaunchError, UsageError
-from opsctl.deploy.profile_models import Variant
-from opsctl.deploy.profiles import Deployment, load_profile
 from opsctl.tune import report, search
 from opsctl.tune.app import Measure, TuneRequest, cause, tune
 from opsctl.tune.state import STATE_FILE, load_state

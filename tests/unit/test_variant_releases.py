@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from opsctl.config import releases, review
+from opsctl.config.profiles import NCCL_P2P_LEVEL_ENV, check_argv, load_profile, release_findings
+from opsctl.config.runspec import run_spec
 from opsctl.core.errors import EXIT_USAGE, ProfileError
 from opsctl.core.paths import project_root
-from opsctl.deploy import review
 from opsctl.deploy.app import dry_run
-from opsctl.deploy.profiles import NCCL_P2P_LEVEL_ENV, check_argv, load_profile, release_findings
-from opsctl.deploy.runspec import run_spec
 from opsctl.deploy.view import dry_run_text, profile_text
 
 GLM = "glm5-nvfp4-rtx6000"
@@ -42,14 +42,31 @@ def _with_variant(text: str, body: str) -> str:
 # --- the native variant ----------------------------------------------------------------------------
 
 
-def test_native_runs_its_own_release_and_image() -> None:
+def test_every_variant_runs_0523_on_one_image_chosen_at_run_time() -> None:
     profile = load_profile(GLM)
-    native, baseline = profile.resolve("native"), profile.resolve("baseline")
-    assert (native.image.sglang_version, native.image.base) == ("0.5.23", "lmsysorg/sglang:v0.5.23-cu130")
-    assert (baseline.image.sglang_version, baseline.image) == ("0.5.9", profile.image)
-    assert native.image.repository == profile.image.repository  # tags carry release + content hash
+    deployments = [profile.resolve(name) for name in profile.variants]
+    assert {d.image.sglang_version for d in deployments} == {"0.5.23"}
+    assert all(d.image == profile.image for d in deployments)
+    assert profile.image.base == "lmsysorg/sglang:v0.5.23-cu130"
+    native = profile.resolve("native")
     assert not native.patched and native.env["OPSCTL_KV_GATHER_CAST"] == "0"
-    assert native.config_hash() != baseline.config_hash()
+    assert profile.resolve("gathercast").env["OPSCTL_KV_GATHER_CAST"] == "1"
+    assert len({d.config_hash() for d in deployments}) == len(deployments)
+
+
+def test_0_5_9_cannot_load_glm5_and_is_refused_with_the_executed_reason(tmp_path: Path) -> None:
+    # sglang 0.5.9 pins transformers 4.57.1, which has no glm_moe_dsa (sglang-args/0.5.9/stack.json,
+    # made by running that transformers' AutoConfig on tests/fixtures/glm5).
+    text = _with_variant(_glm_text(), '    image: {sglang_version: "0.5.9", base: "x:1"}\n'
+                         "    server: {disable_prefill_cuda_graph: false}\n")
+    text = text.replace('    SGLANG_TIMEOUT_KEEP_ALIVE: "900"', "")
+    path = _write(tmp_path, text)
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path))
+    message = err.value.message
+    assert message.startswith(f"{path}:{_line_of(text, '  extra:')}: variant 'extra'")
+    assert "transformers 4.57.1" in message and "glm_moe_dsa" in message and "\n" not in message
+    assert err.value.exit_code == EXIT_USAGE
 
 
 def test_native_argv_lets_sglang_0523_choose_the_dsa_path() -> None:
@@ -63,7 +80,7 @@ def test_the_running_container_is_labelled_with_the_variants_release() -> None:
     spec = run_spec(load_profile(GLM).resolve("native"), "IMAGE")
     assert spec.labels["opsctl.sglang-version"] == "0.5.23"
     assert spec.env["SGLANG_TIMEOUT_KEEP_ALIVE"] == "900"
-    assert "SGLANG_TIMEOUT_KEEP_ALIVE" not in load_profile(GLM).resolve("baseline").env
+    assert spec.env["SGLANG_ENABLE_JIT_DEEPGEMM"] == "0"
 
 
 def test_simulator_native_is_an_overlay_on_the_same_simulator_image() -> None:
@@ -102,7 +119,7 @@ def test_a_release_without_a_recorded_parser_is_refused(tmp_path: Path) -> None:
 
 def test_flashinfer_on_0523_for_glm5_is_refused_at_the_variants_line(tmp_path: Path) -> None:
     # Inherits --attention-backend flashinfer from the profile; 0.5.23 crashes at start-up then.
-    text = _with_variant(_glm_text(), '    image: {sglang_version: "0.5.23", base: "x:1"}\n')
+    text = _with_variant(_glm_text(), "    server: {disable_prefill_cuda_graph: false}\n")
     path = _write(tmp_path, text)
     with pytest.raises(ProfileError) as err:
         load_profile(str(path))
@@ -112,39 +129,54 @@ def test_flashinfer_on_0523_for_glm5_is_refused_at_the_variants_line(tmp_path: P
     assert err.value.exit_code == EXIT_USAGE
 
 
-def test_disabling_the_prefill_graph_lets_flashinfer_run_on_0523(tmp_path: Path) -> None:
-    text = _with_variant(_glm_text(), '    image: {sglang_version: "0.5.23", base: "x:1"}\n'
-                         "    server: {extra_args: [--disable-prefill-cuda-graph]}\n")
-    assert "extra" in load_profile(str(_write(tmp_path, text))).variants
+def test_disabling_the_prefill_graph_lets_flashinfer_run_on_0523() -> None:
+    profile = load_profile(GLM)
+    for name in ("baseline", "gathercast", "bf16kv", "bf16kv-mtp"):
+        argv = check_argv(profile.resolve(name))
+        assert "--attention-backend" in argv and "--disable-prefill-cuda-graph" in argv, name
+    assert "--disable-prefill-cuda-graph" not in check_argv(profile.resolve("native"))
 
 
-def test_an_env_var_the_pinned_release_never_reads_is_refused(tmp_path: Path) -> None:
-    text = _glm_text().replace('    TORCH_CUDA_ARCH_LIST: "12.0a"',
-                               '    SGLANG_TIMEOUT_KEEP_ALIVE: "900"\n    TORCH_CUDA_ARCH_LIST: "12.0a"')
-    path = _write(tmp_path, text)
-    with pytest.raises(ProfileError) as err:
-        load_profile(str(path))
-    assert f"{path}:{_line_of(text, '  baseline:')}: variant 'baseline'" in err.value.message
-    assert "http_server.py:1972" in err.value.message
+def test_an_env_var_the_pinned_release_never_reads_is_refused() -> None:
+    # 0.5.9 can no longer carry a GLM-5 variant (above), so the fact is checked on the release table.
+    findings = releases.check(version="0.5.9", architecture="DeepseekV3ForCausalLM", argv=[],
+                              env={"SGLANG_TIMEOUT_KEEP_ALIVE": "900"}, patched=False,
+                              cuda_graph_max_bs=None, max_running_requests=None)
+    assert any("http_server.py:1972" in error for error in findings.errors)
+
+
+def test_deep_gemm_on_with_its_backend_off_is_refused(tmp_path: Path) -> None:
+    text = _with_variant(_glm_text(), "    server: {extra_args: [--fp8-gemm-backend, deep_gemm]}\n")
+    with pytest.raises(ProfileError, match="fp8_utils.py:869-874"):
+        load_profile(str(_write(tmp_path, text)))
+
+
+def test_deep_gemm_left_on_sm120_warns(tmp_path: Path) -> None:
+    text = _glm_text().replace('    SGLANG_ENABLE_JIT_DEEPGEMM: "0"\n', "")
+    profile = load_profile(str(_write(tmp_path, text)))
+    warnings = release_findings(profile.resolve("gathercast")).warnings
+    assert any("configurer.py:17-55" in w and "SGLANG_ENABLE_JIT_DEEPGEMM" in w for w in warnings)
 
 
 def test_the_patch_with_speculative_decoding_is_refused(tmp_path: Path) -> None:
     text = _glm_text().replace(
         "    requires_patch: true\n",
-        "    requires_patch: true\n    server: {extra_args: [--speculative-algorithm, EAGLE]}\n")
+        "    requires_patch: true\n    server: {speculative_algorithm: EAGLE}\n")
     with pytest.raises(ProfileError, match="variant 'gathercast'.*speculative"):
         load_profile(str(_write(tmp_path, text)))
 
 
 def test_a_dsa_backend_the_release_refuses_on_cuda(tmp_path: Path) -> None:
-    text = _with_variant(_glm_text(), '    image: {sglang_version: "0.5.23", base: "x:1"}\n'
-                         "    server: {attention_backend: null, dsa_decode_backend: triton}\n")
+    text = _with_variant(_glm_text(), "    server: {attention_backend: null, dsa_decode_backend: triton}\n")
     with pytest.raises(ProfileError, match="decode DSA backend triton.*overrides.py:561-567"):
         load_profile(str(_write(tmp_path, text)))
 
 
-def test_simulator_images_are_not_judged_by_release_facts() -> None:
-    sim = load_profile("sim")  # flashinfer on 0.5.23: a real sglang image would be refused
+def test_simulator_images_are_not_judged_by_release_facts(tmp_path: Path) -> None:
+    from simprofile import sim_without_the_real_profiles_dsa_settings as sim_wrong
+
+    # flashinfer on 0.5.23 without the prefill-graph flag: a real sglang image would be refused
+    sim = load_profile(str(sim_wrong(tmp_path)))
     deployment = sim.resolve("baseline")
     assert release_findings(deployment).errors == []
     real = deployment.model_copy(update={"image": deployment.image.model_copy(update={"kind": "sglang"})})
@@ -203,12 +235,15 @@ def test_profile_show_states_release_and_computation_of_every_variant() -> None:
     assert lines[0].startswith("python3 -m sglang.launch_server") and "--attention-backend" not in lines[0]
     assert lines[1].startswith("# variant native (shown above)")
     assert "#   sglang 0.5.23 on lmsysorg/sglang:v0.5.23-cu130, patch switch off" in lines
-    assert "#   sglang 0.5.9 on lmsysorg/sglang:v0.5.9-cu130, patch switch on" in lines
+    assert "#   sglang 0.5.23 on lmsysorg/sglang:v0.5.23-cu130, patch switch on" in lines
     computes = [line for line in lines if line.startswith("#   computes: ")]
-    assert len(computes) == 4
+    assert len(computes) == 6
     assert computes[0].startswith("#   computes: sparse DSA attention")
     assert "flashinfer_sparse_mla" in computes[0]
-    assert all("dense MLA over the whole context" in line for line in computes[1:])
+    assert sum("dense MLA over the whole context" in line for line in computes) == 4
+    speculative = [line for line in lines if line.startswith("#   speculative: ")]
+    assert len(speculative) == 2 and all("the gather-then-cast patch is refused here" in line
+                                         for line in speculative)
 
 
 def test_up_dry_run_of_native_renders_the_0523_argv() -> None:

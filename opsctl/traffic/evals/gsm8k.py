@@ -28,6 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from opsctl.config.evalconfig import DEFAULT_QUESTIONS, DEFAULT_SHOTS
 from opsctl.core.errors import UsageError
 from opsctl.traffic.client import Api, RequestResult, TrafficClient, generate, request_body
 from opsctl.traffic.evals.dataset import Dataset, Gsm8kItem
@@ -36,8 +37,6 @@ from opsctl.traffic.evals.score import Score, check_threshold, score
 
 STOP = ("Question", "Assistant:", "<|separator|>")
 DEFAULT_MAX_TOKENS = 512
-DEFAULT_SHOTS = 5
-DEFAULT_QUESTIONS = 200
 
 
 def format_example(item: Gsm8kItem, include_answer: bool) -> str:

@@ -36,11 +36,10 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from opsctl.config.evalconfig import DEFAULT_PREFIX_PAIR_TOKENS, DEFAULT_SIZES
 from opsctl.core.errors import UsageError
 from opsctl.traffic.client import Api, RequestResult, TrafficClient, generate, request_body
 
-DEFAULT_SIZES = (4096, 16384, 65536)
-DEFAULT_PREFIX_PAIR_TOKENS = 16384
 DEFAULT_MAX_TOKENS = 24
 
 INTRO = ("A pass key is hidden somewhere in the long text below. Read all of it, remember the "

@@ -24,12 +24,11 @@ from typing import Any
 from pydantic import ValidationError, field_validator, model_validator
 
 from opsctl.argspec import spec as sglang_args
-from opsctl.core.errors import ProfileError, UsageError
-from opsctl.core.paths import project_root
-from opsctl.deploy import releases
-from opsctl.deploy.evalconfig import EvalConfig
-from opsctl.deploy.profile_checks import check_name, extra_args_problem
-from opsctl.deploy.profile_models import (
+from opsctl.argspec import stack
+from opsctl.config import releases
+from opsctl.config.evalconfig import EvalConfig
+from opsctl.config.profile_checks import check_name, extra_args_problem
+from opsctl.config.profile_models import (
     NCCL_P2P_LEVEL_ENV,
     PATCH_SWITCH_ENV,
     ContainerSettings,
@@ -37,12 +36,14 @@ from opsctl.deploy.profile_models import (
     ModelSpec,
     Readiness,
     ServerSettings,
-    Slo,
     StrictModel,
     Variant,
 )
-from opsctl.deploy.profile_yaml import Lines, parse_yaml, read_profile, schema_error, where
-from opsctl.image.support import variant_support_problem
+from opsctl.config.profile_yaml import Lines, parse_yaml, read_profile, schema_error, where
+from opsctl.config.sloconfig import Slo
+from opsctl.config.support import variant_support_problem
+from opsctl.core.errors import ProfileError, UsageError
+from opsctl.core.paths import project_root
 
 DEFAULT_PROFILE_ENV = "OPSCTL_PROFILE"
 DEFAULT_PROFILE = "sim"
@@ -171,7 +172,8 @@ def typed_options(deployment: Deployment, environ: Mapping[str, str] | None = No
         ("server.dsa_decode_backend", f"{dsa}-decode-backend", server.dsa_decode_backend),
         *((f"server.{name}", f"--{name.replace('_', '-')}", getattr(server, name)) for name in (
             "moe_runner_backend", "disable_shared_experts_fusion", "mem_fraction_static",
-            "chunked_prefill_size")),
+            "chunked_prefill_size", "disable_prefill_cuda_graph", "speculative_algorithm",
+            "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")),
         # sglang renamed this flag (0.5.23 splits it per phase); take the pinned parser's spelling.
         ("server.cuda_graph_max_bs", spec.cuda_graph_max_bs_flag(), server.cuda_graph_max_bs),
         *((f"server.{name}", f"--{name.replace('_', '-')}", getattr(server, name)) for name in (
@@ -244,15 +246,23 @@ def release_findings(deployment: Deployment) -> releases.Findings:
     if deployment.image.kind == "simulator":
         return releases.Findings(errors=[], warnings=[])
     server = deployment.server
-    return releases.check(
-        version=deployment.image.sglang_version,
-        architecture=deployment.profile.model.architecture or "",
+    version = deployment.image.sglang_version
+    architecture = deployment.profile.model.architecture or ""
+    findings = releases.check(
+        version=version,
+        architecture=architecture,
         argv=to_argv(deployment)[len(server.entrypoint):],
         env=deployment.env,
         patched=deployment.patched,
         cuda_graph_max_bs=server.cuda_graph_max_bs,
         max_running_requests=server.max_running_requests,
     )
+    record = stack.load(version)
+    problem = record.model_problem(architecture) if record else None
+    if problem:
+        findings.errors.insert(0, f"{problem}; pin a release whose transformers knows the model "
+                               "(see `opsctl sglang-args stack`)")
+    return findings
 
 
 def load_profile(name_or_path: str | None = None) -> Profile:

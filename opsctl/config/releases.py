@@ -45,6 +45,10 @@ class Release:
     cuda_refused_dsa_backends: dict[str, str] = field(default_factory=dict)
     # Set when FP8 KV with tilelang on only one of the two DSA backends is refused at start-up.
     tilelang_fp8_needs_both: str | None = None
+    # Environment a GPU profile should set on SM12x: name -> (value, why, with file:line).
+    sm120_env: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # Flags refused at start-up beside an environment value: (flag, value, env, env value) -> why.
+    refused_with_env: dict[tuple[str, str, str, str], str] = field(default_factory=dict)
 
 
 RELEASES: dict[str, Release] = {
@@ -79,6 +83,20 @@ RELEASES: dict[str, Release] = {
             "sglang 0.5.23 refuses FP8 KV with tilelang on only one DSA backend: raw and scaled "
             "FP8 rows cannot be mixed (arg_groups/overrides.py:569-575)"
         ),
+        sm120_env={
+            "SGLANG_ENABLE_JIT_DEEPGEMM": ("0", (
+                "sglang 0.5.23 turns DeepGEMM on for sm_120 when the installed deep_gemm defines "
+                "fp8_einsum, m_grouped_fp8_fp4_gemm_nt_contiguous and "
+                "transform_sf_into_required_layout (layers/deep_gemm_wrapper/configurer.py:17-55), "
+                "and then forces UE8M0 scales (:58-60); the sgl-deep-gemm 0.2.3.post2 it pins "
+                "defines all three (deep_gemm/__init__.py:119,146,176), and community sm_120 "
+                "recipes turn DeepGEMM off (read from the wheels, not run on sm_120)")),
+        },
+        refused_with_env={
+            ("--fp8-gemm-backend", "deep_gemm", "SGLANG_ENABLE_JIT_DEEPGEMM", "0"): (
+                "sglang 0.5.23 raises at start-up when --fp8-gemm-backend deep_gemm meets "
+                "SGLANG_ENABLE_JIT_DEEPGEMM=0 (layers/quantization/fp8_utils.py:869-874, 1153-1160)"),
+        },
     ),
 }
 
@@ -87,6 +105,20 @@ RELEASES: dict[str, Release] = {
 class Findings:
     errors: list[str]
     warnings: list[str]
+
+
+def flag_values(argv: Sequence[str]) -> dict[str, str]:
+    """``--flag value`` and ``--flag=value`` pairs of an argv; a later one wins, as in argparse."""
+    values: dict[str, str] = {}
+    for index, token in enumerate(argv):
+        if not token.startswith("--"):
+            continue
+        flag, eq, inline = token.partition("=")
+        if eq:
+            values[flag] = inline
+        elif index + 1 < len(argv) and not argv[index + 1].startswith("--"):
+            values[flag] = argv[index + 1]
+    return values
 
 
 def _has_flag(argv: Sequence[str], flag: str) -> bool:
@@ -133,6 +165,7 @@ def check(
         )
     if architecture in DSA_ARCHITECTURES:
         _check_dsa(release, argv, attention, errors, warnings)
+    _check_env(release, argv, env, errors, warnings)
     if patched and _has_flag(argv, "--speculative-algorithm"):
         errors.append(f"the gather-then-cast patch with --speculative-algorithm: {PATCH_SPECULATIVE_REASON}")
     for name in sorted(env):
@@ -148,6 +181,17 @@ def check(
             "(a kernel launch per layer); capture up to the running cap or cap running requests"
         )
     return Findings(errors=errors, warnings=warnings)
+
+
+def _check_env(release: Release, argv: Sequence[str], env: dict[str, str],
+               errors: list[str], warnings: list[str]) -> None:
+    """The release's SM12x environment advice, and flags its environment makes it refuse."""
+    for name, (value, why) in sorted(release.sm120_env.items()):
+        if env.get(name) != value:
+            warnings.append(f"container env {name} is not {value!r}: {why}")
+    for (flag, flag_value, name, env_value), why in release.refused_with_env.items():
+        if _flag_value(argv, flag) == flag_value and env.get(name) == env_value:
+            errors.append(f"{flag} {flag_value} with {name}={env_value}: {why}")
 
 
 def _check_dsa(release: Release, argv: Sequence[str], attention: str | None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from opsctl.image import patchset
+from opsctl.config import patchsets
 
 
 def _has_flag(args: Sequence[str], flag: str, value: str) -> bool:
@@ -32,13 +32,13 @@ def variant_support_problem(
 
     `argv` is the sglang command line rendered for the variant, where escape flags are looked for.
     """
-    if sglang_version not in patchset.available_versions():
+    if sglang_version not in patchsets.available_versions():
         if patched:
-            known = ", ".join(patchset.available_versions()) or "none"
+            known = ", ".join(patchsets.available_versions()) or "none"
             return f"the variant needs the gather-then-cast patch, but there is no patch set " \
                    f"for sglang {sglang_version} (patch sets: {known})"
         return None
-    manifest = patchset.load_manifest(sglang_version)
+    manifest = patchsets.load_manifest(sglang_version)
     if patched and attention_backend != "flashinfer":
         return ("the gather-then-cast patch changes only the flashinfer MLA backend, but the "
                 f"variant runs attention_backend={attention_backend!r}")

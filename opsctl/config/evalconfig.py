@@ -16,8 +16,12 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from opsctl.core.paths import project_root
-from opsctl.traffic.evals.gsm8k import DEFAULT_QUESTIONS, DEFAULT_SHOTS
-from opsctl.traffic.evals.probes import DEFAULT_PREFIX_PAIR_TOKENS, DEFAULT_SIZES
+
+# The evals' defaults, written once here; the traffic room's evals take them from here.
+DEFAULT_SHOTS = 5  # GSM8K few-shot examples
+DEFAULT_QUESTIONS = 200  # GSM8K questions scored
+DEFAULT_SIZES = (4096, 16384, 65536)  # long-context pass-key prompt sizes (tokens)
+DEFAULT_PREFIX_PAIR_TOKENS = 16384  # the prefix-cached pair's shared prefix
 
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 MIN_PROBE_TOKENS = 64  # the needle prompt's own floor (probes.needle_prompt)

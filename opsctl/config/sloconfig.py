@@ -12,8 +12,7 @@ reads "the median TPOT is at most 80 ms in 99% of the time over 30 days". `opsct
 slice (`check`: does its own run meet the quantile?); `opsctl bench` counts the requests that meet
 every stated threshold (`goodput`); the burn-rate alerts count slices whose share of requests
 within the threshold falls under `quantile`, against the budget `1 - target` over `window`
-(opsctl/observe/promslo.py). Earlier profiles said `tpot_p50_ms: 80`; that still loads, as
-`{quantile: 0.5, threshold_ms: 80}` with the default target and window.
+(opsctl/observe/promslo.py).
 
 A share within the threshold is used instead of an interpolated quantile: "at least q of the
 requests at or under T" is exactly "the q-quantile is at most T", it needs no interpolation, and
@@ -26,12 +25,10 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 _UNITS = {"m": 60, "h": 3600, "d": 86400}
-_LEGACY = {"tpot_p50_ms": "tpot", "ttft_p50_ms": "ttft"}
 
 
 class _Strict(BaseModel):
@@ -70,35 +67,6 @@ class Objective(_Strict):
 class Slo(_Strict):
     tpot: Objective | None = Field(None, description="Time per output token, per request.")
     ttft: Objective | None = Field(None, description="Time to first token.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _legacy_keys(cls, data: Any) -> Any:
-        """`tpot_p50_ms: 80` -> `tpot: {quantile: 0.5, threshold_ms: 80}`."""
-        if not isinstance(data, dict) or not set(_LEGACY) & set(data):
-            return data
-        out = {k: v for k, v in data.items() if k not in _LEGACY}
-        for old, new in _LEGACY.items():
-            if old not in data:
-                continue
-            if new in data:
-                raise ValueError(f"give either {old} or {new}, not both")
-            if data[old] is not None:
-                out[new] = {"quantile": 0.5, "threshold_ms": data[old]}
-        return out
-
-    @property
-    def tpot_p50_ms(self) -> float | None:
-        """The TPOT threshold where the objective is a median (what smoke compares today)."""
-        return _median_threshold(self.tpot)
-
-    @property
-    def ttft_p50_ms(self) -> float | None:
-        return _median_threshold(self.ttft)
-
-
-def _median_threshold(objective: Objective | None) -> float | None:
-    return objective.threshold_ms if objective is not None and objective.quantile == 0.5 else None
 
 
 # --- evaluation: pure functions smoke and bench call with their own measurements -------------

@@ -23,13 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from opsctl.config.profiles import Deployment, Profile
+from opsctl.config.review import computes
+from opsctl.config.runspec import base_url
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.errors import Interrupted, LaunchError, OpsctlError, SmokeError, UsageError
 from opsctl.deploy import readiness
 from opsctl.deploy.app import HttpFactory, ImageFor, Progress, Verifier, down, present_image, up
-from opsctl.deploy.profiles import Deployment, Profile
-from opsctl.deploy.review import computes
-from opsctl.deploy.runspec import base_url
+from opsctl.deploy.preflight import Preflight, run_preflight
 from opsctl.deploy.state import LastGood, StateDir, Verdict, host_checkpoint
 from opsctl.engine.api import Engine
 from opsctl.verify.app import VerifyMismatch
@@ -127,13 +128,17 @@ def gate(
     clock: Clock = SYSTEM_CLOCK, progress: UpProgress = _no_progress,
     on_step: Callable[[str], None] = lambda line: None, push: Push | None = None,
     gateway: str | None = None, timeout_seconds: float | None = None,
+    preflight: Preflight | None = run_preflight,
 ) -> GateResult:
-    """Stop, start X, verify, smoke, compare; keep X as the last good or bring that one back."""
+    """Stop, start X, verify, smoke, compare; keep X as the last good or bring that one back.
+    X's preflight runs before anything is stopped: a checkpoint X cannot load leaves what runs."""
     profile, variant = deployment.profile, deployment.variant
     last = state.last_good(profile.name)
     back = _rollback_target(profile, last, engine, state)
     image = image_for(deployment)
     present_image(engine, deployment, image)
+    if preflight is not None:
+        on_step(preflight(deployment, engine, image).summary())
     compare_with, comparison = _comparison(deployment, last, back)
     eval_config = profile.eval
     ask = SmokeAsk(deployment=deployment, base_url=base_url(deployment),
@@ -244,7 +249,8 @@ def _launch(ctx: _Ctx, deployment: Deployment, image: str) -> Verdict | None:
     with ctx.progress(deployment) as on_progress:
         started = up(deployment, engine=ctx.engine, image_for=lambda _: image, http=ctx.http,
                      clock=ctx.clock, on_progress=on_progress, verify=ctx.verify,
-                     state=ctx.state, timeout_seconds=ctx.timeout_seconds)
+                     state=ctx.state, timeout_seconds=ctx.timeout_seconds,
+                     preflight=None)  # gate() ran it before stopping what ran
     return started.verdict
 
 

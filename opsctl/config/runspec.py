@@ -26,8 +26,8 @@ import math
 from collections.abc import Mapping
 
 from opsctl import __version__
+from opsctl.config.profiles import Deployment, check_argv
 from opsctl.core import labels
-from opsctl.deploy.profiles import Deployment, check_argv
 from opsctl.engine.api import HealthCheck, LogRotation, Mount, PortBinding, RunSpec
 
 # What a stopped server's label says when the image carried no patch set.

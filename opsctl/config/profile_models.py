@@ -1,7 +1,7 @@
 """The sections of a deployment profile (image, model, server, container, readiness, SLO, a
-variant), as strict pydantic models; `opsctl.deploy.profiles` puts them together.
+variant), as strict pydantic models; `opsctl.config.profiles` puts them together.
 
-Values are checked beyond their types by opsctl.deploy.profile_checks (names, addresses, sizes,
+Values are checked beyond their types by opsctl.config.profile_checks (names, addresses, sizes,
 secrets), so a value Docker or sglang would refuse after opsctl touched something is refused
 when the profile loads.
 """
@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from opsctl.deploy.profile_checks import (
+from opsctl.config.profile_checks import (
     MAX_POLL_SECONDS,
     MAX_READINESS_SECONDS,
     MAX_STOP_GRACE_SECONDS,
@@ -22,7 +22,6 @@ from opsctl.deploy.profile_checks import (
     env_names,
     no_literal_secrets,
 )
-from opsctl.deploy.sloconfig import Slo as Slo  # re-exported: profiles.py imports it here
 
 # The runtime switch the gather-then-cast patch reads: "1" takes the patched path, anything
 # else the stock one, so one image serves both `baseline` and `gathercast`. Rendered from the
@@ -128,6 +127,13 @@ class ServerSettings(StrictModel):
     disable_shared_experts_fusion: bool = False
     mem_fraction_static: float | None = Field(None, gt=0.0, lt=1.0)
     chunked_prefill_size: int | None = None
+    # 0.5.23's breakable prefill CUDA graph crashes flashinfer MLA on a DSA model (releases.py).
+    disable_prefill_cuda_graph: bool = False
+    # Speculative decoding (MTP: EAGLE on the checkpoint's NextN layer). Each owns its one flag.
+    speculative_algorithm: str | None = None
+    speculative_num_steps: int | None = Field(None, ge=1)
+    speculative_eagle_topk: int | None = Field(None, ge=1)
+    speculative_num_draft_tokens: int | None = Field(None, ge=1)
     cuda_graph_max_bs: int | None = Field(None, ge=1)
     max_running_requests: int | None = Field(None, ge=1)
     context_length: int | None = Field(None, ge=1)

@@ -1,0 +1,60 @@
+"""The image stack of each pinned sglang release, made again from the real wheels (needs PyPI unless
+cached): its == pins, and whether the transformers it pins loads GLM-5's config.json.
+
+1. The committed sglang-args/<version>/stack.json equals a fresh one (a hand edit fails here).
+2. For every variant of every GPU profile, the transformers its image will hold (its release's pin)
+   parses the GLM-5-shaped config.json with AutoConfig: executed, not read.
+3. The failure the box's first run met is reproduced: 0.5.9's transformers 4.57.1 cannot.
+
+Side environments (pip --target) live in the wheel cache, $OPSCTL_WHEEL_CACHE/envs/.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from opsctl.argspec import stack
+from opsctl.config.profiles import load_profile
+from opsctl.core import wheels
+from opsctl.core.paths import project_root
+
+PINNED = sorted(p.parent.name for p in (project_root() / "sglang-args").glob("*/stack.json"))
+GPU_PROFILES = ("glm5-nvfp4-rtx6000",)
+GLM5 = project_root() / "tests" / "fixtures" / "glm5"
+
+
+@pytest.mark.parametrize("version", PINNED)
+def test_committed_stack_record_equals_a_fresh_one(version: str, tmp_path: Path) -> None:
+    committed = json.loads(stack.stack_path(version).read_text())
+    fresh = json.loads(stack.generate(version, wheels.cache_dir(), tmp_path / "stack.json").path.read_text())
+    assert fresh == committed, (f"sglang-args/{version}/stack.json differs from the real wheels; "
+                                f"regenerate it with `{stack.stack_command(version)}`")
+
+
+@pytest.mark.parametrize("profile", GPU_PROFILES)
+def test_every_gpu_variants_transformers_parses_glm5(profile: str) -> None:
+    loaded = load_profile(profile)
+    versions = {loaded.resolve(name).image.sglang_version for name in loaded.variants}
+    for version in sorted(versions):
+        record = stack.load(version)
+        assert record is not None and record.transformers, version
+        env = stack.side_env(f"transformers=={record.transformers}")
+        probed = stack.probe_configs(env, [GLM5])
+        assert probed["transformers"] == record.transformers
+        result = probed["configs"][str(GLM5)]
+        assert result["loads"], (version, result)
+        assert result["config_class"] == "GlmMoeDsaConfig"
+        assert result["fields"]["kv_lora_rank"] + result["fields"]["qk_rope_head_dim"] == 576
+        assert result["fields"]["index_topk"] == 2048
+
+
+def test_0_5_9s_transformers_cannot_load_glm5() -> None:
+    record = stack.load("0.5.9")
+    assert record is not None and record.transformers == "4.57.1"
+    probed = stack.probe_configs(stack.side_env("transformers==4.57.1"), [GLM5])
+    result = probed["configs"][str(GLM5)]
+    assert not result["loads"] and "glm_moe_dsa" in result["error"]
+    assert record.model_problem("GlmMoeDsaForCausalLM") is not None

@@ -1,0 +1,59 @@
+"""The stack record's pure parts: METADATA pins, the refusal text, bad versions (no network)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from opsctl.argspec import stack
+from opsctl.core.errors import BuildError
+
+
+def _wheel(tmp_path: Path, metadata: str) -> Path:
+    path = tmp_path / "sglang-9.9.9-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("sglang-9.9.9.dist-info/METADATA", metadata)
+    return path
+
+
+def test_metadata_pins_take_unconditional_exact_pins_only(tmp_path: Path) -> None:
+    wheel = _wheel(tmp_path, "\n".join([
+        "Name: sglang", "Requires-Dist: transformers==5.19.0", "Requires-Dist: torch==2.14.1",
+        "Requires-Dist: numpy>=1.0", "Requires-Dist: flashinfer_python==0.7.2; extra == 'x'",
+        "Requires-Dist: Sgl_Kernel==0.4.10", "Requires-Dist: weird==1,<2",
+    ]))
+    assert stack.metadata_pins(wheel) == {
+        "sgl-kernel": "0.4.10", "torch": "2.14.1", "transformers": "5.19.0"}
+
+
+def test_a_wheel_without_metadata_is_a_build_error(tmp_path: Path) -> None:
+    path = tmp_path / "x.whl"
+    path.write_bytes(b"not a zip")
+    with pytest.raises(BuildError, match="no readable METADATA"):
+        stack.metadata_pins(path)
+
+
+def test_the_refusal_names_the_release_its_transformers_and_the_executed_error() -> None:
+    record = stack.StackRecord("0.5.9", Path("x"), "4.57.1", {"GlmMoeDsaForCausalLM": {
+        "loads": False, "error": "ValueError: model type `glm_moe_dsa` unknown. Update it."}})
+    problem = record.model_problem("GlmMoeDsaForCausalLM")
+    assert problem is not None and "transformers 4.57.1" in problem and "Update it" not in problem
+    assert record.model_problem("LlamaForCausalLM") is None  # never checked: not refused
+
+
+def test_the_committed_records_say_what_each_release_can_load() -> None:
+    old, new = stack.load("0.5.9"), stack.load("0.5.23")
+    assert old is not None and old.model_problem("GlmMoeDsaForCausalLM")
+    assert new is not None and new.model_problem("GlmMoeDsaForCausalLM") is None
+
+
+def test_cli_refuses_a_bad_version_with_one_line() -> None:
+    done = subprocess.run([sys.executable, "-m", "opsctl", "sglang-args", "stack", "--version", "x;y"],
+                          capture_output=True, text=True, timeout=60, env=dict(os.environ))
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr and "'x;y' is not a sglang version" in done.stderr
