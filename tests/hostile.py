@@ -72,6 +72,8 @@ MODES = (
     "deep_json",        # JSON nested far deeper than any parser's recursion limit
     "auth",             # 401 unless `Authorization: Bearer <key>` (like sglang: /health* open)
     "echo_key",         # the bearer token comes back as the model id and in generated text
+    "echo_auth",        # the whole Authorization header (e.g. `Basic <base64>`) comes back, no check
+    "redirect",         # generation requests get 307 to `redirect_to` (another host), the rest OK
     "html_502",         # every /v1 path answers 502 with nginx's HTML page
     "markup",           # model id and error text full of rich markup
     "empty_models",     # /v1/models lists nothing
@@ -97,7 +99,7 @@ class HostileServer:
                  malformed: str = "choices_string", usage_tokens: int = 1000,
                  drip_s: float = 0.2, max_seconds: float = 20.0, max_bytes: int = 256 << 20,
                  max_requests: int = 500, hang_after: int | None = None,
-                 sglang: bool = False) -> None:
+                 sglang: bool = False, redirect_to: str = "") -> None:
         if mode not in MODES:
             raise ValueError(f"mode {mode!r} not in {MODES}")
         self.mode, self.key, self.malformed = mode, key, malformed
@@ -106,6 +108,7 @@ class HostileServer:
         self.hang_after = hang_after
         # Answer sglang's own endpoints (/health_generate, /model_info); else 404 like vLLM & co.
         self.sglang = sglang
+        self.redirect_to = redirect_to  # mode "redirect": where generation requests are sent
         self.max_seconds, self.max_bytes, self.max_requests = max_seconds, max_bytes, max_requests
         self.requests: list[Request] = []
         self.bytes_sent = 0
@@ -201,6 +204,13 @@ class _Handler(socketserver.StreamRequestHandler):
         self.server.hostile.bytes_sent += len(body)
         return True
 
+    def _send_redirect(self, location: str) -> bool:
+        head = (f"HTTP/1.1 307 Temporary Redirect\r\nLocation: {location}\r\n"
+                "Content-Length: 0\r\n\r\n").encode()
+        self.wfile.write(head)
+        self.wfile.flush()
+        return True
+
     def _send_json(self, payload: Any, status: int = 200) -> bool:
         return self._send(status, json.dumps(payload).encode())
 
@@ -232,6 +242,8 @@ class _Handler(socketserver.StreamRequestHandler):
     def _answer(self, hostile: HostileServer, request: Request) -> bool:
         mode, path = hostile.mode, request.path
         bearer = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+        if mode == "echo_auth":  # what is echoed: the header as sent, any scheme
+            bearer = request.headers.get("authorization", "")
         if mode in ("auth", "echo_key") and not path.startswith("/health") and bearer != hostile.key:
             return self._send_json({"error": {"message": "Invalid API key"}}, 401)
         if mode == "html_502" and path.startswith("/v1/"):
@@ -258,7 +270,7 @@ class _Handler(socketserver.StreamRequestHandler):
         return self._send_json({"object": "list", "data": [{"id": self._model_id(hostile, bearer)}]})
 
     def _model_id(self, hostile: HostileServer, bearer: str) -> str:
-        if hostile.mode == "echo_key":
+        if hostile.mode in ("echo_key", "echo_auth"):
             return f"model-of-{bearer}"
         if hostile.mode == "markup":
             return "[/x][bold red]model[/]"
@@ -269,6 +281,8 @@ class _Handler(socketserver.StreamRequestHandler):
         stream = bool(request.body.get("stream"))
         if mode == "close":
             return False
+        if mode == "redirect":
+            return self._send_redirect(f"{hostile.redirect_to}{request.path}")
         late = hostile.hang_after is not None and hostile.generation_requests() > hostile.hang_after
         if mode == "hang" or late:
             started = time.monotonic()
@@ -312,8 +326,8 @@ class _Handler(socketserver.StreamRequestHandler):
             yield b"data: " + b"[" * 200_000 + b"]" * 200_000 + b"\n\n"
             return
         words = WORDS.split()
-        text = f"echo {bearer} " if mode == "echo_key" else ""
-        if mode in ("one_chunk", "echo_key"):
+        text = f"echo {bearer} " if mode in ("echo_key", "echo_auth") else ""
+        if mode in ("one_chunk", "echo_key", "echo_auth"):
             yield _sse(_chunk(chat, text + WORDS, "stop"))
             yield _sse(_usage(len(words) * 2))
             yield b"data: [DONE]\n\n"
@@ -350,7 +364,7 @@ class _Handler(socketserver.StreamRequestHandler):
             return self._send(200, b'{"choices": [')
         if mode == "deep_json":
             return self._send(200, b"[" * 200_000 + b"]" * 200_000)
-        text = f"echo {bearer} {WORDS}" if mode == "echo_key" else WORDS
+        text = f"echo {bearer} {WORDS}" if mode in ("echo_key", "echo_auth") else WORDS
         message: dict[str, Any] = ({"message": {"role": "assistant", "content": text}} if chat
                                    else {"text": text})
         tokens = hostile.usage_tokens if mode == "inflated_usage" else 5

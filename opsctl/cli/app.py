@@ -21,7 +21,7 @@ from rich.text import Text
 
 from opsctl.core.errors import OpsctlError, exit_codes_help
 from opsctl.core.failures import INTERRUPTED, as_opsctl_error
-from opsctl.core.redact import api_key_from_env, redact
+from opsctl.core.redact import RedactingStream, api_key_from_env, redact
 
 EXIT_CODES_HELP = exit_codes_help()
 
@@ -38,9 +38,11 @@ def command_group(help: str) -> typer.Typer:  # noqa: A002 - typer's own keyword
 app = command_group("Deploy GLM-5-NVFP4 with sglang on one 8x RTX PRO 6000 host.\n\n" + EXIT_CODES_HELP)
 
 # Piped output (CI logs, scripts) keeps whole table cells instead of rich's 80-column default.
-console = Console(width=None if sys.stdout.isatty() else 200, markup=False, emoji=False)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200, markup=False,
-                      emoji=False)
+# Both print through core.redact: no secret reaches the terminal, whatever a view forgot.
+console = Console(file=RedactingStream(lambda: sys.stdout),  # type: ignore[arg-type]
+                  width=None if sys.stdout.isatty() else 200, markup=False, emoji=False)
+err_console = Console(file=RedactingStream(lambda: sys.stderr),  # type: ignore[arg-type]
+                      width=None if sys.stderr.isatty() else 200, markup=False, emoji=False)
 
 ProfileOpt = Annotated[
     str | None,

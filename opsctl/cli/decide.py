@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from opsctl.cli.app import ProfileOpt, app, console, within
+from opsctl.config.profile_checks import MAX_READINESS_SECONDS
 
 if TYPE_CHECKING:
     from opsctl.decide.app import BenchAsk
@@ -36,7 +37,7 @@ def decide(
                          "own checks only.")] = False,
     timeout: Annotated[float | None, typer.Option(
         help="Readiness timeout per variant in seconds (default: the profile's).",
-        callback=within(0.01, 86400))] = None,
+        callback=within(0.01, MAX_READINESS_SECONDS))] = None,
     image: Annotated[str | None, typer.Option(help="Run every variant on this image instead of "
                      "the ones `opsctl build` made (for variants that share one image).")] = None,
 ) -> None:

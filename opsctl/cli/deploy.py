@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from opsctl.cli.app import ProfileOpt, VariantOpt, app, command_group, console, err_console, within
+from opsctl.config.profile_checks import MAX_READINESS_SECONDS
 
 if TYPE_CHECKING:
     from opsctl.config.profiles import Deployment
@@ -132,7 +133,7 @@ def up(
     timeout: Annotated[
         float | None,
         typer.Option(help="Readiness timeout in seconds (default: the profile's).",
-                     callback=within(0.01, 86400)),
+                     callback=within(0.01, MAX_READINESS_SECONDS)),
     ] = None,
     replace: Annotated[
         bool,
@@ -233,9 +234,7 @@ def _verify_server(deployment: Deployment, base_url: str, log_text: str) -> Veri
 def _run_gate(deployment: Deployment, profile: str | None, engine: Engine, image: str | None,
               state: StateDir, timeout: float | None, pushgateway: str | None,
               skip_preflight: bool) -> None:
-    import os
-
-    from opsctl.cli.traffic import PUSHGATEWAY_ENV
+    from opsctl.cli.traffic import gateway_from
     from opsctl.deploy import view
     from opsctl.deploy.ownership import profile_locks
     from opsctl.deploy.preflight import run_preflight
@@ -243,7 +242,7 @@ def _run_gate(deployment: Deployment, profile: str | None, engine: Engine, image
     from opsctl.gate import view as gate_view
     from opsctl.observe.metrics import push_report
 
-    gateway = pushgateway or os.environ.get(PUSHGATEWAY_ENV)
+    gateway = gateway_from(pushgateway)
     # One lock for the whole gate: its down, up and rollback are one change of the profile.
     with profile_locks(state, [deployment.profile.name], "up --gate"):
         result = gate.gate(

@@ -20,6 +20,18 @@ if TYPE_CHECKING:
 
 PUSHGATEWAY_ENV = "OPSCTL_PUSHGATEWAY"
 
+
+def gateway_from(pushgateway: str | None) -> str | None:
+    """--pushgateway or $OPSCTL_PUSHGATEWAY, checked as a URL before any work (exit 2; a bad
+    one was an http.client.InvalidURL traceback after the run)."""
+    from opsctl.core.httpcap import checked_base_url
+
+    gateway = pushgateway or os.environ.get(PUSHGATEWAY_ENV)
+    if gateway:
+        checked_base_url(gateway, "--pushgateway" if pushgateway else f"${PUSHGATEWAY_ENV}")
+    return gateway or None
+
+
 ApiOpt = Annotated[
     str, typer.Option("--api", help="OpenAI endpoint to exercise: 'completions' or 'chat'.")
 ]
@@ -94,6 +106,7 @@ def smoke(
 
     if base_url is not None:
         checked_base_url(base_url, "--base-url")
+    gateway = gateway_from(pushgateway)
     if json_path:
         check_output_path(Path(json_path), "--json")
     else:
@@ -106,7 +119,7 @@ def smoke(
         api_key=api_key_from_env(), json_path=Path(json_path) if json_path else None,
         compare_with=Path(compare_with) if compare_with else None,
         request_timeout_s=request_timeout, overall_timeout_s=timeout,
-        gateway=pushgateway or os.environ.get(PUSHGATEWAY_ENV), evals=evals,
+        gateway=gateway, evals=evals,
     )
     result = traffic.smoke(request, locate=locate_server, push=push_report,
                            client_factory=make_client, load_dataset=load_gsm8k)
@@ -209,6 +222,7 @@ def bench(
     from opsctl.traffic.workloads import WorkloadSpec, parse_dataset_name
 
     chosen = parse_driver(driver)
+    gateway = gateway_from(pushgateway)
     check_output_path(Path(out) if out else REPORTS_DIR, "--out", directory=True)
     workload = WorkloadSpec(
         name=parse_dataset_name(dataset_name), input_len=input_words, output_len=output_tokens,
@@ -222,7 +236,7 @@ def bench(
         requests_per_level=requests, input_words=input_words, output_tokens=output_tokens,
         model=model, api=parse_api(api), api_key=api_key_from_env(),
         request_timeout_s=request_timeout, out_dir=Path(out) if out else None,
-        gateway=pushgateway or os.environ.get(PUSHGATEWAY_ENV), deadline_s=deadline,
+        gateway=gateway, deadline_s=deadline,
         ignore_eos=ignore_eos, request_rate=request_rate, duration_s=duration, workload=workload,
         client_workers=client_workers, slo=parse_goodput(goodput or []),
     )

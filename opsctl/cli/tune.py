@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, VariantOpt, app, console
+from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, within
 
 
 @app.command()
@@ -21,16 +21,18 @@ def tune(
     param: Annotated[list[str], typer.Option("--param", help="NAME=v1,v2: a server setting "
                      "(a typed profile field, e.g. cuda_graph_max_bs) and its values; repeat "
                      "for several knobs (the grid is every combination).")] = [],  # noqa: B006
-    budget: Annotated[float | None, typer.Option("--budget", min=0.1, help="Minutes for the "
+    budget: Annotated[float | None, typer.Option("--budget", callback=within(0.1, 7 * 24 * 60),
+                      help="Minutes for the "
                       "whole search; when the grid does not fit, successive halving "
-                      "(docs/trace-and-tune.md).")] = None,
+                      "(docs/trace-and-tune.md); 0.1 to 10080 (a week).")] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Concurrency of "
                            "each point's bench (the load you serve).")] = 8,
     requests: Annotated[int, typer.Option("--requests", min=4, help="Measured requests per "
                         "point (halving rungs use fewer).")] = 32,
     input_words: Annotated[int, typer.Option(min=1, help="Prompt length in words.")] = 256,
     output_tokens: Annotated[int, typer.Option(min=2, help="Output tokens per request.")] = 128,
-    request_timeout: Annotated[float, typer.Option(help="Seconds per request.")] = 600.0,
+    request_timeout: Annotated[float, typer.Option(help="Seconds per request.",
+                                                   callback=within(0.01, 86400))] = 600.0,
     out: Annotated[str | None, typer.Option("--out", help="Run directory (default "
                    "out/tune-<UTC time>/): tune-state.json, tune.md, tpot.png, "
                    "best-variant.yaml.")] = None,

@@ -25,6 +25,7 @@ DEFAULT_PREFIX_PAIR_TOKENS = 16384  # the prefix-cached pair's shared prefix
 
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 MIN_PROBE_TOKENS = 64  # the needle prompt's own floor (probes.needle_prompt)
+MAX_PROBE_TOKENS = 1 << 20  # past any served context; 10^11 was a MemoryError building the prompt
 
 
 def _pin(value: str | None) -> str | None:
@@ -40,7 +41,7 @@ def resolve_path(value: str) -> Path:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Gsm8kConfig(_Strict):
@@ -68,6 +69,7 @@ class LongContextConfig(_Strict):
     sizes: list[int] = Field(default_factory=lambda: list(DEFAULT_SIZES), min_length=1,
                              description="Approximate prompt tokens of each pass-key probe.")
     prefix_pair_tokens: int | None = Field(DEFAULT_PREFIX_PAIR_TOKENS, ge=MIN_PROBE_TOKENS,
+                                           le=MAX_PROBE_TOKENS,
                                            description="Size of the prefix-cache pair; null: "
                                            "no pair.")
 
@@ -76,6 +78,8 @@ class LongContextConfig(_Strict):
     def _sizes_big_enough(cls, value: list[int]) -> list[int]:
         if any(size < MIN_PROBE_TOKENS for size in value):
             raise ValueError(f"every size must be at least {MIN_PROBE_TOKENS} tokens")
+        if any(size > MAX_PROBE_TOKENS for size in value):
+            raise ValueError(f"every size must be less than or equal to {MAX_PROBE_TOKENS} tokens")
         return value
 
 

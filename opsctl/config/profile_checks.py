@@ -24,6 +24,9 @@ ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Docker's size strings (docker-py parse_bytes): digits, then b, k, m or g.
 SIZE_RE = re.compile(r"[0-9]+[bkmgBKMG]?")
 MAX_STOP_GRACE_SECONDS = 3600
+# Readiness: a day of loading at most (`up --timeout` too); a poll at most a minute apart.
+MAX_READINESS_SECONDS = 86400
+MAX_POLL_SECONDS = 60
 # A variable, build arg or flag with such a name carries a secret; one that names a file or a
 # folder holding it (HF_TOKEN_PATH, ..._FILE) does not.
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIALS?|PRIVATE_?KEY)(_|$)",

@@ -13,6 +13,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from opsctl.config.profile_checks import (
+    MAX_POLL_SECONDS,
+    MAX_READINESS_SECONDS,
     MAX_STOP_GRACE_SECONDS,
     check_address,
     check_env_name,
@@ -55,7 +57,8 @@ def _tagged(value: str) -> str:
 
 
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan off: `.inf` and `.nan` validated every `gt=0` and crashed later.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ImageSpec(StrictModel):
@@ -205,8 +208,15 @@ class ContainerSettings(StrictModel):
 
 
 class Readiness(StrictModel):
-    timeout_seconds: float = Field(3600, gt=0)
-    poll_interval_seconds: float = Field(2.0, gt=0)
+    timeout_seconds: float = Field(3600, gt=0, le=MAX_READINESS_SECONDS)
+    poll_interval_seconds: float = Field(2.0, gt=0, le=MAX_POLL_SECONDS)
+
+    @model_validator(mode="after")
+    def _poll_within_timeout(self) -> Readiness:
+        if self.poll_interval_seconds > self.timeout_seconds:
+            raise ValueError(f"poll_interval_seconds ({self.poll_interval_seconds:g}) is longer "
+                             f"than timeout_seconds ({self.timeout_seconds:g})")
+        return self
 
 
 class Variant(StrictModel):

@@ -20,6 +20,7 @@ import yaml
 from pydantic import ValidationError
 
 from opsctl.core.errors import ProfileError
+from opsctl.core.files import open_regular
 
 # (key, key, ...) -> 1-based line of that key in the file.
 Lines = dict[tuple, int]
@@ -39,6 +40,10 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
     for key_node, _ in node.value:
         if key_node.tag == _MERGE_TAG:
             continue  # `<<: *base`: merged below; the mapping's own keys override what it merges
+        if not isinstance(key_node, yaml.ScalarNode):  # `? [a, b]`: unhashable, no profile key
+            raise yaml.constructor.ConstructorError(
+                None, None, "mapping keys must be scalars, not a list or a mapping",
+                key_node.start_mark)
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise yaml.constructor.ConstructorError(
@@ -60,7 +65,7 @@ def read_profile(path: Path) -> str:
         if path.is_dir():
             raise ProfileError(f"{path} is a directory, not a profile file",
                                hint="pass a YAML file or a profile name")
-        with path.open("rb") as handle:
+        with open_regular(path, "profile") as handle:  # a FIFO blocked `open` forever
             data = handle.read(MAX_BYTES + 1)
     except OSError as exc:
         raise ProfileError(f"cannot read {path}: {exc.strerror or exc}",

@@ -32,7 +32,7 @@ _UNITS = {"m": 60, "h": 3600, "d": 86400}
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def duration_seconds(text: str) -> int:

@@ -157,6 +157,9 @@ def checked_base_url(url: str, option: str) -> str:
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise UsageError(f"{option} {redact_userinfo(url)!r}: not an http(s) URL with a host",
                          hint="e.g. http://127.0.0.1:30000")
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:  # 99999 was a traceback
+        raise UsageError(f"{option} {redact_userinfo(url)!r}: port {parsed.port} is not "
+                         "between 1 and 65535", hint="e.g. http://127.0.0.1:30000")
     return url
 
 

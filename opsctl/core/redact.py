@@ -2,17 +2,24 @@
 
 The API key comes from `$OPSCTL_API_KEY` only. Two things must never reach a report, a table, a
 warning or an error line: the key itself (a server may echo it back in a model id, generated
-text or an error) and the userinfo of a URL (`http://user:password@host`). `redact` removes
-both from a string; `redact_tree` from every string of a JSON-shaped value, which is how the
-report writers scrub a whole report at once.
+text or an error), the userinfo of a URL (`http://user:password@host`) and an HTTP credential
+a server echoes back (`Basic <base64 user:password>`, `Bearer <token>`: httpx sends URL
+userinfo as Basic). `redact` removes all three from a string; `redact_tree` from every string
+of a JSON-shaped value, which is how the report writers scrub a whole report at once.
+
+`redact` is the one function; it is applied where output leaves opsctl: the CLI's consoles
+(`RedactingStream`) and core/files' atomic writers, so a path that forgets to scrub its own
+strings still prints and writes nothing of a secret.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import re
-from collections.abc import Iterable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable
+from typing import IO, Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -26,6 +33,11 @@ MIN_SECRET_CHARS = 4
 # `scheme://user:password@` (or `scheme://token@`): everything between `//` and `@` of an
 # authority, which holds no `/`, whitespace or quote.
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@'\"<>]+@")
+# An Authorization value (RFC 9110 token68 after the scheme). Basic is masked only when its
+# token decodes to `user:password`, so ordinary words after "Basic" stay; a `Bearer` token
+# (as sent: capitalised) of 8 characters or more always.
+_BASIC = re.compile(r"\b(?P<scheme>[Bb]asic)(?P<space>\s+)(?P<token>[A-Za-z0-9+/]{4,}={0,2})")
+_BEARER = re.compile(r"\b(?P<scheme>Bearer)(?P<space>\s+)(?P<token>[A-Za-z0-9._~+/-]{8,}=*)")
 
 
 def api_key_from_env() -> str | None:
@@ -50,13 +62,47 @@ def redact_userinfo(text: str) -> str:
     return _USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
 
 
+def _is_basic_credential(token: str) -> bool:
+    try:
+        return b":" in base64.b64decode(token, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+
+
+def redact_credentials(text: str) -> str:
+    """`Basic dXNlcjpwdw==` -> `Basic ****`, `Bearer abcdefgh...` -> `Bearer ****`."""
+    if "asic" in text:
+        text = _BASIC.sub(lambda m: f"{m['scheme']}{m['space']}{MASK}"
+                          if _is_basic_credential(m["token"]) else m[0], text)
+    if "Bearer" in text:
+        text = _BEARER.sub(lambda m: f"{m['scheme']}{m['space']}{MASK}", text)
+    return text
+
+
 def redact(text: str, *secrets: str | None) -> str:
-    """The text without URL userinfo and without any of the secrets (each masked)."""
+    """The text without URL userinfo, echoed HTTP credentials and any of the secrets (each
+    masked); `$OPSCTL_API_KEY` is one of the secrets whether passed or not."""
     text = redact_userinfo(text)
-    for secret in secrets:
+    for secret in (*secrets, api_key_from_env()):
         if secret and len(secret) >= MIN_SECRET_CHARS and secret in text:
             text = text.replace(secret, mask_secret(secret) or MASK)
-    return text
+    return redact_credentials(text)  # after the key: `Bearer ****1234` keeps its last 4
+
+
+class RedactingStream:
+    """A text stream that writes `redact(text)` to the stream `target()` returns at each write
+    (looked up each time: tests and typer's runner swap sys.stdout); the CLI's consoles print
+    through it."""
+
+    def __init__(self, target: Callable[[], IO[str]]) -> None:
+        self._target = target
+
+    def write(self, text: str) -> int:
+        self._target().write(redact(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, encoding, ...
+        return getattr(self._target(), name)
 
 
 def redact_tree(value: Any, secrets: Iterable[str | None]) -> Any:

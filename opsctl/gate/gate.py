@@ -7,7 +7,9 @@ the evals the profile configures, and its greedy outputs are compared with the l
 variant's smoke report when both compute the same attention. Dense and sparse attention differ
 past `index_topk` tokens by design, and other weights differ anyway: then only the absolute
 gates apply, and the result says so. Any failed gate, error or Ctrl-C removes X and brings the
-last good variant back; a pass records X, its image and its report as the last good.
+last good variant back; a pass records X, its image and its report as the last good. Only a
+complete, passing smoke report passes: smoke turns Ctrl-C into a partial report, which the gate
+turns back into Interrupted (exit 130, after the rollback), never into a pass.
 
 Whatever can refuse the run (the rollback target, X's image, the eval datasets) is checked
 before anything is stopped.
@@ -25,7 +27,7 @@ from opsctl.config.profiles import Deployment, Profile
 from opsctl.config.review import computes
 from opsctl.config.runspec import base_url
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
-from opsctl.core.errors import LaunchError, OpsctlError, SmokeError, UsageError
+from opsctl.core.errors import Interrupted, LaunchError, OpsctlError, SmokeError, UsageError
 from opsctl.deploy import readiness
 from opsctl.deploy.app import HttpFactory, ImageFor, Progress, Verifier, down, present_image, up
 from opsctl.deploy.preflight import Preflight, run_preflight
@@ -154,7 +156,8 @@ def gate(
         on_step(comparison)
         failed, verdict, report = _attempt(ctx, deployment, image, ask, smoke)
     except BaseException as exc:
-        outcome: Outcome = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        outcome: Outcome = ("interrupted" if isinstance(exc, KeyboardInterrupt | Interrupted)
+                            else "failed")
         on_step(f"{outcome}: removing what this run started")
         _restore(ctx, profile, back)
         _push(push, gateway, deployment, outcome, clock)
@@ -224,7 +227,22 @@ def _comparison(deployment: Deployment, last: LastGood | None,
     if not report.is_file():
         return None, (f"greedy outputs not compared: the last good report {report} is gone; "
                       "only the absolute gates apply")
+    if not _complete_pass(report):
+        return None, (f"greedy outputs not compared: the last good report {report} is partial "
+                      "or not a pass; only the absolute gates apply")
     return report, f"greedy outputs compared with last good {last.variant!r} ({report})"
+
+
+def _complete_pass(report: Path) -> bool:
+    """Whether a recorded smoke report is whole and passed (an older opsctl recorded partial
+    ones as the last good); an unreadable one is left to smoke's --compare-with to refuse."""
+    from opsctl.traffic.smoke_report import load_reference
+
+    try:
+        reference = load_reference(report)
+    except OpsctlError:
+        return True
+    return reference.passed and not reference.partial
 
 
 def _launch(ctx: _Ctx, deployment: Deployment, image: str) -> Verdict | None:
@@ -249,8 +267,15 @@ def _attempt(ctx: _Ctx, deployment: Deployment, image: str, ask: SmokeAsk,
         return [_named("launch", exc.message)], None, None
     ctx.on_step(f"ready, {verdict.summary() if verdict else 'not verified'}; smoke")
     report = smoke.run(ask)
+    if report.partial:  # smoke catches Ctrl-C and returns what it had: never a pass
+        stopped = report.stop_error("the gate's smoke", ask.report)
+        if stopped is not None:
+            raise stopped
+        return [_named("smoke", f"partial report: {report.partial_reason}")], verdict, ask.report
     failed = [_named(_GATE_OF_CHECK.get(check.name, f"smoke {check.name}"), check.detail)
               for check in report.checks if check.status == "fail"]
+    if not failed and not report.passed:
+        failed = [_named("smoke", "the report is not a pass")]
     return failed, verdict, ask.report
 
 

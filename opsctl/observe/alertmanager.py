@@ -21,10 +21,12 @@ from typing import Any
 import yaml
 
 from opsctl.core.errors import ProfileError
+from opsctl.core.files import read_bounded
 from opsctl.core.paths import project_root
 from opsctl.engine.api import Mount, RunSpec
 
 PORT = 9093
+MAX_RECEIVERS_BYTES = 1 << 20
 RECEIVERS = ("critical", "warning")
 CONFIG_FILE = "alertmanager/alertmanager.yml"
 SECRETS_DIR = "secrets/alertmanager"  # under the config dir; mounted at SECRETS_MOUNT
@@ -70,7 +72,7 @@ def load_receivers(path: Path | None = None) -> dict[str, Any]:
     """The user's receivers file, checked: the two routed receivers exist, no inline secret."""
     source = path or receivers_path()
     try:
-        doc = yaml.safe_load(source.read_text())
+        doc = yaml.safe_load(read_bounded(source, "receivers file", MAX_RECEIVERS_BYTES))
     except (OSError, yaml.YAMLError) as exc:
         raise ProfileError(f"cannot read receivers file {source}: {exc}",
                            hint="see monitoring/alertmanager/receivers.yml for the format") from None

@@ -154,8 +154,10 @@ def render_files(
 
 
 def write_files(files: dict[str, str], root: Path) -> list[Path]:
-    """Write each file atomically: a running Prometheus or Grafana never reads half of one."""
-    return [atomic_write_text(root / relative, text) for relative, text in sorted(files.items())]
+    """Write each file atomically: a running Prometheus or Grafana never reads half of one.
+    Written as rendered (not scrubbed): the services read these files."""
+    return [atomic_write_text(root / relative, text, scrub=False)
+            for relative, text in sorted(files.items())]
 
 
 def render_for_profile(profile: Profile, receivers: dict[str, Any] | None = None) -> dict[str, str]:

@@ -12,6 +12,7 @@ Everything else (python stacks, flow arrows, GPU-side copies of annotations) is 
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import math
 import zlib
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from opsctl.core.errors import UsageError
+from opsctl.core.files import atomic_write_bytes
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 HOST_CALL_CATS = ("cuda_runtime", "cuda_driver")
@@ -167,9 +169,8 @@ def shrink(doc: dict[str, Any], extra_meta: dict[str, Any] | None = None) -> dic
 
 def write_gz(doc: dict[str, Any], path: Path) -> Path:
     """Compact JSON, gzip level 9, mtime 0 (the same trace gives the same bytes)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps(doc, separators=(",", ":")).encode()
-    with path.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=9,
-                                               mtime=0, filename="") as handle:
+    packed = io.BytesIO()
+    with gzip.GzipFile(fileobj=packed, mode="wb", compresslevel=9, mtime=0, filename="") as handle:
         handle.write(data)
-    return path
+    return atomic_write_bytes(path, packed.getvalue())

@@ -44,6 +44,7 @@ import httpx
 from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import LaunchError, OpsctlError, UsageError, stop_reason
 from opsctl.core.httpcap import checked_base_url
+from opsctl.core.options import comma_items
 from opsctl.core.redact import API_KEY_ENV, mask_secret, redact, redact_model, redact_userinfo
 from opsctl.traffic.arrival import Arrival
 from opsctl.traffic.bench_report import (
@@ -168,18 +169,17 @@ class Launcher(Protocol):
 
 
 def parse_concurrency(text: str) -> tuple[int, ...]:
+    hint = "e.g. --concurrency 1,2,4,8"
     try:
-        levels = tuple(int(part) for part in text.split(",") if part.strip())
+        levels = tuple(int(part) for part in comma_items(text, "--concurrency", hint))
     except ValueError:
         raise UsageError(f"--concurrency {text!r}: not a comma-separated list of integers",
-                         hint="e.g. --concurrency 1,2,4,8") from None
+                         hint=hint) from None
     if not levels or any(level < 1 for level in levels):
-        raise UsageError(f"--concurrency {text!r}: levels must be positive integers",
-                         hint="e.g. --concurrency 1,2,4,8")
+        raise UsageError(f"--concurrency {text!r}: levels must be positive integers", hint=hint)
     if max(levels) > MAX_CONCURRENCY:
         raise UsageError(f"--concurrency {text!r}: a level above {MAX_CONCURRENCY} (each level "
-                         "opens that many connections and warm-up requests)",
-                         hint="e.g. --concurrency 1,2,4,8")
+                         "opens that many connections and warm-up requests)", hint=hint)
     return levels
 
 
@@ -208,7 +208,8 @@ def parse_goodput(items: Sequence[str]) -> Slo | None:
 def parse_variants(text: str | None) -> tuple[str, ...]:
     """`--variants a,b`: the names in order, blanks dropped. Absent: () (every variant); given
     but naming none (`--variants ,`) is a UsageError, not a silent "run every variant"."""
-    names = tuple(name.strip() for name in (text or "").split(",") if name.strip())
+    names = () if text is None or not text.strip(", ") else comma_items(
+        text, "--variants", "e.g. --variants baseline,gathercast")
     if text is not None and not names:
         raise UsageError(f"--variants {text!r}: names no variant",
                          hint="e.g. --variants baseline,gathercast, or leave it out for every "

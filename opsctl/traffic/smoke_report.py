@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from opsctl.core.errors import OpsctlError, SmokeError, UsageError
-from opsctl.core.files import atomic_write_text
+from opsctl.core.files import atomic_write_text, read_bounded
 from opsctl.core.partial import PartialReport
 from opsctl.traffic.client import Api, ServerUnreachable
 from opsctl.traffic.evals.divergence import Divergence, GreedyOutput, locate_divergence
@@ -24,6 +24,7 @@ from opsctl.traffic.evals.probes import ProbeResult
 from opsctl.traffic.served import ModelResolution
 
 SCHEMA_VERSION = 2  # 2: slo records objectives by quantile (no p50-only fields)
+MAX_REPORT_BYTES = 256 << 20  # a reference report, GSM8K outputs included
 
 CheckStatus = Literal["pass", "fail", "skip"]
 ServerKind = Literal["sglang", "openai", "unknown"]
@@ -117,7 +118,8 @@ class SmokeReport(PartialReport):
 
 def load_reference(path: Path) -> SmokeReport:
     try:
-        return SmokeReport.model_validate_json(path.read_text())
+        return SmokeReport.model_validate_json(read_bounded(path, "--compare-with",
+                                                            MAX_REPORT_BYTES))
     except FileNotFoundError:
         raise UsageError(f"--compare-with {path}: no such file",
                          hint="pass a JSON report written by `opsctl smoke --json`") from None

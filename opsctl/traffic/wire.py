@@ -126,10 +126,19 @@ class Wire:
     async def _open(self, path: str, body: dict[str, Any], clocked: Clocked
                     ) -> aiohttp.ClientResponse:
         try:
-            return await self._session.post(self._url(path), data=json.dumps(body).encode(),
-                                            headers=_JSON, trace_request_ctx=clocked)
+            # Never follow a redirect: aiohttp would send the prompt and the credentials to
+            # whatever host the Location names (the control plane refuses them too).
+            response = await self._session.post(
+                self._url(path), data=json.dumps(body).encode(), headers=_JSON,
+                trace_request_ctx=clocked, allow_redirects=False)
         except aiohttp.ClientError as exc:
             raise _failure(exc, answered=False, streaming=False) from None
+        if 300 <= response.status < 400:
+            location = redact_userinfo(response.headers.get("Location", "?"))[:200]
+            response.close()
+            raise Failed("http_status", f"HTTP {response.status}: redirect to {location!r} not "
+                         "followed (generation requests stay on --base-url)")
+        return response
 
     async def stream(self, path: str, body: dict[str, Any], sink: LineSink) -> None:
         """POST `body` and feed the SSE lines of the answer to `sink` until it is done."""

@@ -25,10 +25,13 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from opsctl.core.errors import UsageError
+from opsctl.core.files import read_bounded
 from opsctl.traffic.prompts import make_prompt
 
 DatasetName = Literal["words", "random", "sharegpt", "generated-shared-prefix"]
 DATASET_NAMES: tuple[DatasetName, ...] = ("words", "random", "sharegpt", "generated-shared-prefix")
+MAX_DATASET_BYTES = 1 << 30  # ShareGPT's cleaned split is about 650 MB
+MAX_WORKLOAD_WORDS = 20_000_000  # sglang's default shared-prefix set is about 2.2 million
 _EXACT_TRIES = 8  # re-encode rounds before the nearest count is accepted
 
 
@@ -141,7 +144,7 @@ def _sharegpt(spec: WorkloadSpec, tokens: Tokens | None) -> Workload:
     if spec.dataset_path is None:
         raise UsageError("--dataset-name sharegpt needs --dataset-path FILE")
     try:
-        data = json.loads(spec.dataset_path.read_text(encoding="utf-8"))
+        data = json.loads(read_bounded(spec.dataset_path, "--dataset-path", MAX_DATASET_BYTES))
     except (OSError, ValueError) as exc:
         raise UsageError(f"--dataset-path {spec.dataset_path}: {exc}") from None
     items: list[WorkItem] = []
@@ -176,6 +179,11 @@ def _first_exchange(turns: list[Any]) -> tuple[str, str] | None:
 
 
 def _shared_prefix(spec: WorkloadSpec, tokens: Tokens | None) -> Workload:
+    words = spec.groups * spec.prompts_per_group * (spec.prefix_len + spec.input_len)
+    if words > MAX_WORKLOAD_WORDS:  # every prompt is held in memory (10^10 was a MemoryError)
+        raise UsageError(f"--gsp-groups x --gsp-prompts-per-group x (--gsp-prefix-len + "
+                         f"--input-words) is {words:,} words, more than {MAX_WORKLOAD_WORDS:,}",
+                         hint="fewer groups or prompts per group: each prompt is built up front")
     rng = random.Random(spec.seed)
     items: list[WorkItem] = []
     for group in range(spec.groups):

@@ -14,12 +14,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from opsctl.core.errors import UsageError
-from opsctl.core.files import atomic_write_text
+from opsctl.core.files import atomic_write_text, read_bounded
 from opsctl.core.reports import REPORTS_DIR
 
 STATE_FILE = "tune-state.json"
 TUNE_DIR_PREFIX = "tune-"
 VERSION = 1
+MAX_STATE_BYTES = 64 << 20  # a state file holds one record per measured point
 
 
 class Measurement(BaseModel):
@@ -89,7 +90,7 @@ def now() -> str:
 def load_state(out_dir: Path) -> TuneState:
     path = out_dir / STATE_FILE
     try:
-        return TuneState.model_validate_json(path.read_text())
+        return TuneState.model_validate_json(read_bounded(path, "--resume", MAX_STATE_BYTES))
     except FileNotFoundError:
         raise UsageError(f"--resume: no {STATE_FILE} in {out_dir}",
                          hint="pass the --out directory of the run to resume") from None

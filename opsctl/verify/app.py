@@ -18,6 +18,7 @@ import httpx
 from opsctl.config.profiles import Deployment, to_argv
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.errors import LaunchError, UsageError
+from opsctl.core.files import open_regular
 from opsctl.core.redact import API_KEY_ENV
 from opsctl.kernels.kv_gather_cast import parse_marker
 from opsctl.traffic.client import ServerUnreachable
@@ -102,7 +103,7 @@ def fetch_json(client: httpx.Client, path: str, timeout_s: float, clock: Clock =
 def read_log(path: Path, max_bytes: int = MAX_LOG_BYTES) -> str:
     """The head of a container log file (where the start-up lines are)."""
     try:
-        with path.open("rb") as handle:
+        with open_regular(path, "--log") as handle:  # a FIFO blocked `open` forever
             return handle.read(max_bytes).decode("utf-8", errors="replace")
     except OSError as exc:
         raise UsageError(f"cannot read the log {path}: {exc.strerror}",

@@ -54,6 +54,9 @@ BAD_NUMBERS = [
     ("bench", "--deadline", "0"), ("bench", "--deadline", "nan"),
     ("verify", "--timeout", "-1"), ("verify", "--timeout", "nan"),
     ("exporter", "--port", "-1"), ("exporter", "--port", "70000"),
+    # Issue 25: accepted before.
+    ("tune", "--request-timeout", "nan"), ("tune", "--request-timeout", "-1"),
+    ("tune", "--budget", "inf"),
 ]
 
 
@@ -129,3 +132,31 @@ def test_a_base_url_that_is_not_http_is_exit_2_before_any_request(command: list[
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert "not" in result.stderr and "URL" in result.stderr
+
+
+# Issue 25: each was a traceback (exit 1) or silently accepted.
+BAD_VALUES = [
+    ("bench", "--base-url", "http://127.0.0.1:99999", "port"),
+    ("smoke", "--base-url", "http://127.0.0.1:99999", "port"),
+    ("verify", "--base-url", "http://127.0.0.1:99999", "port"),
+    ("smoke", "--pushgateway", "not a url", "--pushgateway"),
+    ("bench", "--pushgateway", "not a url", "--pushgateway"),
+    ("bench", "--concurrency", "1,,2", "empty item"),
+    ("bench", "--concurrency", ",1,2", "empty item"),
+    ("bench", "--variants", "baseline,,gathercast", "empty item"),
+]
+
+
+@pytest.mark.parametrize(("command", "option", "value", "says"), BAD_VALUES,
+                         ids=["{} {} {}".format(*case[:3]) for case in BAD_VALUES])
+def test_bad_option_values_are_one_line_exit_2(command: str, option: str, value: str, says: str,
+                                               silent_url: str, tmp_path: Path) -> None:
+    extra = [] if option == "--base-url" else ["--base-url", silent_url]
+    if command == "verify":
+        extra += ["--profile", "sim"]
+    run = opsctl(command, *extra, option, value, cwd=tmp_path)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and says in errors[0], run.stderr
+    assert not (tmp_path / "out").exists()  # refused before any report was started

@@ -273,3 +273,17 @@ def test_a_slow_drip_that_never_finishes_is_ended_by_the_deadline(tmp_path: Path
     level = bench_json(tmp_path)["variants"][0]["levels"][0]
     assert level["aborted"] == "the 2s deadline was reached"
     assert (level["warmup_requests"], level["in_flight_cut"]) == (0, 1)
+
+
+@pytest.mark.parametrize("command", ["smoke", "bench"])
+def test_generation_requests_never_follow_a_redirect_to_another_host(command: str,
+                                                                     tmp_path: Path) -> None:
+    """Issue 25: a 307 on /v1/completions sent smoke's and bench's generations (prompt and
+    credentials) to the other host."""
+    with HostileServer("ok") as elsewhere, \
+            HostileServer("redirect", redirect_to=elsewhere.url.replace("127.0.0.1", "localhost")
+                          ) as server:
+        done = smoke(server.url, tmp_path) if command == "smoke" else bench(server.url, tmp_path)
+        assert elsewhere.generation_requests() == 0, "a generation request followed the redirect"
+    assert done.returncode == 5, done.stdout + done.stderr
+    one_line_verdict(done)

@@ -11,6 +11,11 @@ running again.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -88,3 +93,62 @@ def test_up_without_verify_is_recorded_as_not_verified(
     status = opsctl("status", **env)
     row = next(line for line in status.stdout.splitlines() if name in line)
     assert "not verified" in row
+
+
+def _gate_interrupted_in_smoke(path: Path, variant: str, image: str,
+                               env: dict[str, str]) -> tuple[int, str, str]:
+    """`up --gate` with SIGINT once the gate has printed that smoke starts (as Ctrl-C sends it)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "opsctl", "up", "--profile", str(path), "--variant", variant,
+         "--gate", "--image", image], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL, text=True,
+        env={**os.environ, **env, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"})
+    assert process.stdout is not None
+    seen: list[str] = []
+    for line in process.stdout:
+        seen.append(line)
+        if "; smoke" in line:
+            time.sleep(1.0)  # inside smoke's generations (the variant decodes slowly)
+            process.send_signal(signal.SIGINT)
+            break
+    else:
+        process.kill()
+        pytest.fail("the gate never reached smoke: " + "".join(seen))
+    rest, stderr = process.communicate(timeout=GATE_TIMEOUT_S)
+    return process.returncode, "".join(seen) + rest, stderr
+
+
+def test_ctrl_c_during_the_gates_smoke_is_130_and_never_a_pass(
+    opsctl, sim_image: str, tmp_path: Path, free_port
+) -> None:
+    """Issue 25, H2: Ctrl-C during smoke printed "gate passed", exited 0 and recorded the
+    partial smoke report as the last good."""
+    data, name = sim_profile_data("it-gate-int", free_port())
+    add_weights(data, tmp_path)
+    for variant in data["variants"].values():
+        variant.setdefault("env", {})["OPSCTL_SIM_ITL_MS"] = "5"
+    data["variants"]["gathercast"]["env"]["OPSCTL_SIM_ITL_MS"] = "400"  # a smoke to interrupt
+    path = write_profile(data, tmp_path)
+    state = tmp_path / "state"
+    env = {"OPSCTL_STATE_DIR": str(state)}
+    record = state / "gates" / name / "last-good.json"
+    try:
+        code, out, err = _gate_interrupted_in_smoke(path, "gathercast", sim_image, env)
+        assert code == 130, out + err
+        assert "gate passed" not in out and "Traceback" not in err, out + err
+        assert not record.exists()  # a first gate interrupted records nothing
+        assert running(name) == []
+
+        good = opsctl("up", "--profile", str(path), "--variant", "baseline", "--gate",
+                      "--image", sim_image, timeout=GATE_TIMEOUT_S, **env)
+        assert good.returncode == 0, good.stdout + good.stderr
+        last_good = json.loads(record.read_text())
+
+        code, out, err = _gate_interrupted_in_smoke(path, "gathercast", sim_image, env)
+        assert code == 130, out + err
+        assert "gate passed" not in out and "interrupted" in err, out + err
+        assert json.loads(record.read_text()) == last_good  # never the partial report
+        (labels,) = running(name)
+        assert labels["opsctl.variant"] == "baseline"  # rolled back to the last good
+    finally:
+        remove_containers(name)

@@ -122,3 +122,12 @@ def test_token_exact_and_shared_prefix_runs_against_the_simulator(
         level = report.variants[0].levels[0]
         assert level.completed == 6 and level.output_tokens == 6 * 4
         assert report.config.dataset_name == spec.name
+
+
+def test_a_shared_prefix_workload_past_the_memory_cap_is_refused_before_it_is_built() -> None:
+    """Issue 25: `--gsp-groups 100000 --gsp-prompts-per-group 100000` was a MemoryError. Just
+    over the cap (20.2 million words): built whole before the fix, refused at once after it."""
+    spec = WorkloadSpec(name="generated-shared-prefix", groups=200, prompts_per_group=1000,
+                        prefix_len=100, input_len=1)
+    with pytest.raises(UsageError, match="--gsp-groups"):
+        build(spec)

@@ -2,7 +2,8 @@
 
 A pass records the last good variant; a failed verify, smoke check, compare or eval removes the
 variant, brings the last good back and ends in exit 5; without a last good nothing comes back;
-Ctrl-C removes what the run started, brings the last good back and stays a KeyboardInterrupt.
+Ctrl-C removes what the run started, brings the last good back and stays a KeyboardInterrupt
+(or, from smoke's partial report, Interrupted: exit 130, never a pass).
 tests/integration/test_gate.py runs the same contract on the real engine with the simulator.
 """
 
@@ -16,7 +17,7 @@ from fakes import Behaviour, FakeClock, FakeEngine, FakeSglang
 
 from opsctl.config.profiles import Deployment, load_profile
 from opsctl.core import labels
-from opsctl.core.errors import EXIT_LAUNCH, EXIT_SMOKE, LaunchError, UsageError
+from opsctl.core.errors import EXIT_INTERRUPTED, EXIT_LAUNCH, EXIT_SMOKE, Interrupted, LaunchError, UsageError
 from opsctl.deploy.state import LastGood, StateDir
 from opsctl.gate import gate as gating
 from opsctl.gate.gate import GateFailed, SmokeAsk
@@ -34,10 +35,13 @@ class FakeSmoke:
     """Writes and returns a report per variant: `failing[variant]` names its failed checks."""
 
     def __init__(self, failing: dict[str, dict[str, str]] | None = None,
-                 interrupt: str | None = None, refuse: Exception | None = None) -> None:
+                 interrupt: str | None = None, refuse: Exception | None = None,
+                 partial: str | None = None) -> None:
         self.failing = failing or {}
         self.interrupt = interrupt
         self.refuse = refuse
+        # As the real smoke does on Ctrl-C: it catches it and returns a partial report.
+        self.partial = partial
         self.asks: list[SmokeAsk] = []
 
     def check(self, ask: SmokeAsk) -> None:
@@ -55,6 +59,9 @@ class FakeSmoke:
         report = SmokeReport(started_at="2026-11-29T11:00:00+00:00", duration_s=1.0,
                              base_url=ask.base_url, profile=PROFILE.name,
                              variant=ask.deployment.variant, checks=checks, passed=not failed)
+        if ask.deployment.variant == self.partial:
+            report.passed = False
+            report.record_stop(KeyboardInterrupt())
         write_report(report, ask.report)
         return report
 
@@ -237,6 +244,39 @@ def test_ctrl_c_during_smoke_removes_it_and_brings_the_last_good_back(box: Box) 
     assert box.state.last_good(PROFILE.name) == first
     assert box.pushed[-1]["outcome"] == "interrupted"
     assert "interrupted: removing what this run started" in box.steps
+
+
+def test_a_smoke_stopped_by_ctrl_c_is_no_pass(box: Box) -> None:
+    """Issue 25, H2: smoke catches Ctrl-C and returns a partial report with no failed check;
+    the gate took that for a pass, exited 0 and recorded the partial report as the last good."""
+    first = passed_baseline(box)
+    before = len(box.steps)
+    with pytest.raises(Interrupted) as caught:
+        box.gate("corrupt", FakeSmoke(partial="corrupt"))
+    assert caught.value.exit_code == EXIT_INTERRUPTED
+    assert box.state.last_good(PROFILE.name) == first  # the partial report is not recorded
+    assert box.running() == ["baseline"]  # rolled back to the last good
+    assert box.pushed[-1]["outcome"] == "interrupted"
+    assert not any(step.startswith("passed") for step in box.steps[before:])
+    assert "interrupted: removing what this run started" in box.steps[before:]
+
+
+def test_a_first_gate_stopped_by_ctrl_c_records_nothing(box: Box) -> None:
+    with pytest.raises(Interrupted):
+        box.gate("baseline", FakeSmoke(partial="baseline"))
+    assert box.state.last_good(PROFILE.name) is None
+    assert box.running() == []
+
+
+def test_a_partial_last_good_report_is_no_reference(box: Box) -> None:
+    """A record an older opsctl wrote pointing at a partial report: never compared with."""
+    first = passed_baseline(box)
+    stale = SmokeReport.model_validate_json(Path(first.report).read_text())
+    stale.partial, stale.passed = True, False
+    write_report(stale, Path(first.report))
+    smoke = FakeSmoke()
+    box.gate("gathercast", smoke)
+    assert smoke.asks[-1].compare_with is None
 
 
 def test_ctrl_c_without_a_last_good_leaves_nothing_running(box: Box) -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from opsctl.core.errors import UsageError
+from opsctl.core.files import open_regular
 from opsctl.traffic.evals.extract import extract_answer
 
 MAX_DATASET_BYTES = 64 * 1024 * 1024  # the GSM8K test split is under 1 MiB
@@ -63,17 +64,18 @@ def load_gsm8k(path: Path, sha256: str) -> Dataset:
     """Read and validate a GSM8K-shaped JSONL file whose sha256 must equal ``sha256``."""
     pin = normalize_pin(sha256)
     try:
-        size = path.stat().st_size
-    except OSError as exc:
+        # Regular files only, the cap checked while reading (a FIFO blocked, /dev/zero ran out
+        # of memory: `stat` says 0 bytes for both).
+        with open_regular(path, "dataset") as handle:
+            raw = handle.read(MAX_DATASET_BYTES + 1)
+    except FileNotFoundError as exc:
         raise DatasetError(f"{path}: {exc.strerror}",
                            hint="fetch the file on this host and pin its sha256") from None
-    if size > MAX_DATASET_BYTES:
-        raise DatasetError(f"{path}: {size} bytes, more than the {MAX_DATASET_BYTES} accepted",
-                           hint="is this a GSM8K-shaped JSONL file?")
-    try:
-        raw = path.read_bytes()
     except OSError as exc:
         raise DatasetError(f"{path}: cannot read: {exc.strerror}") from None
+    if len(raw) > MAX_DATASET_BYTES:
+        raise DatasetError(f"{path}: more than the {MAX_DATASET_BYTES} bytes accepted",
+                           hint="is this a GSM8K-shaped JSONL file?")
     actual = hashlib.sha256(raw).hexdigest()
     if actual != pin:
         raise DatasetError(f"{path}: sha256 {actual} does not match the pin {pin}",
