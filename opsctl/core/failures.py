@@ -4,14 +4,17 @@ cause, turned into OpsctlErrors: one line, a hint and a documented exit code.
 `opsctl.cli.app.main` calls `as_opsctl_error` on whatever escapes a command. The families and
 their codes (README's exit-code table says the same, from `core.errors.EXIT_CODES`):
 
-  2  OSError on a path (unreadable, unwritable, a directory, no space), text that is not UTF-8,
-     a YAML error, input nested past Python's recursion limit, an invalid URL
+  2  OSError on a named path (unreadable, unwritable, a directory, no space), text that is not
+     UTF-8, a YAML error, input nested past Python's recursion limit while a JSON or YAML
+     decoder reads it, an invalid URL
   4  an HTTP error from a server (refused, reset, timed out, a broken answer), a socket-level
      connection failure, the Docker engine refusing a request (its API answered 4xx)
   6  the Docker engine failing mid-call (docker-py or requests error, API 5xx)
   130 Ctrl-C
 
-Anything else is a bug in opsctl and keeps its traceback (exit 1). A library is looked up in
+Anything else is a bug in opsctl and keeps its traceback (exit 1): also an OSError that names no
+path (opsctl misusing a file descriptor or a socket) and a RecursionError outside a decoder
+(opsctl's own recursion), which are never the user's input. A library is looked up in
 `sys.modules`, never imported here: an error of a library that was never loaded cannot occur,
 and `opsctl --help` stays fast.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import socket
 import sys
 
 from opsctl.core.errors import (
@@ -83,11 +87,14 @@ def _http_error(exc: BaseException) -> OpsctlError | None:
     return None
 
 
-def _os_error(exc: OSError) -> OpsctlError:
-    if isinstance(exc, ConnectionError | TimeoutError):
+def _os_error(exc: OSError) -> OpsctlError | None:
+    if isinstance(exc, ConnectionError | TimeoutError | socket.gaierror | socket.herror) or (
+            type(exc).__module__.split(".")[0] == "aiohttp"):
         return LaunchError(f"connection failed: {type(exc).__name__}: {_one_line(exc)}",
                            hint="is the server up and answering? (`opsctl status`)")
     paths = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p is not None)
+    if not paths:
+        return None  # no path the user named or opsctl writes: a bug, with its traceback
     reason = exc.strerror or type(exc).__name__
     hint = _OS_HINTS.get(exc.errno or 0, "check the path and the disk").format(uid=os.geteuid())
     return UsageError(f"{paths}: {reason}" if paths else f"{reason}: {_one_line(exc)}", hint=hint)
@@ -103,13 +110,27 @@ def _yaml_error(exc: BaseException) -> OpsctlError | None:
     return ProfileError(f"invalid YAML{where}: {reason}", hint="fix the YAML syntax")
 
 
+# Where a RecursionError means "the input nests too deeply": the stdlib's JSON decoder, PyYAML's
+# composer and constructor, pydantic's validation of the decoded value.
+_DECODER_PATHS = (f"{os.sep}json{os.sep}", f"{os.sep}yaml{os.sep}", f"{os.sep}pydantic")
+
+
+def _raised_by_a_decoder(exc: BaseException) -> bool:
+    frame = exc.__traceback__
+    while frame is not None:
+        if any(part in frame.tb_frame.f_code.co_filename for part in _DECODER_PATHS):
+            return True
+        frame = frame.tb_next
+    return False
+
+
 def as_opsctl_error(exc: BaseException) -> OpsctlError | None:
     """The OpsctlError a foreign exception stands for, or None when it is a bug in opsctl."""
     if isinstance(exc, OpsctlError):
         return exc
     if isinstance(exc, KeyboardInterrupt):
         return INTERRUPTED
-    if isinstance(exc, RecursionError):
+    if isinstance(exc, RecursionError) and _raised_by_a_decoder(exc):
         return UsageError("the input is nested too deeply to read",
                           hint="a profile, report or answer nests far deeper than any real one")
     if isinstance(exc, UnicodeDecodeError):

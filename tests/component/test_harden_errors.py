@@ -9,6 +9,7 @@ engine or the user (`[/x]`, `[bold]`, Docker's "only [a-zA-Z0-9]...") print as w
 from __future__ import annotations
 
 import errno
+import json
 import os
 import signal
 import socket
@@ -54,6 +55,16 @@ def _api_error(status: int) -> docker.errors.APIError:
     return docker.errors.APIError("engine said no", response=response, explanation="nope [/x]")
 
 
+def _decoder_recursion() -> RecursionError:
+    """A RecursionError as the JSON decoder raises it on deeply nested input (its traceback runs
+    through json/); a bare one is opsctl's own recursion, a bug (below)."""
+    try:
+        json.loads("[" * 200_000 + "]" * 200_000)
+    except RecursionError as exc:
+        return exc
+    raise AssertionError("json decoded 200,000 levels")
+
+
 FAMILIES = [
     (PermissionError(errno.EACCES, "Permission denied", "/x/report.json"), 2, "Permission denied"),
     (IsADirectoryError(errno.EISDIR, "Is a directory", "/tmp"), 2, "Is a directory"),
@@ -63,7 +74,7 @@ FAMILIES = [
     (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"), 2, "0xff"),
     (UnicodeEncodeError("ascii", "\u2713", 0, 1, "no"), 2, "ascii"),
     (yaml.scanner.ScannerError(problem="found character '\\t'"), 2, "invalid YAML"),
-    (RecursionError("maximum recursion depth exceeded"), 2, "nested too deeply"),
+    (_decoder_recursion(), 2, "nested too deeply"),
     (httpx.InvalidURL("Invalid port: ':x'"), 2, "not a usable URL"),
     (httpx.UnsupportedProtocol("unsupported 'ftp://'", request=_request()), 2, "not a usable URL"),
     (httpx.ConnectError("refused", request=_request()), 4, "the server failed"),
@@ -87,7 +98,9 @@ def test_each_family_maps_to_its_documented_code(exc: BaseException, code: int, 
     assert mapped.hint
 
 
-@pytest.mark.parametrize("bug", [ValueError("x"), KeyError("k"), TypeError("t"), AssertionError()])
+@pytest.mark.parametrize("bug", [ValueError("x"), KeyError("k"), TypeError("t"), AssertionError(),
+                                 RecursionError("maximum recursion depth exceeded"),
+                                 OSError(errno.EBADF, "Bad file descriptor")])
 def test_a_bug_stays_a_bug(bug: Exception) -> None:
     assert as_opsctl_error(bug) is None
 
