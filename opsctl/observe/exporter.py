@@ -16,13 +16,16 @@ from __future__ import annotations
 import json
 import logging
 import math
+import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -198,13 +201,36 @@ def exporter_registry(source: InfoSource, reports: Path | None,
     return registry
 
 
+# The listen backlog of opsctl's own HTTP servers (the exporter, the metrics proxy): the
+# standard library's default of 5 left 428 of 1,000 concurrent scrapes timing out; the kernel
+# caps it at net.core.somaxconn.
+LISTEN_BACKLOG = 1024
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """A scrape every few seconds is not news."""
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    request_queue_size = LISTEN_BACKLOG
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up mid-answer is not the exporter's problem."""
+
+
 def start(registry: CollectorRegistry, address: str, port: int) -> tuple[Any, threading.Thread]:
     """Serve /metrics from a background thread; call `.shutdown()` on the server to stop."""
+    server_class = type("_Server6", (_Server,), {"address_family": socket.AF_INET6}) \
+        if ":" in address else _Server
     try:
-        server, thread = start_http_server(port, addr=address, registry=registry)
+        server = make_server(address, port, make_wsgi_app(registry), server_class, _QuietHandler)
     except OSError as exc:
         raise UsageError(f"cannot listen on {address}:{port}: {exc.strerror}",
                          hint="pick another --port or stop what uses it") from None
+    thread = threading.Thread(target=server.serve_forever, name="opsctl-exporter", daemon=True)
+    thread.start()
     return server, thread
 
 

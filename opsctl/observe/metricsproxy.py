@@ -31,6 +31,7 @@ import httpx
 
 from opsctl.core.errors import UsageError
 from opsctl.core.httpcap import MAX_BODY_BYTES, BodyTooLarge, capped_client, mib, read_capped
+from opsctl.observe.exporter import LISTEN_BACKLOG
 
 if TYPE_CHECKING:
     from opsctl.config.profiles import Profile
@@ -153,6 +154,7 @@ def make_server(address: str, port: int, respond: Callable[[str, str, Any], Repl
 
     class Server(ThreadingHTTPServer):
         daemon_threads = True
+        request_queue_size = LISTEN_BACKLOG
 
         def handle_error(self, request: Any, client_address: Any) -> None:
             """A client that hangs up or fails its TLS handshake is not the server's problem."""
