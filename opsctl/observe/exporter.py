@@ -220,12 +220,16 @@ class _Server(ThreadingMixIn, WSGIServer):
         """A client that hangs up mid-answer is not the exporter's problem."""
 
 
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
 def start(registry: CollectorRegistry, address: str, port: int) -> tuple[Any, threading.Thread]:
     """Serve /metrics from a background thread; call `.shutdown()` on the server to stop."""
-    server_class = type("_Server6", (_Server,), {"address_family": socket.AF_INET6}) \
-        if ":" in address else _Server
+    server_class: type[_Server] = _Server6 if ":" in address else _Server
     try:
-        server = make_server(address, port, make_wsgi_app(registry), server_class, _QuietHandler)
+        server: _Server = make_server(address, port, make_wsgi_app(registry), server_class,
+                                      _QuietHandler)
     except OSError as exc:
         raise UsageError(f"cannot listen on {address}:{port}: {exc.strerror}",
                          hint="pick another --port or stop what uses it") from None

@@ -176,7 +176,7 @@ class Generation:
             "model": gen.model,
             "choices": [{
                 "index": 0,
-                "message": shapes.chat_message(self._release, "".join(e.text for e in events)),
+                "message": self._chat_message(gen.plan, events),
                 "logprobs": None,
                 "finish_reason": last.finish_reason["type"] if last.finish_reason else None,
                 "matched_stop": _matched(last.finish_reason),
@@ -184,6 +184,15 @@ class Generation:
             "usage": self._usage(gen.prompt_tokens, last.completion_tokens),
             "metadata": {"weight_version": self._args.weight_version},
         })
+
+    def _chat_message(self, plan: Plan, events: list[TokenEvent]) -> dict[str, Any]:
+        thinking = getattr(plan, "is_thinking", lambda position: False)
+        message = shapes.chat_message(
+            self._release, "".join(e.text for e in events if not thinking(e.position)))
+        thought = "".join(e.text for e in events if thinking(e.position))
+        if thought:  # sglang's reasoning parser puts the thinking here
+            message["reasoning_content"] = thought
+        return message
 
     async def _chat_chunks(self, gen: GenerationInput, times: RequestTimes
                            ) -> AsyncIterator[bytes]:
@@ -197,11 +206,13 @@ class Generation:
             return _sse(shapes.chat_chunk(self._release, head, delta, finish, matched))
 
         last: TokenEvent | None = None
+        thinking = getattr(gen.plan, "is_thinking", lambda position: False)
         async for event in self._events(gen, times):
             if event.position == 0:
                 yield chunk({"role": "assistant", "content": ""})
             if event.text:
-                yield chunk({"content": event.text})
+                field = "reasoning_content" if thinking(event.position) else "content"
+                yield chunk({field: event.text})
             last = event
         finish = last.finish_reason if last else None
         yield chunk({}, finish["type"] if finish else None, _matched(finish))

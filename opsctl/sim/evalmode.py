@@ -26,6 +26,11 @@ container's environment; a bad value answers HTTP 500 naming the variable):
 ``OPSCTL_SIM_EVAL_SEED``          0        which questions are the wrong ones
 ``OPSCTL_SIM_NEEDLE_MAX_TOKENS``  unset    a needle starting more than N prompt tokens into the
                                            prompt is missed (tokens counted as for ``usage``)
+``OPSCTL_SIM_EVAL_REASONING``     none     chat answers with a thinking trace, as sglang streams it
+                                           with --reasoning-parser (``reasoning_content`` first):
+                                           ``decoy`` a wrong final number in the thinking and the
+                                           key's answer in ``content``; ``swap`` the key's answer
+                                           in the thinking and a wrong number in ``content``
 ================================  =======  ======================================================
 """
 
@@ -46,6 +51,7 @@ from opsctl.sim.generate import EOS_TOKEN_ID, Plan, count_text_tokens, message_t
 KEY_ENV = "OPSCTL_SIM_EVAL_KEY"
 WRONG_SHARE_ENV = "OPSCTL_SIM_EVAL_WRONG_SHARE"
 SEED_ENV = "OPSCTL_SIM_EVAL_SEED"
+REASONING_ENV = "OPSCTL_SIM_EVAL_REASONING"
 NEEDLE_MAX_TOKENS_ENV = "OPSCTL_SIM_NEEDLE_MAX_TOKENS"
 
 # The probe's wording (opsctl/traffic/evals/probes.py builds it; the two must agree).
@@ -61,14 +67,20 @@ class AnswerPlan(Plan):
     """A Plan whose tokens are fixed text pieces (one per token) instead of hashed words."""
 
     pieces: tuple[str, ...] = ()
+    thinking: int = 0  # the first `thinking` pieces are the thinking trace (`reasoning_content`)
 
     @classmethod
-    def of_text(cls, prompt: Any, text: str, max_new_tokens: int | None) -> AnswerPlan:
-        pieces = tuple(_PIECE_RE.findall(text))
+    def of_text(cls, prompt: Any, text: str, max_new_tokens: int | None,
+                thinking: str = "") -> AnswerPlan:
+        thought = tuple(_PIECE_RE.findall(thinking))
+        pieces = thought + tuple(_PIECE_RE.findall(text))
         natural = len(pieces) + 1  # EOS closes the answer
         total = natural if max_new_tokens is None else min(natural, max_new_tokens)
         return cls(key=prompt_key(prompt, b"eval"), total=total, stops=total == natural,
-                   pieces=pieces)
+                   pieces=pieces, thinking=len(thought))
+
+    def is_thinking(self, position: int) -> bool:
+        return position < self.thinking
 
     def token(self, position: int) -> tuple[int, str]:
         if self.stops and position == self.total - 1:
@@ -89,6 +101,7 @@ class EvalKey:
 class EvalSettings:
     key: EvalKey | None
     needle_max_tokens: int | None
+    reasoning: str = "none"  # none | decoy | swap (OPSCTL_SIM_EVAL_REASONING)
 
 
 def eval_plan(prompt: Any, max_new_tokens: int | None,
@@ -103,6 +116,11 @@ def eval_plan(prompt: Any, max_new_tokens: int | None,
         question = last_question(text)
         known = settings.key.answers.get(question) if question is not None else None
         answer = None if known is None else " " + known  # continues "Answer:" as a model would
+        if answer is not None and isinstance(prompt, list) and settings.reasoning != "none":
+            wrong = " " + _wrong(known or "")
+            thinking, answer = ((wrong, answer) if settings.reasoning == "decoy"
+                                else (answer, wrong))
+            return AnswerPlan.of_text(prompt, answer, max_new_tokens, thinking=thinking)
     return None if answer is None else AnswerPlan.of_text(prompt, answer, max_new_tokens)
 
 
@@ -162,7 +180,10 @@ def settings_from_env(environ: Mapping[str, str]) -> EvalSettings:
         except OSError as exc:
             raise ValueError(f"{KEY_ENV}={path!r}: {exc.strerror}") from None
         key = load_key(path, stat.st_mtime_ns, stat.st_size, share, seed)
-    return EvalSettings(key=key, needle_max_tokens=needle_max)
+    reasoning = environ.get(REASONING_ENV, "").strip() or "none"
+    if reasoning not in ("none", "decoy", "swap"):
+        raise ValueError(f"{REASONING_ENV} must be none, decoy or swap, got {reasoning!r}")
+    return EvalSettings(key=key, needle_max_tokens=needle_max, reasoning=reasoning)
 
 
 def _number(environ: Mapping[str, str], name: str, default: str) -> float:

@@ -79,7 +79,8 @@ class RequestResult:
     error_kind: ErrorKind | None = None
     error: str | None = None
     status: int | None = None
-    text: str = ""
+    text: str = ""  # the answer (content); what evals score
+    reasoning: str = ""  # the thinking (`reasoning_content`): evidence, never scored
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     output_tokens: int = 0
@@ -234,6 +235,8 @@ class _Stream:
         self.done = False
         self.parts: list[str] = []
         self.kept = 0  # characters in `parts`
+        self.thoughts: list[str] = []  # the thinking (`reasoning_content`), kept apart
+        self.kept_thinking = 0
         self.text_bytes = 0
         self.chunks = 0  # chunks that carried a choice, with or without text
         self.last_text_at: float | None = None
@@ -270,7 +273,8 @@ class _Stream:
             result.prompt_tokens = piece.usage.prompt_tokens
         if piece.has_choice:
             self.chunks += 1
-        if piece.text:
+        generated = piece.text or piece.thinking
+        if generated:
             if self.last_text_at is None:
                 result.ttft_s = now - self.start
             else:
@@ -285,10 +289,13 @@ class _Stream:
             self.last_text_at = now
             self.count_at_last_text = count
             result.content_chunks += 1
-            self.text_bytes += len(piece.text.encode())
+            self.text_bytes += len(generated.encode())
             if self.kept < MAX_KEPT_TEXT_CHARS:
                 self.parts.append(piece.text[:MAX_KEPT_TEXT_CHARS - self.kept])
                 self.kept += len(self.parts[-1])
+            if self.kept_thinking < MAX_KEPT_TEXT_CHARS:
+                self.thoughts.append(piece.thinking[:MAX_KEPT_TEXT_CHARS - self.kept_thinking])
+                self.kept_thinking += len(self.thoughts[-1])
         if piece.finish_reason:
             result.finish_reason = piece.finish_reason
 
@@ -296,6 +303,7 @@ class _Stream:
         result = self.result
         result.status = self.status
         result.text = "".join(self.parts)
+        result.reasoning = "".join(self.thoughts)
         if not self.done and result.finish_reason is None:
             return result.fail("stream_cut",
                                "stream closed before any finish_reason (and without data: [DONE])")
@@ -363,15 +371,15 @@ async def generate(
         return result.fail("bad_response", f"not a completion: {exc}")
     if piece.error is not None:
         return result.fail("stream_error", piece.error)
-    result.text = piece.text
+    result.text, result.reasoning = piece.text, piece.thinking
     result.finish_reason = piece.finish_reason
     if piece.usage is not None and piece.usage.completion_tokens is not None:
         result.output_tokens = piece.usage.completion_tokens
         result.prompt_tokens = piece.usage.prompt_tokens
         result.token_source = "usage"
         result.usage_note = implausible_usage(result.output_tokens, body.get("max_tokens"),
-                                              len(result.text.encode()), 0, 0)
-    if not result.text.strip():
+                                              len((result.reasoning + result.text).encode()), 0, 0)
+    if not (result.reasoning + result.text).strip():
         return result.fail("empty", "empty generated text")
     if result.finish_reason not in SANE_FINISH_REASONS:
         return result.fail("bad_response", f"finish_reason {result.finish_reason!r}")

@@ -33,11 +33,14 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class Piece:
-    text: str
+    text: str  # the answer: completion text, or a chat message's `content`
     finish_reason: str | None
     usage: Usage | None
     has_choice: bool  # the chunk carried a choice (a usage-only chunk does not)
     error: str | None = None  # an in-band error object's message
+    # A reasoning model's thinking (`reasoning_content`, split off by sglang's --reasoning-parser):
+    # generated tokens (they count for TTFT and ITL), never the answer that is scored.
+    thinking: str = ""
 
 
 def snippet(raw: bytes | str) -> str:
@@ -111,30 +114,35 @@ def parse_piece(api: Api, payload: Any, *, stream: bool) -> Piece:
     if not choices and not stream:
         raise Malformed("choices is empty")
     texts: list[str] = []
+    thoughts: list[str] = []
     finish: str | None = None
     for index, choice in enumerate(choices):
         if not isinstance(choice, dict):
             raise Malformed(f"choices[{index}] is {_kind(choice)}, expected an object")
-        texts.append(_choice_text(api, choice, index, stream))
+        thinking, text = _choice_text(api, choice, index, stream)
+        texts.append(text)
+        thoughts.append(thinking)
         reason = _optional_str(choice.get("finish_reason"), f"choices[{index}].finish_reason")
         finish = reason or finish
-    return Piece("".join(texts), finish, _usage(payload.get("usage")), has_choice=bool(choices))
+    return Piece("".join(texts), finish, _usage(payload.get("usage")), has_choice=bool(choices),
+                 thinking="".join(thoughts))
 
 
-def _choice_text(api: Api, choice: dict[str, Any], index: int, stream: bool) -> str:
+def _choice_text(api: Api, choice: dict[str, Any], index: int, stream: bool) -> tuple[str, str]:
+    """(thinking, answer) of one choice."""
     where = f"choices[{index}]"
     if api == "completions":
-        return _optional_str(choice.get("text"), f"{where}.text") or ""
+        return "", _optional_str(choice.get("text"), f"{where}.text") or ""
     key = "delta" if stream else "message"
     message = choice.get(key)
     if message is None:
-        return ""
+        return "", ""
     if not isinstance(message, dict):
         raise Malformed(f"{where}.{key} is {_kind(message)}, expected an object")
     # A reasoning model streams its thinking first; those are generated tokens too.
     thinking = _optional_str(message.get("reasoning_content"), f"{where}.{key}.reasoning_content")
     content = _optional_str(message.get("content"), f"{where}.{key}.content")
-    return (thinking or "") + (content or "")
+    return thinking or "", content or ""
 
 
 def _usage(value: Any) -> Usage | None:

@@ -160,7 +160,7 @@ async def _phase(conn: Connection, runner: InProcess, plan: PhasePlan) -> None:
     with contextlib.suppress(asyncio.CancelledError):  # stopped: report what finished
         await runner.run(plan, phase, lambda: _send(conn, ("done", None)))
     for result in phase.batch.results:
-        result.text = ""  # bench reads no text: do not ship it back
+        result.text = result.reasoning = ""  # bench reads no text: do not ship it back
     _send(conn, ("phase", phase))
 
 

@@ -178,3 +178,29 @@ def test_failed_requests_are_errors_and_fail_the_gate(
     assert (result.score.errors, result.score.correct) == (10, 30)
     assert not result.score.passed
     assert all("HTTP 500" in (item.error or "") for item in result.items if not item.correct)
+
+
+# --- a reasoning model: only the answer (`content`) is scored, never the thinking -------------
+
+
+def test_a_wrong_number_in_the_thinking_does_not_fail_a_right_answer(
+        sim_server: StartSim, files: tuple[Dataset, Dataset, Path]) -> None:
+    test, train, key = files
+    env = {**FAST, "OPSCTL_SIM_EVAL_KEY": str(key), "OPSCTL_SIM_EVAL_REASONING": "decoy"}
+    result = evaluate(sim_server(env=env).url, test, train, threshold=0.9, api="chat")
+    assert result.scored == "content"
+    assert (result.score.correct, result.score.total) == (40, 40), result.score.verdict
+    # The thinking is kept as evidence: it ends on another number than the answer's.
+    assert all(item.reasoning and not item.reasoning.rstrip().endswith(f"#### {item.label}")
+               and item.text and item.text.rstrip().endswith(f"#### {item.label}")
+               for item in result.items)
+
+
+def test_a_right_number_in_the_thinking_does_not_pass_a_wrong_answer(
+        sim_server: StartSim, files: tuple[Dataset, Dataset, Path]) -> None:
+    test, train, key = files
+    env = {**FAST, "OPSCTL_SIM_EVAL_KEY": str(key), "OPSCTL_SIM_EVAL_REASONING": "swap"}
+    result = evaluate(sim_server(env=env).url, test, train, threshold=0.5, api="chat")
+    assert result.score.correct == 0 and not result.score.passed
+    assert all(item.reasoning and item.reasoning.rstrip().endswith(f"#### {item.label}")
+               for item in result.items)

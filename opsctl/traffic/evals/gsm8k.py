@@ -60,7 +60,10 @@ class EvalItem(BaseModel):
     label: int
     predicted: int | None = None  # None: no integer in the output (sglang's INVALID)
     correct: bool = False
-    text: str | None = None
+    text: str | None = None  # the answer that was scored (a chat reply's `content`)
+    # The thinking a reasoning parser split off (`reasoning_content`): kept as evidence, never
+    # scored, so a number in the trace cannot pass for the answer.
+    reasoning: str | None = None
     finish_reason: str | None = None
     completion_tokens: int | None = None
     error: str | None = None
@@ -78,6 +81,7 @@ class EvalResult(BaseModel):
     max_tokens: int
     stop: list[str]
     api: Api
+    scored: Literal["content"] = "content"  # what is scored: the answer, never the thinking
     duration_s: float
     score: Score
     items: list[EvalItem]
@@ -148,7 +152,7 @@ async def run_gsm8k(
 def judge(index: int, item: Gsm8kItem, result: RequestResult) -> EvalItem:
     """Score one response; an empty completion is an invalid answer, not a request error."""
     record = EvalItem(index=index, line=item.line, label=item.label, text=result.text,
-                      finish_reason=result.finish_reason,
+                      reasoning=result.reasoning or None, finish_reason=result.finish_reason,
                       completion_tokens=result.output_tokens if result.token_source == "usage"
                       else None)
     if not result.ok and result.error_kind != "empty":
