@@ -6,7 +6,7 @@
 # small functions matter, not small files.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/ruff check opsctl tests bench scripts
+.venv/bin/ruff check --no-cache opsctl tests bench scripts
 .venv/bin/mypy opsctl
 .venv/bin/python scripts/cli_reference.py --check
 .venv/bin/python scripts/variant_table.py --check

@@ -19,10 +19,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import docker
 import pytest
 from simprofile import add_weights, remove_containers, sim_profile_data, write_profile
 
-import docker
 from opsctl.core.errors import EXIT_SMOKE
 from opsctl.verify.checkpoint import checkpoint_id
 

@@ -15,11 +15,11 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import docker
 import httpx
 import pytest
 import yaml
 
-import docker
 from opsctl.core.errors import EXIT_DAEMON, EXIT_LAUNCH
 from opsctl.core.paths import project_root
 

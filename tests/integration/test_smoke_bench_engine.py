@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import docker
 import pytest
 
-import docker
 from opsctl.core.errors import EXIT_LAUNCH
 
 pytestmark = pytest.mark.docker
