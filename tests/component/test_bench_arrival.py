@@ -13,7 +13,7 @@ from conftest import OpsctlRunner, SimServer
 from opsctl.config.sloconfig import Slo
 from opsctl.traffic.arrival import Arrival, Batch, drive, poisson_gaps
 from opsctl.traffic.bench import BenchOptions, Target, run_bench
-from opsctl.traffic.bench_report import write_report_files
+from opsctl.traffic.bench_serving import write_report_files
 from opsctl.traffic.client import RequestResult
 from opsctl.traffic.stats import goodput
 
