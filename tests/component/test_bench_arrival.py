@@ -70,7 +70,8 @@ def test_duration_stops_sending_and_awaits_what_was_sent() -> None:
 
 
 def test_goodput_counts_requests_meeting_both_limits_over_all_sent() -> None:
-    slo = Slo.model_validate({"ttft_p50_ms": 100, "tpot_p50_ms": 20})
+    slo = Slo.model_validate({"ttft": {"quantile": 0.5, "threshold_ms": 100},
+                              "tpot": {"quantile": 0.5, "threshold_ms": 20}})
     good = RequestResult(ok=True, ttft_s=0.05, e2e_s=0.05 + 9 * 0.01, output_tokens=10,
                          itl_s=[0.01] * 9)
     slow = RequestResult(ok=True, ttft_s=0.5, e2e_s=0.5 + 9 * 0.01, output_tokens=10,
@@ -83,7 +84,8 @@ def test_goodput_counts_requests_meeting_both_limits_over_all_sent() -> None:
 
 def test_request_rate_run_writes_figures_goodput_and_bench_serving_jsonl(
         sim_server: StartSim, tmp_path: Path) -> None:
-    slo = Slo.model_validate({"ttft_p50_ms": 600, "tpot_p50_ms": 60})
+    slo = Slo.model_validate({"ttft": {"quantile": 0.5, "threshold_ms": 600},
+                              "tpot": {"quantile": 0.5, "threshold_ms": 60}})
     options = BenchOptions(concurrency=(16,), requests_per_level=32, input_words=16,
                            output_tokens=8, request_timeout_s=10.0,
                            arrival=Arrival(rate=8.0, seed=0), slo=slo)
