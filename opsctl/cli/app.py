@@ -60,7 +60,7 @@ def image_ref(value: str | None) -> str | None:
     from opsctl.image.registry import image_ref_problem
 
     problem = None if value is None else image_ref_problem(value)
-    if problem:
+    if value is not None and problem:
         raise typer.BadParameter(f"{value[:80]!r}: {problem}")
     return value
 
