@@ -136,15 +136,20 @@ def check_model_config(path: Path) -> dict[str, Any]:
         problems.append(f"model_type is not {GLM_MODEL_TYPE}")
     missing = [k for k in GLM_GEOMETRY if not _positive_int(config.get(k))]
     if missing:
-        problems.append("no positive integer " + ", ".join(missing))
+        problems.append(f"no integer from 1 to {GEOMETRY_MAX}: " + ", ".join(missing))
     if problems:
         raise UsageError(f"{path} is not a GLM-5-shaped config.json: {'; '.join(problems)}",
                          hint=f"use {FIXTURE} or the checkpoint's own config.json")
     return config
 
 
+# A sanity bound on each geometry number (GLM-5: 78 layers, 64 heads, kv_lora_rank 512, index_topk
+# 2048), not a model fact: sglang's resolution is linear in the layers (10^6 took 25 s).
+GEOMETRY_MAX = 1 << 16
+
+
 def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1 << 31
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= GEOMETRY_MAX
 
 
 def record_path(deployment: Deployment) -> Path:
