@@ -70,3 +70,25 @@ def test_a_version_with_a_trailing_newline_or_past_64_characters_is_refused_befo
     monkeypatch.setattr(stack, "ensure_wheel", reached)
     with pytest.raises(UsageError, match="is not a sglang version"):
         stack.generate(version, tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_an_output_that_cannot_be_written_is_refused_before_the_wheel(
+        kind: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`--output` a FIFO or a directory was refused only at the write, after the wheel download
+    and the pip install of the side environment (minutes on a cold cache)."""
+    from opsctl.argspec import extract
+
+    def reached(*_: object, **__: object) -> Path:
+        raise AssertionError("the wheel was looked up")
+
+    monkeypatch.setattr(stack, "ensure_wheel", reached)
+    monkeypatch.setattr(extract, "ensure_wheel", reached)
+    target = tmp_path / "out.json"
+    if kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.mkdir()
+    for generate in (stack.generate, extract.extract):
+        with pytest.raises(UsageError, match="--output"):
+            generate("0.5.23", tmp_path, target)
