@@ -30,7 +30,7 @@ from typing import Any
 from opsctl.argspec import spec as sglang_args
 from opsctl.core import wheels
 from opsctl.core.errors import BuildError, UsageError
-from opsctl.core.files import sha256_file
+from opsctl.core.files import atomic_write_text, check_output_path, sha256_file
 
 PROBE = Path(__file__).with_name("probe.py")
 SERVER_ARGS = "sglang/srt/server_args.py"
@@ -56,6 +56,8 @@ def extract(
 
     `wheel_dir` defaults to the wheel cache ($OPSCTL_WHEEL_CACHE).
     """
+    if output is not None:
+        check_output_path(output, "--output")  # before the wheel and the probe, not after
     target = output or sglang_args.spec_path(version)
     with _staged(version, wheel_dir or wheels.cache_dir()) as stage:
         dump = run_probe(stage)
@@ -81,9 +83,9 @@ def extract(
             "parser": dump["parser"],
             "actions": dump["actions"],
         }
-    target.parent.mkdir(parents=True, exist_ok=True)
     # Header keys first for readers; the probe already sorted the keys inside each action.
-    target.write_text(json.dumps(record, indent=1) + "\n")
+    # Never half-written; not scrubbed: the record is the wheel's own help text, kept verbatim.
+    atomic_write_text(target, json.dumps(record, indent=1) + "\n", scrub=False)
     return Extraction(version=version, path=target, wheel=stage.wheel, actions=len(dump["actions"]))
 
 

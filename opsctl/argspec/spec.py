@@ -26,7 +26,8 @@ from opsctl.core.paths import project_root
 SPEC_DIR = "sglang-args"
 SPEC_FILE = "cli-args.json"
 SPEC_FORMAT = 1
-VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+_-]*$")
+# \Z, not $: $ also matches before a trailing newline; 64 characters at most (a path part).
+VERSION_RE = re.compile(r"\A[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}\Z")
 
 # Value converters the JSON may name. A custom sglang type function (e.g. json_list_type) is not
 # importable here, so such values are checked as plain strings (argparse's default).

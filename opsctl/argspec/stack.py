@@ -30,7 +30,7 @@ from opsctl.argspec import spec as sglang_args
 from opsctl.argspec.extract import ensure_wheel, recorded_wheel_name
 from opsctl.core import wheels
 from opsctl.core.errors import BuildError, UsageError
-from opsctl.core.files import atomic_write_text, sha256_file
+from opsctl.core.files import atomic_write_text, check_output_path, sha256_file
 from opsctl.core.paths import project_root
 
 STACK_FORMAT = 1
@@ -136,6 +136,8 @@ def generate(version: str, wheel_dir: Path | None = None, output: Path | None = 
     """Make the stack record of sglang `version` from the real wheels and write it."""
     if not sglang_args.VERSION_RE.match(version):
         raise UsageError(f"{version!r} is not a sglang version", hint="e.g. --version 0.5.23")
+    if output is not None:
+        check_output_path(output, "--output")  # before the wheel and pip, not after
     cache = wheel_dir or wheels.cache_dir()
     wheel = ensure_wheel(version, cache, recorded_wheel_name(sglang_args.spec_path(version)))
     pins = metadata_pins(wheel)

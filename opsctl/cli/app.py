@@ -54,6 +54,17 @@ VariantOpt = Annotated[str | None, typer.Option("--variant", "-v", help="Variant
 Number = TypeVar("Number", int, float)
 
 
+def image_ref(value: str | None) -> str | None:
+    """A typer callback for `--image`: a reference `docker run` can take, checked while the
+    command line is parsed (exit 2), never a plan or a launch with an image no engine names."""
+    from opsctl.image.registry import image_ref_problem
+
+    problem = None if value is None else image_ref_problem(value)
+    if value is not None and problem:
+        raise typer.BadParameter(f"{value[:80]!r}: {problem}")
+    return value
+
+
 def within(low: float, high: float) -> Callable[[Number | None], Number | None]:
     """A typer callback: the option's value must be a finite number in [low, high].
 

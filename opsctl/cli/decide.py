@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, app, console, within
+from opsctl.cli.app import ProfileOpt, app, console, image_ref, within
 from opsctl.config.profile_checks import MAX_READINESS_SECONDS
 
 if TYPE_CHECKING:
@@ -39,7 +39,8 @@ def decide(
         help="Readiness timeout per variant in seconds (default: the profile's).",
         callback=within(0.01, MAX_READINESS_SECONDS))] = None,
     image: Annotated[str | None, typer.Option(help="Run every variant on this image instead of "
-                     "the ones `opsctl build` made (for variants that share one image).")] = None,
+                     "the ones `opsctl build` made (for variants that share one image).",
+                     callback=image_ref)] = None,
 ) -> None:
     """Which variant is correct and fastest on this box, with evidence.
 

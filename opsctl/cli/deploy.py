@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, VariantOpt, app, command_group, console, err_console, within
+from opsctl.cli.app import ProfileOpt, VariantOpt, app, command_group, console, err_console, image_ref, within
 from opsctl.config.profile_checks import MAX_READINESS_SECONDS
 
 if TYPE_CHECKING:
@@ -141,7 +141,8 @@ def up(
     ] = False,
     image: Annotated[
         str | None,
-        typer.Option(help="Run this image instead of the one `opsctl build` made."),
+        typer.Option(help="Run this image instead of the one `opsctl build` made.",
+                     callback=image_ref),
     ] = None,
     no_verify: Annotated[
         bool,

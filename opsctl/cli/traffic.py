@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, within
+from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, image_ref, within
 
 if TYPE_CHECKING:
     from opsctl.config.profiles import Profile
@@ -194,7 +194,7 @@ def bench(
         "sglang.bench_serving's keys). Default: the profile's SLO; neither: no goodput.")] = None,
     image: Annotated[str | None, typer.Option(
         "--image", help="Run every --variants variant on this image instead of the one "
-        "`opsctl build` made (as `up --image`).")] = None,
+        "`opsctl build` made (as `up --image`).", callback=image_ref)] = None,
 ) -> None:
     """Concurrency sweep per variant: TTFT/ITL/TPOT/E2E percentiles, goodput, throughput.
 

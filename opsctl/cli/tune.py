@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, within
+from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, image_ref, within
 
 
 @app.command()
@@ -39,7 +39,7 @@ def tune(
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out (default: "
                       "the newest out/tune-*/) after an interruption.")] = False,
     image: Annotated[str | None, typer.Option(help="Run this image instead of the one "
-                     "`opsctl build` made.")] = None,
+                     "`opsctl build` made.", callback=image_ref)] = None,
 ) -> None:
     """Grid (or successive halving) over server settings: per point up -> verify -> short bench
     -> down; points that fail to start are recorded with the reason and skipped. Writes the

@@ -94,6 +94,14 @@ class ModelSpec(StrictModel):
     served_name: str = Field(description="Name clients send as `model` (--served-model-name).")
     architecture: str | None = Field(None, description="HF architecture, e.g. GlmMoeDsaForCausalLM.")
 
+    @field_validator("host_path", "container_path")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        # Docker bind-mounts absolute paths only; a relative one was refused at launch (exit 4).
+        if value is not None and not value.startswith("/"):
+            raise ValueError("must be an absolute path (Docker mounts only those)")
+        return value
+
     @field_validator("served_name")
     @classmethod
     def _no_colon(cls, value: str) -> str:

@@ -29,7 +29,7 @@ from opsctl.argspec.resolution import Probed
 from opsctl.argspec.spec import SPEC_DIR
 from opsctl.config.profiles import Deployment, check_argv, to_argv
 from opsctl.core.errors import ProfileError, UsageError
-from opsctl.core.files import atomic_write_text, sha256_file
+from opsctl.core.files import atomic_write_text, read_bounded, sha256_file
 from opsctl.core.paths import project_root
 
 RECORD_FORMAT = 1
@@ -120,9 +120,8 @@ def _capability(text: str) -> tuple[int, int]:
 def check_model_config(path: Path) -> dict[str, Any]:
     """A GLM-5-shaped config.json (GlmMoeDsaForCausalLM geometry), else UsageError."""
     try:
-        if path.stat().st_size > CONFIG_MAX_BYTES:
-            raise UsageError(f"{path} is larger than 1 MiB", hint="pass a model's config.json")
-        config = json.loads(path.read_text())
+        data = read_bounded(path, "--model-config", CONFIG_MAX_BYTES)
+        config = json.loads(data.decode())
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not JSON"
         raise UsageError(f"cannot read {path}: {reason}", hint="pass a model's config.json"
@@ -130,17 +129,27 @@ def check_model_config(path: Path) -> dict[str, Any]:
     problems = []
     if not isinstance(config, dict):
         config, problems = {}, ["not a JSON object"]
-    if GLM_ARCHITECTURE not in (config.get("architectures") or []):
+    architectures = config.get("architectures")
+    if not isinstance(architectures, list) or GLM_ARCHITECTURE not in architectures:
         problems.append(f"architectures lacks {GLM_ARCHITECTURE}")
     if config.get("model_type") != GLM_MODEL_TYPE:
         problems.append(f"model_type is not {GLM_MODEL_TYPE}")
-    missing = [k for k in GLM_GEOMETRY if not isinstance(config.get(k), int)]
+    missing = [k for k in GLM_GEOMETRY if not _positive_int(config.get(k))]
     if missing:
-        problems.append("no integer " + ", ".join(missing))
+        problems.append(f"no integer from 1 to {GEOMETRY_MAX}: " + ", ".join(missing))
     if problems:
         raise UsageError(f"{path} is not a GLM-5-shaped config.json: {'; '.join(problems)}",
                          hint=f"use {FIXTURE} or the checkpoint's own config.json")
     return config
+
+
+# A sanity bound on each geometry number (GLM-5: 78 layers, 64 heads, kv_lora_rank 512, index_topk
+# 2048), not a model fact: sglang's resolution is linear in the layers (10^6 took 25 s).
+GEOMETRY_MAX = 1 << 16
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= GEOMETRY_MAX
 
 
 def record_path(deployment: Deployment) -> Path:

@@ -22,6 +22,7 @@ past the cap (aiohttp decodes incrementally, under the wire's caps).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
 
 import httpx
 
@@ -145,6 +146,16 @@ class CappedTransport(httpx.BaseTransport):
 
     def close(self) -> None:
         self._inner.close()
+
+
+def answer_json(response: httpx.Response) -> Any:
+    """A server's answer decoded as JSON. ValueError when it is not JSON (or not UTF-8) and also
+    when it nests too deeply: a RecursionError from a server's answer would read as the user's
+    input nesting too deeply (exit 2, core.failures), when it is the server's fault."""
+    try:
+        return response.json()
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 def checked_base_url(url: str, option: str) -> str:

@@ -45,6 +45,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ SINGLE = "model.safetensors"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
 NEXTN_WEIGHTS = ("eh_proj", "enorm", "hnorm", "shared_head.norm")
 MAX_JSON_BYTES = 256 << 20  # an index of a 744B-parameter checkpoint is a few MiB
+MAX_SHARDS = 100_000  # a real checkpoint has hundreds; 10^6 names took 45 s to stat
 
 
 class Report:
@@ -67,9 +69,16 @@ class Report:
 
 
 def read_json(path: Path) -> Any:
-    if path.stat().st_size > MAX_JSON_BYTES:
+    """A regular file's JSON, opened without blocking (a FIFO would hang the probe until its
+    timeout) and read under the cap."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path.name} is not a regular file")
+        data = handle.read(MAX_JSON_BYTES + 1)
+    if len(data) > MAX_JSON_BYTES:
         raise ValueError(f"{path.name} is larger than {MAX_JSON_BYTES >> 20} MiB")
-    return json.loads(path.read_bytes())
+    return json.loads(data)
 
 
 def version_of(dist: str) -> str | None:
@@ -98,8 +107,9 @@ def check_config(report: Report, model_dir: Path) -> dict[str, Any] | None:
     if not isinstance(model_type, str) or not model_type:
         report.record("config.json", False, f"{path} names no model_type")
         return None
-    arch = config.get("architectures") or ["?"]
-    report.record("config.json", True, f"model_type {model_type!r}, {arch[0]}, "
+    arch = config.get("architectures")
+    first = arch[0] if isinstance(arch, list) and arch else "?"
+    report.record("config.json", True, f"model_type {model_type!r}, {first}, "
                   f"{config.get('num_hidden_layers', '?')} layers")
     return config
 
@@ -206,26 +216,28 @@ def check_shards(report: Report, model_dir: Path) -> dict[str, str]:
     if not weight_map:
         report.record("safetensors", False, f"{INDEX} names no tensor")
         return {}
+    shards = sorted(set(weight_map.values()))
+    if len(shards) > MAX_SHARDS:
+        report.record("safetensors", False, f"{INDEX} names {len(shards)} shards, more than "
+                      f"{MAX_SHARDS}: not a checkpoint's index")
+        return {}
     root = model_dir.resolve()
     sizes: dict[str, int] = {}
     problems: list[str] = []
-    for shard in sorted(set(weight_map.values())):
-        path = (model_dir / shard).resolve()
-        if root not in path.parents:
-            problems.append(f"{shard} lies outside the checkpoint folder")
-        elif not path.is_file():
-            problems.append(f"{shard} is missing")
-        elif path.stat().st_size == 0:
-            problems.append(f"{shard} is empty")
+    for shard in shards:
+        problem, size = shard_problem(root, model_dir, shard)
+        if problem:
+            problems.append(problem)
         else:
-            sizes[shard] = path.stat().st_size
+            sizes[shard] = size
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         report.record("safetensors", False, f"{INDEX} names {len(set(weight_map.values()))} "
                       f"shards; {problems[0]}{more}")
         return {}
     total = sum(sizes.values())
-    declared = (index.get("metadata") or {}).get("total_size") if isinstance(index, dict) else None
+    metadata = index.get("metadata") if isinstance(index, dict) else None
+    declared = metadata.get("total_size") if isinstance(metadata, dict) else None
     if isinstance(declared, int) and total < declared:
         report.record("safetensors", False, f"the {len(sizes)} shards hold {total} bytes, less "
                       f"than the index's total_size {declared}: truncated or partly downloaded")
@@ -234,6 +246,21 @@ def check_shards(report: Report, model_dir: Path) -> dict[str, str]:
                   f"{total / 2**30:.2f} GiB" + (f" (index total_size {declared})"
                                                  if isinstance(declared, int) else ""))
     return weight_map
+
+
+def shard_problem(root: Path, model_dir: Path, shard: str) -> tuple[str | None, int]:
+    """(why the shard the index names is unusable, or None; its size)."""
+    shown = shard if len(shard) <= 120 else shard[:120] + "..."
+    try:
+        path = (model_dir / shard).resolve()
+        if root not in path.parents:
+            return f"{shown!r} lies outside the checkpoint folder", 0
+        if not path.is_file():
+            return f"{shown} is missing", 0
+        size = path.stat().st_size
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte, a link loop
+        return f"{shown!r} cannot be read: {why(exc)}", 0
+    return (f"{shown} is empty", 0) if size == 0 else (None, size)
 
 
 def check_nextn(report: Report, config: dict[str, Any] | None, weight_map: dict[str, str]) -> None:

@@ -36,6 +36,10 @@ _HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0
     r"|\[[0-9A-Fa-f:]+\])(?::[0-9]{1,5})?"
 _COMPONENT = r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*"
 _REPOSITORY = re.compile(rf"^(?:{_HOST}/)?{_COMPONENT}(?:/{_COMPONENT})*$")
+# An image to run: such a repository with an optional :tag and @sha256 digest (Docker's
+# reference grammar), or an image ID (hex, which the component grammar already matches).
+_REFERENCE = re.compile(rf"(?:{_HOST}/)?{_COMPONENT}(?:/{_COMPONENT})*"
+                        r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?")
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,15 @@ def check_repository(value: str) -> str:
         hint = ("e.g. registry.example.com:5000/team/opsctl-sglang: lower case, no tag (each "
                 "image is pushed under its own tag)")
     raise UsageError(f"--push {value!r}: not a repository name (REGISTRY/REPO)", hint=hint)
+
+
+def image_ref_problem(value: str) -> str | None:
+    """Why `value` cannot name an image for `docker run`, or None."""
+    if not value:
+        return "empty (leave --image out to run the image `opsctl build` made)"
+    if len(value) > 512 or not _REFERENCE.fullmatch(value):
+        return "not an image reference (REPOSITORY[:TAG][@sha256:DIGEST], lower-case repository)"
+    return None
 
 
 def tag_of(ref: str) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from opsctl.core.errors import EXIT_LAUNCH, OpsctlError, UsageError
+from opsctl.core.httpcap import answer_json
 from opsctl.observe.dashboard import PanelSpec, decode_latency_panels
 
 QUERY_TIMEOUT_SECONDS = 30.0
@@ -69,8 +70,8 @@ def query_range(
 def _json_object(response: httpx.Response) -> dict[str, Any]:
     """The answer as a JSON object; {} when it is not one (a proxy's HTML error page)."""
     try:
-        body = response.json()
-    except ValueError:  # not JSON, or not UTF-8
+        body = answer_json(response)
+    except ValueError:  # not JSON, not UTF-8, or nested too deeply
         return {}
     return body if isinstance(body, dict) else {}
 

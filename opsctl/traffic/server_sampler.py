@@ -215,17 +215,19 @@ def latency(start: Mapping[Labels, Histogram], end: Mapping[Labels, Histogram]) 
 
 class _Gauge:
     def __init__(self) -> None:
-        self.total, self.count, self.peak = 0.0, 0, -math.inf
+        self.mean, self.count, self.peak = 0.0, 0, -math.inf
 
     def add(self, value: float | None) -> None:
         if value is not None:
-            self.total, self.count, self.peak = self.total + value, self.count + 1, max(self.peak, value)
+            # A running mean: a sum of finite samples near the float limit overflows to inf.
+            self.count += 1
+            self.mean = self.mean * ((self.count - 1) / self.count) + value / self.count
+            self.peak = max(self.peak, value)
 
     def figure(self) -> GaugeFigure | None:
         if not self.count:
             return None
-        return GaugeFigure(mean=round(self.total / self.count, 4), max=round(self.peak, 4),
-                           samples=self.count)
+        return GaugeFigure(mean=round(self.mean, 4), max=round(self.peak, 4), samples=self.count)
 
 
 class LevelSampler:

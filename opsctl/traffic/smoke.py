@@ -22,7 +22,9 @@ from typing import Any
 
 import httpx
 
+from opsctl.argspec.spec import VERSION_RE
 from opsctl.config.sloconfig import Slo
+from opsctl.core.httpcap import answer_json
 from opsctl.core.redact import API_KEY_ENV, mask_secret, redact, redact_model
 from opsctl.traffic.client import (
     Api,
@@ -362,15 +364,16 @@ async def _metrics(run: _Run, client: httpx.AsyncClient) -> tuple[CheckStatus, s
 
 
 async def _server_version(client: httpx.AsyncClient, timeout_s: float) -> str | None:
-    """The release /server_info reports as `version`, or None (no answer, not JSON, no string)."""
+    """The release /server_info reports as `version`, or None (no answer, not JSON, no version
+    shaped as a release's: a newline or markup never reaches the one-line detail)."""
     try:
         async with asyncio.timeout(timeout_s):
             response = await client.get("/server_info")
-        info = response.json() if response.status_code == 200 else None
+        info = answer_json(response) if response.status_code == 200 else None
     except (TimeoutError, httpx.HTTPError, ValueError):
         return None
     version = info.get("version") if isinstance(info, dict) else None
-    return version if isinstance(version, str) and len(version) <= 64 else None
+    return version if isinstance(version, str) and VERSION_RE.match(version) else None
 
 
 async def _slo(run: _Run) -> tuple[CheckStatus, str]:

@@ -19,6 +19,7 @@ from opsctl.config.profiles import Deployment, to_argv
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.errors import LaunchError, UsageError
 from opsctl.core.files import open_regular
+from opsctl.core.httpcap import answer_json
 from opsctl.core.redact import API_KEY_ENV
 from opsctl.kernels.kv_gather_cast import parse_marker
 from opsctl.traffic.client import ServerUnreachable
@@ -92,7 +93,7 @@ def fetch_json(client: httpx.Client, path: str, timeout_s: float, clock: Clock =
         raise LaunchError(f"GET {path} failed: {type(exc).__name__}: {exc}",
                           hint="check --base-url") from None
     try:
-        payload = httpx.Response(200, content=bytes(body)).json()
+        payload = answer_json(httpx.Response(200, content=bytes(body)))
     except ValueError:
         payload = None
     if not isinstance(payload, dict):

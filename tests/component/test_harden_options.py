@@ -160,3 +160,36 @@ def test_bad_option_values_are_one_line_exit_2(command: str, option: str, value:
     errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and says in errors[0], run.stderr
     assert not (tmp_path / "out").exists()  # refused before any report was started
+
+
+# Adversarial pass: `--image` was taken as given: `up --dry-run` planned `docker run ... a b`
+# (exit 0), `--image ''` silently ran the built image, a newline split the plan's lines.
+BAD_IMAGES = [
+    (["up", "-p", "sim", "--dry-run"], ""),
+    (["up", "-p", "sim", "--dry-run"], "a b"),
+    (["up", "-p", "sim", "--dry-run"], "Opsctl/Sim:1"),
+    (["up", "-p", "sim", "--dry-run"], "img\nx"),
+    (["bench", "-p", "sim"], "../../x"),
+    (["decide", "-p", "sim"], "x" * 600),
+    (["tune", "-p", "sim"], "a b"),
+]
+
+
+@pytest.mark.parametrize(("command", "image"), BAD_IMAGES,
+                         ids=[f"{case[0][0]}-{case[1][:12]!r}" for case in BAD_IMAGES])
+def test_an_image_that_no_engine_could_name_is_exit_2_while_parsing(
+        command: list[str], image: str, tmp_path: Path) -> None:
+    run = opsctl(*command, "--image", image, cwd=tmp_path)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr and "--image" in run.stderr
+    assert not run.stdout.strip()  # no plan printed
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("image", [
+    "opsctl/sim:0.5.23-755ff08c23f4b625", "e352d64a2948", "lmsysorg/sglang:v0.5.9-cu130",
+    "registry.example.com:5000/team/opsctl-sglang:t@sha256:" + "a" * 64, "[::1]:5000/a/b"])
+def test_an_image_reference_docker_takes_is_accepted(image: str) -> None:
+    from opsctl.image.registry import image_ref_problem
+
+    assert image_ref_problem(image) is None

@@ -162,6 +162,12 @@ VALUES = {
                           "is not an environment variable name"),
     "host-env-twice": ("  env:\n", "  env_from_host: [HF_TOKEN, HF_TOKEN]\n  env:\n",
                        "listed twice"),
+    # Adversarial pass: Docker refuses a relative bind mount only at launch (exit 4, preflight).
+    "host-path-relative": ("  container_path: /models/GLM-5-NVFP4",
+                           "  host_path: weights/glm5\n  container_path: /models/GLM-5-NVFP4",
+                           "an absolute path"),
+    "container-path-relative": ("  container_path: /models/GLM-5-NVFP4",
+                                "  container_path: models/GLM-5-NVFP4", "an absolute path"),
     "host-env-also-set": ("  env:\n", "  env_from_host: [OPSCTL_KV_GATHER_CAST]\n  env:\n",
                           "in env_from_host and set"),
 }

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from opsctl.config.resolve import check_model_config
 from opsctl.core.errors import EXIT_USAGE, OpsctlError
 from opsctl.core.files import read_bounded
 from opsctl.observe.alertmanager import load_receivers
@@ -34,6 +35,7 @@ READERS: dict[str, Callable[[Path], object]] = {
     "dataset-path": lambda path: build(WorkloadSpec(name="sharegpt", dataset_path=path)),
     "receivers": load_receivers,
     "tune-state": lambda path: load_state(path.parent),
+    "model-config": check_model_config,  # profile resolve --model-config
 }
 
 

@@ -6,6 +6,9 @@ tests/integration/test_preflight_engine.py."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -235,3 +238,60 @@ def test_the_glm5_mtp_variants_ask_for_the_nextn_check_and_load_as_the_server_do
     assert {name for name, asked in requests.items() if asked["mtp"]} == {"bf16kv-mtp",
                                                                           "native-mtp"}
     assert all(asked["strict"] and asked["trust_remote_code"] for asked in requests.values())
+
+
+# --- a hostile checkpoint folder (adversarial pass): a report, never a hang or a traceback ---
+
+
+def _hostile(folder: Path, case: str) -> None:
+    index_path = folder / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    config = glm5_config()
+    if case in ("config-fifo", "index-fifo"):
+        target = folder / ("config.json" if case == "config-fifo" else index_path.name)
+        target.unlink()
+        os.mkfifo(target)
+    elif case == "architectures-int":
+        (folder / "config.json").write_text(json.dumps({**config, "architectures": 5}))
+    elif case == "architectures-object":
+        (folder / "config.json").write_text(json.dumps({**config, "architectures": {"a": 1}}))
+    elif case in ("metadata-list", "metadata-string"):
+        index["metadata"] = [1] if case == "metadata-list" else "x"
+    elif case == "shard-name-too-long":
+        index["weight_map"]["x"] = "x" * 5000
+    elif case == "shard-name-nul":
+        index["weight_map"]["x"] = "a\0b"
+    elif case == "too-many-shards":
+        index["weight_map"] = {f"t{i}": f"s{i}.safetensors" for i in range(200_000)}
+    if not case.endswith("-fifo"):
+        index_path.write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize("case", [
+    "config-fifo", "index-fifo", "architectures-int", "architectures-object", "metadata-list",
+    "metadata-string", "shard-name-too-long", "shard-name-nul", "too-many-shards"])
+def test_a_hostile_checkpoint_is_a_failed_check_never_a_hang_or_a_traceback(
+        tmp_path: Path, case: str) -> None:
+    """The probe as the container runs it (stdlib only: -S -I): before, a FIFO blocked it until
+    the 180 s container timeout, the rest ended in a traceback (no report: `up` said 'the image
+    has no working python3?'), 200 000 shard names were all stat-ed."""
+    folder = write_checkpoint(tmp_path / "w", tokenizer=False)
+    _hostile(folder, case)
+    request = json.dumps({"model_dir": str(folder), "mtp": True, "strict": False})
+    try:
+        done = subprocess.run([sys.executable, "-S", "-I", preflight_probe.__file__, request],
+                              capture_output=True, text=True, timeout=20, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the probe hung on {case}")
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    checks = preflight.parse_report(done.stdout)
+    assert checks is not None
+    failed = {c.check: c.detail for c in checks if not c.ok}
+    expected = {"config-fifo": ("config.json", "not a regular file"),
+                "index-fifo": ("safetensors", "not a regular file"),
+                "too-many-shards": ("safetensors", "200000 shards, more than 100000"),
+                "shard-name-too-long": ("safetensors", "cannot be read"),
+                "shard-name-nul": ("safetensors", "cannot be read")}.get(case)
+    if expected:
+        assert expected[1] in failed[expected[0]], failed

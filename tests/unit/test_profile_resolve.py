@@ -72,7 +72,27 @@ def test_a_glm_config_without_its_geometry_is_refused(tmp_path: Path) -> None:
     del config["kv_lora_rank"]
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
-    with pytest.raises(UsageError, match="no integer kv_lora_rank"):
+    with pytest.raises(UsageError, match="no integer from 1 to 65536: kv_lora_rank"):
+        resolve.check_model_config(path)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"architectures": 5}, "architectures lacks"),  # was a TypeError traceback
+    ({"architectures": "GlmMoeDsaForCausalLMx"}, "architectures lacks"),  # was a substring match
+    ({"architectures": {"GlmMoeDsaForCausalLM": 1}}, "architectures lacks"),
+    ({"num_hidden_layers": -1}, "no integer from 1 to 65536: num_hidden_layers"),
+    ({"num_attention_heads": 0}, "no integer from 1 to 65536: num_attention_heads"),
+    ({"kv_lora_rank": True}, "no integer from 1 to 65536: kv_lora_rank"),
+    ({"index_topk": 10**30}, "no integer from 1 to 65536: index_topk"),
+    # sglang's resolution is linear in the layers: 2^31 - 1 ran past its 300 s probe timeout.
+    ({"num_hidden_layers": 2**31 - 1}, "no integer from 1 to 65536: num_hidden_layers"),
+])
+def test_a_glm_config_with_wrong_types_is_refused_before_sglang(
+        tmp_path: Path, changes: dict[str, Any], message: str) -> None:
+    config = json.loads((project_root() / resolve.FIXTURE).read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config, **changes}))
+    with pytest.raises(UsageError, match=message):
         resolve.check_model_config(path)
 
 

@@ -333,3 +333,27 @@ def test_nvidia_smi_output_is_read_defensively() -> None:
 ])
 def test_on_this_host(url: str, local: bool) -> None:
     assert on_this_host(url) is local
+
+
+@pytest.mark.parametrize("value", ["1e308", "1.7e308"])
+def test_gauge_values_near_the_float_limit_never_make_an_infinite_mean(value: str) -> None:
+    """Each sample is finite, their sum was not: spec_accept_length 1e308 twice made the mean
+    inf (adversarial pass), which bench_serving.jsonl wrote as the non-JSON `Infinity`."""
+    page = (f"sglang:num_running_reqs 1\nsglang:spec_accept_length {value}\n"
+            f"sglang:token_usage {value}\n")
+
+    async def fetch() -> str:
+        return page
+
+    async def run() -> ServerFigures:
+        sampler = LevelSampler(fetch, interval_s=0.01)
+        await sampler.start()
+        while sampler._figures.scrapes < 4:  # the start sample and at least 3 polled ones
+            await asyncio.sleep(0.01)
+        await sampler.stop()
+        return sampler.result()
+
+    figures = asyncio.run(run())
+    for figure in (figures.spec_accept_length, figures.kv_usage):
+        assert figure is not None and figure.samples >= 2
+        assert math.isfinite(figure.mean) and figure.mean == pytest.approx(float(value))

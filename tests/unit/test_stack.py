@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from opsctl.argspec import stack
-from opsctl.core.errors import BuildError
+from opsctl.core.errors import BuildError, UsageError
 
 
 def _wheel(tmp_path: Path, metadata: str) -> Path:
@@ -57,3 +57,38 @@ def test_cli_refuses_a_bad_version_with_one_line() -> None:
                           capture_output=True, text=True, timeout=60, env=dict(os.environ))
     assert done.returncode == 2
     assert "Traceback" not in done.stderr and "'x;y' is not a sglang version" in done.stderr
+
+
+@pytest.mark.parametrize("version", ["0.5.9\n", "0.5.23\n", "1" * 65])
+def test_a_version_with_a_trailing_newline_or_past_64_characters_is_refused_before_the_wheel(
+        version: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`$` matched before a trailing newline: `--version $'0.5.9\\n'` ran `pip download
+    sglang==0.5.9\\n` and printed a two-line error; a 5000-character version was sent to pip."""
+    def reached(*_: object, **__: object) -> Path:
+        raise AssertionError("the wheel was looked up")
+
+    monkeypatch.setattr(stack, "ensure_wheel", reached)
+    with pytest.raises(UsageError, match="is not a sglang version"):
+        stack.generate(version, tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_an_output_that_cannot_be_written_is_refused_before_the_wheel(
+        kind: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`--output` a FIFO or a directory was refused only at the write, after the wheel download
+    and the pip install of the side environment (minutes on a cold cache)."""
+    from opsctl.argspec import extract
+
+    def reached(*_: object, **__: object) -> Path:
+        raise AssertionError("the wheel was looked up")
+
+    monkeypatch.setattr(stack, "ensure_wheel", reached)
+    monkeypatch.setattr(extract, "ensure_wheel", reached)
+    target = tmp_path / "out.json"
+    if kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.mkdir()
+    for generate in (stack.generate, extract.extract):
+        with pytest.raises(UsageError, match="--output"):
+            generate("0.5.23", tmp_path, target)
