@@ -82,6 +82,27 @@ _KV_CACHE_DTYPE = SimField("server_info", ("kv_cache_dtype",), "--kv-cache-dtype
 _MODEL_PATH = SimField("model_info", ("model_path",), "--model-path", Required())
 _TP_SIZE = SimField("server_info", ("tp_size",), "--tp-size", 1)
 _QUANTIZATION = SimField("server_info", ("quantization",), "--quantization", OnDevice("quantization"))
+# From 0.5.15 on: the dsa attention default, the --dsa-* spelling, and the per-phase graph cap.
+_DSA_ATTENTION = SimField("server_info", ("attention_backend",), "--attention-backend", "dsa",
+                          dsa_only=True)
+_CUDA_GRAPH_DECODE_MAX_BS = SimField("server_info", ("cuda_graph_config", "decode", "max_bs"),
+                                     "--cuda-graph-max-bs-decode",
+                                     OnDevice("cuda_graph_max_bs_capped"))
+
+
+def _dsa_backends(fp8_rule: str) -> dict[str, SimField]:
+    """Both DSA backends as 0.5.15 and later report them: FP8 KV by `fp8_rule`, BF16 alike."""
+    return {
+        "dsa_prefill_backend": SimField("server_info", ("dsa_prefill_backend",),
+                                        "--dsa-prefill-backend",
+                                        ByKv(fp8=OnDevice(fp8_rule), bf16="flashmla_sparse"),
+                                        dsa_only=True),
+        "dsa_decode_backend": SimField("server_info", ("dsa_decode_backend",),
+                                       "--dsa-decode-backend",
+                                       ByKv(fp8=OnDevice(fp8_rule),
+                                            bf16=OnDevice("dsa_decode_bf16")),
+                                       dsa_only=True),
+    }
 
 RELEASES: dict[str, dict[str, SimField]] = {
     "0.5.9": {
@@ -113,22 +134,11 @@ RELEASES: dict[str, dict[str, SimField]] = {
         "tp_size": _TP_SIZE,
         "quantization": _QUANTIZATION,
         "kv_cache_dtype": _KV_CACHE_DTYPE,
-        "attention_backend": SimField("server_info", ("attention_backend",),
-                                      "--attention-backend", "dsa", dsa_only=True),
-        "dsa_prefill_backend": SimField("server_info", ("dsa_prefill_backend",),
-                                        "--dsa-prefill-backend",
-                                        ByKv(fp8=OnDevice("dsa_fp8_no_sm120"), bf16="flashmla_sparse"),
-                                        dsa_only=True),
-        "dsa_decode_backend": SimField("server_info", ("dsa_decode_backend",),
-                                       "--dsa-decode-backend",
-                                       ByKv(fp8=OnDevice("dsa_fp8_no_sm120"),
-                                            bf16=OnDevice("dsa_decode_bf16")),
-                                       dsa_only=True),
+        "attention_backend": _DSA_ATTENTION,
+        **_dsa_backends("dsa_fp8_no_sm120"),
         "page_size": SimField("server_info", ("page_size",), "--page-size", 64, dsa_only=True,
                               forced=True),
-        "cuda_graph_max_bs": SimField("server_info", ("cuda_graph_config", "decode", "max_bs"),
-                                      "--cuda-graph-max-bs-decode",
-                                      OnDevice("cuda_graph_max_bs_capped")),
+        "cuda_graph_max_bs": _CUDA_GRAPH_DECODE_MAX_BS,
     },
     "0.5.23": {
         "model_path": _MODEL_PATH,
@@ -137,22 +147,11 @@ RELEASES: dict[str, dict[str, SimField]] = {
         "tp_size": _TP_SIZE,
         "quantization": _QUANTIZATION,
         "kv_cache_dtype": _KV_CACHE_DTYPE,
-        "attention_backend": SimField("server_info", ("attention_backend",),
-                                      "--attention-backend", "dsa", dsa_only=True),
-        "dsa_prefill_backend": SimField("server_info", ("dsa_prefill_backend",),
-                                        "--dsa-prefill-backend",
-                                        ByKv(fp8=OnDevice("dsa_fp8"), bf16="flashmla_sparse"),
-                                        dsa_only=True),
-        "dsa_decode_backend": SimField("server_info", ("dsa_decode_backend",),
-                                       "--dsa-decode-backend",
-                                       ByKv(fp8=OnDevice("dsa_fp8"),
-                                            bf16=OnDevice("dsa_decode_bf16")),
-                                       dsa_only=True),
+        "attention_backend": _DSA_ATTENTION,
+        **_dsa_backends("dsa_fp8"),
         "page_size": SimField("server_info", ("page_size",), "--page-size",
                               OnDevice("page_size_kpool"), dsa_only=True, forced=True),
-        "cuda_graph_max_bs": SimField("server_info", ("cuda_graph_config", "decode", "max_bs"),
-                                      "--cuda-graph-max-bs-decode",
-                                      OnDevice("cuda_graph_max_bs_capped")),
+        "cuda_graph_max_bs": _CUDA_GRAPH_DECODE_MAX_BS,
     },
 }
 

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import REPO_ROOT
+from sglangprotocol import sse_payloads
 
 from opsctl.deploy import localsim
 
@@ -77,7 +78,7 @@ def _real(name: str) -> Any:
 
 
 def _chunks(text: str) -> list[Any]:
-    return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+    return [payload for payload in sse_payloads(text) if isinstance(payload, dict)]
 
 
 def _merged(chunks: list[Any]) -> dict[str, str]:
