@@ -50,7 +50,7 @@ SHARED = [
 MAX_IDS = 4 * POOL_ROWS
 GATHER_ONLY = 2**31 - 1  # a linear_min_ids no count reaches
 # (block_rows, num_warps, programs_per_sm)
-SWEEP = [(16, 4, 8), (32, 8, 4), (8, 4, 16), (32, 4, 8), (16, 8, 8), (64, 8, 4)]
+SWEEP = [(16, 4, 16), (16, 4, 8), (16, 4, 24), (32, 4, 16), (8, 4, 32), (32, 8, 4)]
 READ_WRITE_BYTES = ROW + 2 * ROW  # one FP8 row read, one BF16 row written
 
 

@@ -100,10 +100,10 @@ def glm5_config(vocab: int) -> dict:
             "scoring_func": "sigmoid",
             "norm_topk_prob": True,
             "routed_scaling_factor": 2.5,
-            # the DSA indexer: a top-k small enough that it really selects beyond 64 tokens
-            "index_topk": 64,
+            # the DSA indexer: GLM-5's top-k, so it selects from 2,048 tokens on (long prompts below)
+            "index_topk": 2048,  # GLM-5's own; 0.5.15's fused top-k (sgl_kernel) asserts 2048
             "index_head_dim": 128,
-            "index_n_heads": 4,
+            "index_n_heads": 32,  # GLM-5's own; DeepGEMM's sm_90 paged MQA logits take 32 or 64 only
         }
     )
     return cfg

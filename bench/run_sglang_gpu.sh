@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # One device call: a REAL sglang 0.5.15 server (baseline and gathercast, one H200) with opsctl
 # run against it. Everything it writes lands in /tmp/res and comes back as $OUT/results.tar.gz.
-#   run (kind nvidia-h200, carry .devcarry):  bash .devcarry/overlay/bench/run_sglang_gpu.sh
-# .devcarry/bundle holds bench/sglang_bundle.py's parts; .devcarry/overlay the files of the
-# branch that the shipped tree lacks (copied over it first). PHASES (env) picks what runs:
+#   run (kind nvidia-h200, carry .devcarry):  bash bench/run_sglang_gpu.sh
+# .devcarry/bundle (or .devcarry/p1, p2, ...: one part per call when the parts and the tree
+# exceed one call's 64 MiB; the machine keeps /tmp/site while warm) holds bench/sglang_bundle.py's
+# parts; .devcarry/overlay, if present, files of a branch that the shipped tree lacks (copied over
+# it first). PHASES (env) picks what runs:
 # install,patch,model,serve,fixtures,verify,smoke,tests,bench,metrics,trace,glm5 (default: all).
+# PHASES=install only unpacks the parts carried so far; any other phase needs every part.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 T0=$(date +%s)
@@ -16,10 +19,10 @@ left() { echo $(( DEADLINE - ($(date +%s) - T0) )); }
 has() { [[ ",$PHASES," == *",$1,"* ]]; }
 log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$RES/run.log"; }
 pack() {
-  for v in baseline gathercast; do [ -f /tmp/server-$v.log ] && cp /tmp/server-$v.log "$RES/"; done
+  for v in baseline gathercast glm5; do [ -f /tmp/server-$v.log ] && cp /tmp/server-$v.log "$RES/"; done
   tar czf "$OUT/results.tar.gz" -C /tmp res 2>/dev/null
   cp "$RES/run.log" "$OUT/run.log" 2>/dev/null
-  for v in baseline gathercast; do [ -f /tmp/server-$v.log ] && tail -c 2000000 /tmp/server-$v.log > "$OUT/server-$v.log"; done
+  for v in baseline gathercast glm5; do [ -f /tmp/server-$v.log ] && tail -c 2000000 /tmp/server-$v.log > "$OUT/server-$v.log"; done
 }
 trap pack EXIT
 
@@ -35,10 +38,20 @@ export FLASHINFER_CUDA_ARCH_LIST=9.0a TORCH_CUDA_ARCH_LIST=9.0a
 if command -v nvcc >/dev/null; then export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}; fi
 
 if has install; then
-  if [ ! -f /tmp/site/.installed ]; then
-    mkdir -p /tmp/site
-    for p in .devcarry/bundle/bundle-part*.tar.gz; do tar xzf "$p" -C /tmp/site || exit 3; done
-    touch /tmp/site/.installed
+  mkdir -p /tmp/site
+  for p in .devcarry/bundle/bundle-part*.tar.gz .devcarry/p*/bundle-part*.tar.gz; do
+    [ -f "$p" ] || continue
+    [ -f "/tmp/site/.$(basename "$p").done" ] && continue
+    tar xzf "$p" -C /tmp/site || exit 3
+    touch "/tmp/site/.$(basename "$p").done"
+    log "unpacked $p"
+  done
+  manifest=$(ls .devcarry/bundle/bundle.json .devcarry/p*/bundle.json 2>/dev/null | head -1)
+  missing=$(python3 -c 'import json, os, sys; print(" ".join(p for p in json.load(open(sys.argv[1]))["parts"] if not os.path.exists("/tmp/site/." + p + ".done")))' "$manifest")
+  if [ -n "$missing" ]; then
+    log "bundle parts not yet unpacked here: $missing"
+    [ "$PHASES" = install ] && exit 0
+    exit 3
   fi
   log "installed bundle into /tmp/site"
   { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
@@ -143,15 +156,29 @@ fi
 if has glm5 && [ "$(left)" -gt 90 ]; then
   # The GLM-5-shaped DSA model on 0.5.15's own path (no attention backend given; FP8 KV): what it
   # resolves and whether it serves. Bounded by the deadline; its log is the result either way.
+  mkdir -p "$RES/fixtures"
   python3 bench/make_tiny_models.py --out /tmp/models --kind glm5 >> "$RES/run.log" 2>&1
   GARGV="python3 -m sglang.launch_server --model-path /tmp/models/tiny-glm5 --served-model-name tiny-glm5 --host 127.0.0.1 --port 30002 --kv-cache-dtype fp8_e4m3 --mem-fraction-static 0.3 --max-total-tokens 200000 --cuda-graph-max-bs-decode 8 --max-running-requests 8 --grammar-backend none --disable-radix-cache"
-  echo "$GARGV" > "$RES/argv-glm5.txt"; log "starting glm5: $GARGV"
+  # Dense MHA prefill for short sequences is an sm_90/sm_100 branch of 0.5.15's DSA backend
+  # (dsa_backend.py: use_mha needs device_sm 90 or 100-109) and runs FA3, whose 1.76 GB kernel
+  # library is not carried. Threshold 0 takes the branch sm_120 (the target) always takes: MLA.
+  export SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD=0
+  echo "SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD=0 $GARGV" > "$RES/argv-glm5.txt"; log "starting glm5: $GARGV"
   setsid bash -c "exec $GARGV" > /tmp/server-glm5.log 2>&1 < /dev/null & echo $! > /tmp/server-glm5.pid
   if wait_ready glm5 30002; then
     curl -sf -m 10 http://127.0.0.1:30002/server_info > "$RES/fixtures/server_info.glm5.txt"
     curl -sf -m 60 http://127.0.0.1:30002/v1/completions -H 'Content-Type: application/json' \
       -d '{"model":"tiny-glm5","prompt":"Request 0: time year people way","max_tokens":8,"temperature":0}' > "$RES/glm5-completion.json"
     log "glm5 served: $(head -c 300 "$RES/glm5-completion.json")"
+    for ep in model_info v1/models; do curl -sf -m 10 "http://127.0.0.1:30002/$ep" > "$RES/fixtures/$(echo $ep | tr / _).glm5.txt"; done
+    # Past index_topk (2048, as GLM-5): a ~3,000-token prompt and 96 new tokens, so prefill
+    # and decode both run the indexer's top-k selection, not the dense short-sequence path.
+    LONG=$(python3 -c 'print(" ".join(["time year people way day man thing woman life child"] * 300))')
+    curl -sf -m 120 http://127.0.0.1:30002/v1/completions -H 'Content-Type: application/json' \
+      -d "{\"model\":\"tiny-glm5\",\"prompt\":\"$LONG\",\"max_tokens\":96,\"temperature\":0,\"ignore_eos\":true}" > "$RES/glm5-completion-long.json"
+    log "glm5 long prompt: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["usage"])' "$RES/glm5-completion-long.json" 2>&1)"
+    timeout 120 $OPS smoke -p $PROFILE -v baseline --base-url http://127.0.0.1:30002 --json "$RES/smoke-glm5.json" > "$RES/smoke-glm5.txt" 2>&1
+    log "smoke (tiny-mla profile's checks) against the glm5 server rc=$?"; tail -15 "$RES/smoke-glm5.txt"
   fi
   grep -E "DSA|dsa|backend|rror" /tmp/server-glm5.log | cut -c1-400 | head -40 > "$RES/glm5-resolved.txt"
   tail -c 200000 /tmp/server-glm5.log > "$RES/server-glm5.log"

@@ -14,9 +14,11 @@ bench/sglang_bundle/lock.json; `assemble` refuses a file whose hash differs.
 
 Pruned (each an import the server on sm_90 never makes, or a lazily loaded kernel):
 sglang's gRPC extension (srt/grpc/_core*.so, the optional gRPC server), sglang-kernel's
-flash_ops.abi3.so (FA3, loaded lazily by sgl_kernel/flash_attn.py), sm100/ (not sm_90) and
-flashmla_ops.abi3.so (FlashMLA, loaded in a try by sgl_kernel/flash_mla.py), flashinfer's
-bundled CUTLASS examples/python/test trees (its JIT includes only include/ and tools/).
+flash_ops.abi3.so (FA3, loaded lazily by sgl_kernel/flash_attn.py), sm100/ (not sm_90),
+flashinfer's bundled CUTLASS examples/python/test trees (its JIT includes only include/ and
+tools/). Kept for the GLM-5-shaped DSA model: flashmla_ops.abi3.so (0.5.15 resolves its FP8 KV
+to the flashmla_kv DSA backends) and sgl-deep-gemm (the indexer calls deep_gemm; without it the
+model stopped at `deep_gemm.get_num_sms()`, bench/sglang_h200/server-glm5.log of 2026-12-02).
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ PINS = {
         "apache-tvm-ffi==0.1.11",
         "transformers==5.12.1",
         "tokenizers==0.22.2",
+        # DeepGEMM (0.5.15 pins it): the DSA indexer's fp8 MQA logits on sm_90 (GLM-5-shaped model)
+        "sgl-deep-gemm==0.1.4",
     ],
     "server": [
         "fastapi==0.165.0",
@@ -99,7 +103,6 @@ PRUNE = {
     "sglang": ["sglang/srt/grpc/_core.cpython-*.so"],
     "sglang-kernel": [
         "sgl_kernel/flash_ops.abi3.so",
-        "sgl_kernel/flashmla_ops.abi3.so",
         "sgl_kernel/sm100/*",
     ],
     "flashinfer-python": [

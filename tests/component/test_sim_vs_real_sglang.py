@@ -25,17 +25,20 @@ ARGV = REPO_ROOT / "bench" / "sglang_h200" / "argv-baseline.txt"
 MODEL = "tiny-mla"
 
 
-def _sim_flags() -> list[str]:
-    """The real server's argv minus what the simulator binds itself (host, port) and the flags it
-    does not model (pool size, grammar backend)."""
+def _sim_flags(argv: Path = ARGV) -> list[str]:
+    """A real server's argv minus what the simulator binds itself (host, port) and the flags it
+    does not model (pool size, grammar backend), each with its value."""
+    tokens = shlex.split(argv.read_text())
+    tokens = tokens[tokens.index("sglang.launch_server") + 1:]  # after `python3 -m`, env first
     flags, skip = [], False
-    for token in shlex.split(ARGV.read_text())[3:]:  # after `python3 -m sglang.launch_server`
+    for token in tokens:
         if skip:
             skip = False
             continue
-        if token in ("--host", "--port"):
-            skip = True
-        elif not token.startswith(("--max-total-tokens", "--grammar-backend")):
+        name = token.split("=", 1)[0]
+        if name in ("--host", "--port", "--max-total-tokens", "--grammar-backend"):
+            skip = "=" not in token
+        else:
             flags.append(token)
     return flags
 
@@ -140,3 +143,45 @@ def test_metric_names_are_ones_the_real_server_exports(sim: httpx.Client) -> Non
 
 def test_the_argv_is_the_recorded_real_one() -> None:
     assert Path(ARGV).is_file() and "--attention-backend flashinfer" in ARGV.read_text()
+
+
+# --- the GLM-5-shaped DSA model on 0.5.15 (tests/fixtures/real-sglang-0.5.15/dsa/) ------------
+
+DSA_ARGV = REPO_ROOT / "bench" / "sglang_h200" / "argv-glm5.txt"
+
+
+@pytest.fixture(scope="module")
+def dsa_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    """The simulator launched with the real DSA server's argv, on GLM-5's config (the real tiny
+    model has GLM-5's architecture, index_topk and index_n_heads)."""
+    model = tmp_path_factory.mktemp("tiny-glm5")
+    (model / "config.json").write_text((REPO_ROOT / "tests" / "fixtures" / "glm5" / "config.json")
+                                       .read_text())
+    flags = _sim_flags(DSA_ARGV)
+    flags[flags.index("--model-path") + 1] = str(model)
+    server = localsim.start(flags, {"OPSCTL_SIM_SGLANG_VERSION": "0.5.15",
+                                    "OPSCTL_SIM_LOAD_SECONDS": "0",
+                                    "OPSCTL_SIM_WARMUP_SECONDS": "0"})
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            yield client
+    finally:
+        server.stop(timeout_s=10)
+
+
+def test_dsa_server_info_matches_the_real_dsa_server(dsa_sim: httpx.Client) -> None:
+    real = _real("dsa/server_info.json")
+    ours = dsa_sim.get("/server_info").json()
+    assert set(_shape(ours)) - set(_shape(real)) == set()
+    # What a real 0.5.15 resolved for a GLM-5-shaped model with FP8 KV (no backend flag given):
+    # the DSA attention path with 64-token pages; the simulator must say the same.
+    assert real["attention_backend"] == "dsa" and real["page_size"] == 64
+    for key in ("attention_backend", "page_size", "kv_cache_dtype"):
+        assert ours[key] == real[key], key
+
+
+def test_dsa_model_info_and_models_have_the_real_fields(dsa_sim: httpx.Client) -> None:
+    for path, fixture in (("/v1/models", "dsa/v1_models.json"), ("/model_info", "dsa/model_info.json")):
+        assert _shape(dsa_sim.get(path).json()) == _shape(_real(fixture)), path
+    assert dsa_sim.get("/model_info").json()["architectures"] == _real("dsa/model_info.json")[
+        "architectures"]
