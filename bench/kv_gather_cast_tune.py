@@ -25,7 +25,6 @@ import argparse
 import datetime
 import json
 import platform
-import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +35,8 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kv_gather_cast_bench import capture, copy_bandwidth_gbps, median_ms  # noqa: E402
 
 from opsctl.kernels import kv_gather_cast  # noqa: E402
 
@@ -121,16 +122,22 @@ def _convert(src, dst, ids, live, num_rows, src_row_stride, dst_row_stride, HEAD
 
 
 @triton.jit
+def _extent(indptr, bs, num_rows, linear_min_ids):
+    """(first id's offset, linear?, rows to do): the count read on the device, as shipped."""
+    start = tl.load(indptr)
+    count = tl.load(indptr + bs) - start
+    linear = count >= linear_min_ids
+    return start, linear, tl.where(linear, num_rows, count)
+
+
+@triton.jit
 def candidate_kernel(src, dst, indices, indptr, bs, num_rows, linear_min_ids, src_row_stride,
                      dst_row_stride, HEAD: tl.constexpr, TAIL: tl.constexpr,
                      CHUNK: tl.constexpr, BLOCK: tl.constexpr, EVICT: tl.constexpr,
                      STREAM: tl.constexpr, UNROLL: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
-    start = tl.load(indptr)
-    count = tl.load(indptr + bs) - start
-    linear = count >= linear_min_ids
-    todo = tl.where(linear, num_rows, count)
+    start, linear, todo = _extent(indptr, bs, num_rows, linear_min_ids)
     first = pid * BLOCK * UNROLL
     while first < todo:
         for u in tl.static_range(UNROLL):
@@ -147,10 +154,7 @@ def prefetch_kernel(src, dst, indices, indptr, bs, num_rows, linear_min_ids, src
     """The split shape, with the next block's ids loaded before this block's rows."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
-    start = tl.load(indptr)
-    count = tl.load(indptr + bs) - start
-    linear = count >= linear_min_ids
-    todo = tl.where(linear, num_rows, count)
+    start, linear, todo = _extent(indptr, bs, num_rows, linear_min_ids)
     first = pid * BLOCK
     rows = first + tl.arange(0, BLOCK)
     ids = tl.load(indices + start + rows, mask=(rows < todo) & (linear == 0), other=0).to(tl.int64)
@@ -166,68 +170,21 @@ def prefetch_kernel(src, dst, indices, indptr, bs, num_rows, linear_min_ids, src
         first += nprog * BLOCK
 
 
-def median_ms(fn: Callable[[], None], reps: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def copy_bandwidth_gbps() -> float:
-    n = 4 << 30
-    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 256)
-    dst = torch.empty_like(src)
-
-    def copy() -> None:
-        dst.copy_(src)
-
-    ms = median_ms(copy, reps=10)
-    return 2 * n / (ms * 1e-3) / 1e9
-
-
-def capture(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    return graph
-
-
 def candidate_convert(spec: tuple[Any, ...], programs: int) -> Callable[..., None]:
     label, chunk, evict, stream, unroll, block, warps, _ = spec
     head, tail = kv_gather_cast.split_row(ROW)
-    if "prefetch" in label or "cg" in label.split("+"):
-        cg = "cg" in label.split("+")
-
-        def convert_prefetch(pool: torch.Tensor, out: torch.Tensor, indptr: torch.Tensor,
-                             indices: torch.Tensor) -> None:
-            prefetch_kernel[(programs,)](
-                pool, out, indices, indptr, indptr.shape[0] - 1, pool.shape[0], pool.shape[0],
-                pool.stride(0), out.stride(0), HEAD=head, TAIL=tail, CHUNK=chunk, BLOCK=block,
-                EVICT=evict, STREAM=stream, CG=cg, num_warps=warps)
-
-        return convert_prefetch
+    parts = label.split("+")
+    if "prefetch" in parts or "cg" in parts:
+        kernel, extra = prefetch_kernel, {"CG": "cg" in parts}
+    else:
+        kernel, extra = candidate_kernel, {"UNROLL": unroll}
 
     def convert(pool: torch.Tensor, out: torch.Tensor, indptr: torch.Tensor,
                 indices: torch.Tensor) -> None:
-        candidate_kernel[(programs,)](
+        kernel[(programs,)](
             pool, out, indices, indptr, indptr.shape[0] - 1, pool.shape[0], pool.shape[0],
             pool.stride(0), out.stride(0), HEAD=head, TAIL=tail, CHUNK=chunk, BLOCK=block,
-            EVICT=evict, STREAM=stream, UNROLL=unroll, num_warps=warps)
+            EVICT=evict, STREAM=stream, num_warps=warps, **extra)
 
     return convert
 

@@ -43,6 +43,20 @@ def _sim_flags(argv: Path = ARGV) -> list[str]:
     return flags
 
 
+def _serve(argv: Path, model: Path) -> Iterator[httpx.Client]:
+    """The simulator speaking 0.5.15, launched with a real server's argv on `model`'s folder."""
+    flags = _sim_flags(argv)
+    flags[flags.index("--model-path") + 1] = str(model)
+    server = localsim.start(flags, {"OPSCTL_SIM_SGLANG_VERSION": "0.5.15",
+                                    "OPSCTL_SIM_LOAD_SECONDS": "0",
+                                    "OPSCTL_SIM_WARMUP_SECONDS": "0"})
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            yield client
+    finally:
+        server.stop(timeout_s=10)
+
+
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     # The model folder holds a config.json of the real tiny model's architecture (what the real
@@ -51,16 +65,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     info = _real("model_info.json")
     (model / "config.json").write_text(json.dumps(
         {"architectures": info["architectures"], "model_type": info["model_type"]}))
-    flags = _sim_flags()
-    flags[flags.index("--model-path") + 1] = str(model)
-    server = localsim.start(flags, {"OPSCTL_SIM_SGLANG_VERSION": "0.5.15",
-                                           "OPSCTL_SIM_LOAD_SECONDS": "0",
-                                           "OPSCTL_SIM_WARMUP_SECONDS": "0"})
-    try:
-        with httpx.Client(base_url=server.url, timeout=30) as client:
-            yield client
-    finally:
-        server.stop(timeout_s=10)
+    yield from _serve(ARGV, model)
 
 
 def _shape(value: Any, prefix: str = "") -> dict[str, str]:
@@ -157,16 +162,7 @@ def dsa_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     model = tmp_path_factory.mktemp("tiny-glm5")
     (model / "config.json").write_text((REPO_ROOT / "tests" / "fixtures" / "glm5" / "config.json")
                                        .read_text())
-    flags = _sim_flags(DSA_ARGV)
-    flags[flags.index("--model-path") + 1] = str(model)
-    server = localsim.start(flags, {"OPSCTL_SIM_SGLANG_VERSION": "0.5.15",
-                                    "OPSCTL_SIM_LOAD_SECONDS": "0",
-                                    "OPSCTL_SIM_WARMUP_SECONDS": "0"})
-    try:
-        with httpx.Client(base_url=server.url, timeout=30) as client:
-            yield client
-    finally:
-        server.stop(timeout_s=10)
+    yield from _serve(DSA_ARGV, model)
 
 
 def test_dsa_server_info_matches_the_real_dsa_server(dsa_sim: httpx.Client) -> None:
