@@ -25,6 +25,7 @@ from opsctl.core.labels import MANAGED, TRUE
 from opsctl.engine.api import (
     BuildEvent,
     ContainerInfo,
+    EngineInfo,
     ExecResult,
     Mount,
     PortBinding,
@@ -35,6 +36,8 @@ from opsctl.engine.api import (
 )
 
 STARTED_AT = "2026-11-29T10:00:00.000000000Z"
+# Docker's refusal of `--gpus` without the NVIDIA runtime (moby daemon/devices.go's wording).
+NO_GPU_DRIVER = 'could not select device driver "" with capabilities: [[gpu]]'
 
 
 def preflight_report(*results: tuple[str, bool, str]) -> str:
@@ -118,6 +121,15 @@ class FakeEngine:
         # by default, as a healthy image with a loadable checkpoint answers it.
         self.preflight_answer: tuple[int, str] = PREFLIGHT_PASS
         self.preflights: list[tuple[str, list[str], tuple[Mount, ...]]] = []  # image, command, mounts
+        # What a throwaway container given every GPU answers (`run_to_completion(gpus=True)`):
+        # by default the engine's refusal on a host without the NVIDIA runtime or CDI, Docker's
+        # own wording; every such run is kept in `gpu_runs` as (image, command, timeout seconds).
+        self.gpu_answer: tuple[int, str] = (125, NO_GPU_DRIVER)
+        self.gpu_runs: list[tuple[str, list[str], float]] = []
+        # What `info` answers (`docker version` + `docker info`): SAMPLE values, no real engine's.
+        self.engine_info = EngineInfo(version="0.0.0-fake", api_version="1.41",
+                                      runtimes=("runc",), default_runtime="runc",
+                                      root_dir="/var/lib/docker")
         self.calls: list[str] = []
         self.archives: dict[tuple[str, str], bytes] = {}  # what `archive` finds
         # What `exec` answers for (container id, command, env); every call is kept in `execs`
@@ -272,14 +284,21 @@ class FakeEngine:
             self.removed.append(container.name)
 
     def run_to_completion(self, image: str, command: list[str], timeout_seconds: float = 120,
-                          mounts: tuple[Mount, ...] = ()) -> tuple[int, str]:
+                          mounts: tuple[Mount, ...] = (), gpus: bool = False) -> tuple[int, str]:
         self._enter("run_to_completion")
         if image not in self.images and not any(i.id == image for i in self.images.values()):
             raise BuildError(f"image {image} vanished before verification", hint="rebuild")
+        if gpus:
+            self.gpu_runs.append((image, list(command), timeout_seconds))
+            return self.gpu_answer
         if command[-1:] and '"model_dir"' in command[-1]:  # the preflight probe's request
             self.preflights.append((image, list(command), tuple(mounts)))
             return self.preflight_answer
         return self.completion
+
+    def info(self) -> EngineInfo:
+        self._enter("info")
+        return self.engine_info
 
     # --- images ---
 

@@ -68,6 +68,12 @@ def check_size(value: str | None) -> str | None:
     return value
 
 
+def size_bytes(value: str) -> int:
+    """A Docker size (SIZE_RE) in bytes: b, k, m, g are powers of 1024, as Docker reads them."""
+    unit = value[-1].lower() if value[-1].isalpha() else "b"
+    return int(value.rstrip("bkmgBKMG")) * 1024 ** "bkmg".index(unit)
+
+
 def no_literal_secrets(env: dict[str, str]) -> dict[str, str]:
     """Refuse a secret-looking variable with a literal value: it would show in `docker inspect`,
     `profile show` and `up --dry-run`."""

@@ -21,6 +21,7 @@ EXIT_BUILD = 3
 EXIT_LAUNCH = 4
 EXIT_SMOKE = 5
 EXIT_DAEMON = 6
+EXIT_HOST = 7
 EXIT_INTERRUPTED = 130  # Ctrl-C: typer's own exit status for KeyboardInterrupt
 
 
@@ -50,6 +51,8 @@ EXIT_CODES = (
              "including a failed bench request"),
     ExitCode(EXIT_DAEMON, "daemon", "Docker daemon unreachable",
              "or failing in the middle of a call"),
+    ExitCode(EXIT_HOST, "host", "host not ready",
+             "`opsctl doctor`: a check failed; its table says which and the fix"),
     ExitCode(EXIT_INTERRUPTED, "interrupted", "interrupted",
              "Ctrl-C; `up` removes the container it started first"),
 )
@@ -119,6 +122,12 @@ class DaemonUnreachable(OpsctlError):
     """The Docker engine did not answer."""
 
     exit_code = EXIT_DAEMON
+
+
+class HostNotReady(OpsctlError):
+    """`opsctl doctor` found a check of the host that failed."""
+
+    exit_code = EXIT_HOST
 
 
 class Interrupted(OpsctlError):

@@ -19,6 +19,7 @@ BENCH_GLOB = f"{BENCH_DIR_PREFIX}*/{BENCH_JSON}"  # out/bench-<UTC stamp>/bench.
 DECIDE_DIR_PREFIX = "decide-"  # out/decide-<UTC stamp>/decide.json, decide.md
 DECIDE_JSON = "decide.json"
 DECIDE_MARKDOWN = "decide.md"
+DOCTOR_PREFIX = "doctor-"  # out/doctor-<UTC stamp>.json
 STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
 
 
@@ -36,3 +37,7 @@ def default_bench_dir(now: dt.datetime | None = None) -> Path:
 
 def default_decide_dir(now: dt.datetime | None = None) -> Path:
     return REPORTS_DIR / f"{DECIDE_DIR_PREFIX}{stamp(now)}"
+
+
+def default_doctor_path(now: dt.datetime | None = None) -> Path:
+    return REPORTS_DIR / f"{DOCTOR_PREFIX}{stamp(now)}.json"

@@ -154,6 +154,18 @@ class ExecResult:
     timed_out: bool = False
 
 
+@dataclass(frozen=True)
+class EngineInfo:
+    """What the engine says about itself (`docker version` and `docker info`)."""
+
+    version: str  # the server's version, e.g. 27.3.1
+    api_version: str
+    runtimes: tuple[str, ...] = ()  # registered OCI runtimes: runc, nvidia, ...
+    default_runtime: str = ""
+    cdi_spec_dirs: tuple[str, ...] = ()  # where the engine reads CDI specs (Docker 25+), if on
+    root_dir: str = ""  # where it keeps images and containers (DockerRootDir)
+
+
 # An image digest as a registry answers it (what `Engine.push` returns).
 DIGEST_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")
 
@@ -218,10 +230,16 @@ class Engine(Protocol):
 
     def run_to_completion(
         self, image: str, command: list[str], timeout_seconds: float = 120,
-        mounts: tuple[Mount, ...] = (),
+        mounts: tuple[Mount, ...] = (), gpus: bool = False,
     ) -> tuple[int, str]:
-        """Run a throwaway container (no network, no GPU, `mounts` bound) and remove it, whatever
-        happens; returns (exit code, output), (124, ...) past `timeout_seconds`."""
+        """Run a throwaway container (no network, no GPU unless `gpus`: then every GPU, as
+        `docker run --gpus all`; `mounts` bound) and remove it, whatever happens; returns (exit
+        code, output), (124, ...) past `timeout_seconds`, (125, the engine's words) when the
+        engine refuses to give it GPUs."""
+        ...
+
+    def info(self) -> EngineInfo:
+        """The engine's version, runtimes, CDI spec folders and data root."""
         ...
 
     # --- images ---

@@ -48,6 +48,7 @@ from opsctl.engine.api import (
     BuildEvent,
     ContainerInfo,
     Engine,
+    EngineInfo,
     ExecResult,
     Mount,
     PortBinding,
@@ -585,6 +586,19 @@ class DockerEngine:
         with contextlib.suppress(docker.errors.NotFound):
             self._client.api.remove_container(container_id, force=True)
 
+    def info(self) -> EngineInfo:
+        """`docker version` and `docker info`, as opsctl reads them."""
+        with answering("reading the engine's version and info"):
+            version = self._client.version()
+            info = self._client.info()
+        runtimes = info.get("Runtimes") or {}
+        return EngineInfo(version=str(version.get("Version", "?")),
+                          api_version=str(version.get("ApiVersion", "?")),
+                          runtimes=tuple(sorted(runtimes)) if isinstance(runtimes, dict) else (),
+                          default_runtime=str(info.get("DefaultRuntime") or ""),
+                          cdi_spec_dirs=tuple(str(d) for d in info.get("CDISpecDirs") or ()),
+                          root_dir=str(info.get("DockerRootDir") or ""))
+
     # --- images ------------------------------------------------------------------------------
 
     def image_labels(self, ref: str) -> dict[str, str] | None:
@@ -708,15 +722,19 @@ class DockerEngine:
 
     def run_to_completion(
         self, image: str, command: list[str], timeout_seconds: float = 120,
-        mounts: tuple[Mount, ...] = (),
+        mounts: tuple[Mount, ...] = (), gpus: bool = False,
     ) -> tuple[int, str]:
-        """Run a throwaway container (no network, no GPU) and return (exit code, output)."""
+        """Run a throwaway container (no network; no GPU unless `gpus`) and return (exit code,
+        output); with `gpus`, the engine's refusal to give GPUs is (125, its words)."""
         # Named up front: a Ctrl-C while the daemon creates it leaves no id in hand, only the name.
         name = f"opsctl-verify-{secrets.token_hex(6)}"
+        # `docker run --gpus all`: every GPU through the engine's NVIDIA device driver.
+        requests_all = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpus else None
         try:
             container = self._client.containers.create(
                 image=image, command=command, network_disabled=True, detach=True, name=name,
                 labels={MANAGED: TRUE, ROLE: ROLE_VERIFY}, mounts=docker_mounts(mounts),
+                device_requests=requests_all,
             )
         except docker.errors.ImageNotFound:
             raise BuildError(f"image {image} vanished before verification", hint="rebuild") from None
@@ -725,7 +743,13 @@ class DockerEngine:
                 self._remove_quietly(name)
             raise
         try:
-            container.start()
+            try:
+                container.start()
+            except docker.errors.APIError as exc:
+                if not gpus:
+                    raise
+                # No NVIDIA runtime/CDI: `could not select device driver "" with capabilities`.
+                return 125, " ".join(str(exc.explanation or exc).split())[:300]
             result = container.wait(timeout=max(1, int(timeout_seconds)))
             output = container.logs().decode(errors="replace")
             return int(result.get("StatusCode", 1)), output
