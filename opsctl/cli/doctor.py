@@ -52,10 +52,11 @@ def doctor(
         atomic_write_text(json_path, json.dumps(report.to_json(), indent=2) + "\n")
         err_console.print(f"report: {json_path}", highlight=False, soft_wrap=True)
     if report.failed:
-        first = report.failed[0]
-        raise HostNotReady(f"{len(report.failed)} of {len(report.checks)} checks failed, first: "
-                           f"{first.name}: {first.detail}",
-                           hint=first.fix or "fix what the table says, then run `opsctl doctor` again")
+        names = ", ".join(dict.fromkeys(check.name for check in report.failed))
+        raise HostNotReady(f"host not ready for profile {report.profile}: {len(report.failed)} of "
+                           f"{len(report.checks)} checks failed ({names})",
+                           hint="each row's fix is in the table above; run `opsctl doctor` again "
+                           "after fixing them")
 
 
 def _readable(folder: Path) -> bool:

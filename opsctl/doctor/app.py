@@ -374,8 +374,12 @@ class _Session:
         problem = self.tools.host.port_problem(address, port)
         if problem is None:
             return [Check(name, PASS, "free")]
-        ours = [c for c in self.engine().find({labels.ROLE: labels.ROLE_SERVER})
-                if any(p.host_port == port for p in c.ports)]
+        try:
+            ours = [c for c in self.engine().find({labels.ROLE: labels.ROLE_SERVER})
+                    if any(p.host_port == port for p in c.ports)]
+        except _Unavailable:
+            ours = []
+            problem += " (whether opsctl's own server holds it was not checked: no Docker)"
         if ours:
             return [Check(name, PASS, f"held by opsctl's own server {ours[0].name} "
                           f"(profile {ours[0].labels.get(labels.PROFILE, '?')})",

@@ -1,0 +1,394 @@
+"""`opsctl doctor` against the shared fake engine and a FAKE `nvidia-smi` (and `lspci`) on PATH.
+
+Every nvidia-smi/lspci answer below is a SAMPLE written for these tests (driver versions, UUIDs,
+memory figures and topologies are made up in the shapes the tools print), not a real
+machine's output. The real engine's part is tests/integration/test_doctor_engine.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fakes import FakeClock, FakeEngine
+
+from opsctl.config.profiles import load_profile
+from opsctl.core.errors import EXIT_HOST, EXIT_USAGE, DaemonUnreachable
+from opsctl.core.tools import run_tool
+from opsctl.doctor import app as doctor_app
+from opsctl.doctor.app import DoctorRequest, Host, Tools, doctor
+from opsctl.doctor.checks import FAIL, NO_GPU, PASS, WARN, parse_gpus
+from opsctl.engine.api import EngineInfo, PortBinding
+
+GLM5 = "glm5-nvfp4-rtx6000"
+BASE = "lmsysorg/sglang:v0.5.23-cu130"
+GIB = 2**30
+
+# SAMPLE `nvidia-smi --query-gpu=index,name,compute_cap,memory.total,driver_version
+# --format=csv,noheader,nounits` answers (made up, in the tool's shape).
+SAMPLE_RTX = "".join(f"{i}, NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0, 97887, "
+                     "580.00.01\n" for i in range(8))
+SAMPLE_H100 = "".join(f"{i}, NVIDIA H100 80GB HBM3, 9.0, 81559, 580.00.01\n" for i in range(8))
+SAMPLE_OLD_DRIVER = SAMPLE_RTX.replace("580.00.01", "570.00.01")
+SAMPLE_FOUR = "".join(SAMPLE_RTX.splitlines(keepends=True)[:4])
+SAMPLE_GARBAGE = "Failed to initialize NVML: Driver/library version mismatch\n"
+# SAMPLE `nvidia-smi -L` from inside a container (made-up UUIDs).
+SAMPLE_LIST = "".join(f"GPU {i}: NVIDIA RTX PRO 6000 Blackwell Server Edition (UUID: GPU-sample-{i})\n"
+                      for i in range(8))
+
+
+def _matrix(cell: str) -> str:
+    """A SAMPLE 8-GPU `nvidia-smi topo` matrix: `cell` between every pair."""
+    names = [f"GPU{i}" for i in range(8)]
+    rows = ["\t" + "\t".join(names) + "\tCPU Affinity\tNUMA Affinity"]
+    for i, name in enumerate(names):
+        cells = ["X" if j == i else cell for j in range(8)]
+        rows.append(name + "\t" + "\t".join(cells) + "\t0-63\t0")
+    return "\n".join(rows) + "\n\nLegend:\n\n  X    = Self\n"
+
+
+def fake_tools(folder: Path, query: str = SAMPLE_RTX) -> Path:
+    """A FAKE nvidia-smi and lspci in `folder` (put it first on PATH), answering SAMPLES with
+    the shell's own printf (PATH may hold nothing else)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    smi = folder / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n# FAKE nvidia-smi: prints SAMPLES written by tests/unit/test_doctor.py\n"
+                   'case "$*" in\n'
+                   f"  *--query-gpu=*) printf '%s' '{query}'; exit ${{FAKE_SMI_EXIT:-0}};;\n"
+                   f"  'topo -m') printf '%s' '{_matrix('NODE')}';;\n"
+                   f"  'topo -p2p r') printf '%s' '{_matrix('OK')}';;\n"
+                   "  *) exit 9;;\n"
+                   "esac\n")
+    lspci = folder / "lspci"
+    lspci.write_text("#!/bin/sh\n# FAKE lspci -vvv: a SAMPLE bridge with ACS control, no SrcValid+\n"
+                     "echo '00:01.0 PCI bridge: Sample bridge'\n"
+                     "echo '\t\tACSCtl:\tSrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd-'\n")
+    for script in (smi, lspci):
+        script.chmod(0o755)
+    return folder
+
+
+def checkpoint(folder: Path, nextn: bool = True, shards: int = 2) -> Path:
+    """A tiny GLM-5-shaped checkpoint folder: config, tokenizer files, an index and its shards."""
+    folder.mkdir(parents=True)
+    layers = 2
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "glm_moe_dsa", "architectures": ["GlmMoeDsaForCausalLM"],
+        "num_hidden_layers": layers, "num_nextn_predict_layers": 1}))
+    (folder / "tokenizer.json").write_text("{}")
+    (folder / "tokenizer_config.json").write_text("{}")
+    weights = {f"model.layers.{i}.mlp.weight": f"model-{i % shards:05d}.safetensors" for i in range(layers)}
+    if nextn:
+        weights.update({f"model.layers.{layers}.{part}.weight": "model-00000.safetensors"
+                        for part in ("eh_proj", "enorm", "hnorm", "shared_head.norm")})
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weights}))
+    for name in set(weights.values()):
+        (folder / name).write_bytes(b"\0" * 64)
+    return folder
+
+
+class Box:
+    """The collaborators of one doctor run: a fake engine, fake tools on PATH, a fake host."""
+
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, query: str | None = SAMPLE_RTX):
+        self.tmp_path = tmp_path
+        self.bin = tmp_path / "bin"
+        self.bin.mkdir()
+        if query is not None:
+            fake_tools(self.bin, query)
+        monkeypatch.setenv("PATH", str(self.bin))
+        monkeypatch.setenv("OPSCTL_LOCK_DIR", str(tmp_path / "locks"))
+        monkeypatch.chdir(tmp_path)
+        self.engine = FakeEngine()
+        root = tmp_path / "docker-root"
+        root.mkdir()
+        self.engine.engine_info = EngineInfo(version="0.0.0-fake", api_version="1.41",
+                                             runtimes=("nvidia", "runc"), default_runtime="runc",
+                                             root_dir=str(root))
+        self.clock = FakeClock()
+        self.free = {"": (100 * GIB, 50 * GIB)}  # path prefix -> (total, free)
+        self.port: str | None = None
+        self.connect_error: Exception | None = None
+        self.on_run = lambda argv: None
+
+    def host(self) -> Host:
+        def usage(path: str) -> tuple[int, int]:
+            return next(v for k, v in sorted(self.free.items(), reverse=True) if path.startswith(k))
+
+        def read(path: Path) -> str:
+            return "MemTotal:       24576000 kB\n" if path == Path("/proc/meminfo") else ""
+
+        return Host(which=shutil.which, disk_usage=usage, read_text=read,
+                    count_entries=lambda path: 0, port_problem=lambda address, port: self.port)
+
+    def tools(self) -> Tools:
+        def connect() -> FakeEngine:
+            if self.connect_error is not None:
+                raise self.connect_error
+            return self.engine
+
+        def run(argv: list[str], timeout: float) -> tuple[int, str]:
+            self.on_run(argv)
+            assert 0 < timeout <= doctor_app.TOOL_TIMEOUT_S
+            return run_tool(argv, timeout_s=timeout)
+
+        return Tools(connect=connect, run=run, clock=self.clock, host=self.host())
+
+    def glm5_ready(self) -> Path:
+        """The base present with CUDA 13, locked; GPUs given to containers; a whole checkpoint."""
+        image_id = self.engine.add_image(BASE)
+        self.engine.images[BASE].env = {"CUDA_VERSION": "13.0.1"}  # SAMPLE image config
+        locks = self.tmp_path / "locks"
+        locks.mkdir(exist_ok=True)
+        (locks / f"{GLM5}.json").write_text(json.dumps(
+            {"bases": {BASE: {"digest": image_id, "kind": "image-id"}}}))
+        self.engine.gpu_answer = (0, SAMPLE_LIST)
+        return checkpoint(self.tmp_path / "ckpt")
+
+    def run(self, profile: str = GLM5, **request: object) -> dict[str, doctor_app.Check]:
+        report = doctor(DoctorRequest(load_profile(profile), **request), self.tools())  # type: ignore[arg-type]
+        self.report = report
+        return {check.name: check for check in report.checks}
+
+
+def test_sim_profile_without_a_gpu_fails_the_gpu_rows_with_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    box = Box(tmp_path, monkeypatch, query=None)  # no nvidia-smi on PATH
+    box.engine.add_image("opsctl/debian-base:bookworm")
+    rows = box.run("sim")
+    for name in ("GPUs in a container", "GPU count", "GPU model", "GPU compute capability",
+                 "GPU memory"):
+        assert (rows[name].status, rows[name].detail) == (FAIL, NO_GPU), name
+    assert rows["P2P, IOMMU, ACS"].status == FAIL
+    assert "nvidia-smi not found" in rows["P2P, IOMMU, ACS"].detail
+    assert box.engine.gpu_runs == []  # no container is started for GPUs the host lacks
+    assert rows["docker"].status == PASS and "0.0.0-fake" in rows["docker"].detail
+    assert rows["checkpoint"].status == PASS and "model.host_path unset" in rows["checkpoint"].detail
+    assert rows["driver for opsctl/debian-base:bookworm"].status == PASS  # not a CUDA image
+    assert rows["base opsctl/debian-base:bookworm"].status == WARN  # present, never locked
+    assert rows["/dev/shm"].status == PASS and "64m" in rows["/dev/shm"].detail
+    assert rows["port 127.0.0.1:30000"].status == PASS
+    assert box.report.failed and "pull_image" not in box.engine.calls
+
+
+def test_a_ready_gpu_host_passes_every_check(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    box = Box(tmp_path, monkeypatch)
+    folder = box.glm5_ready()
+    rows = box.run(checkpoint=folder)
+    assert not box.report.failed, [(c.name, c.detail) for c in box.report.failed]
+    assert [c.name for c in box.report.checks if c.status == WARN] == []
+    assert "lists 8 GPU(s)" in rows["GPUs in a container"].detail
+    assert "nvidia runtime is registered" in rows["GPUs in a container"].detail
+    image, command, timeout = box.engine.gpu_runs[0]
+    assert command == ["nvidia-smi", "-L"] and timeout <= doctor_app.GPU_RUN_TIMEOUT_S
+    assert image == BASE  # the only local image (the variants' own are not built yet)
+    assert rows["GPU count"].detail == "8 GPU(s); the profile uses [0, 1, 2, 3, 4, 5, 6, 7]"
+    assert rows["GPU compute capability"].detail == "12.0"
+    assert rows[f"driver for {BASE}"].detail == "CUDA 13.0.1; host driver 580.00.01"
+    assert "SYS" not in rows["P2P, IOMMU, ACS"].fix
+    assert rows["checkpoint safetensors"].status == PASS
+    mtp = [name for name in rows if name.startswith("checkpoint MTP")]
+    assert mtp and "mtp" in mtp[0]  # names the variants that draft with the NextN layer
+    assert rows[f"base {BASE}"].detail.startswith("present, matches its lock")
+    assert "ipc_host" in rows["/dev/shm"].detail
+
+
+@pytest.mark.parametrize(("query", "failing"), [
+    (SAMPLE_H100, {"GPU model", "GPU compute capability"}),
+    (SAMPLE_FOUR, {"GPU count"}),
+    (SAMPLE_OLD_DRIVER, {f"driver for {BASE}"}),
+])
+def test_gpus_and_driver_are_judged_against_the_profile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, query: str, failing: set[str]) -> None:
+    box = Box(tmp_path, monkeypatch, query=query)
+    folder = box.glm5_ready()
+    rows = box.run(checkpoint=folder)
+    assert {c.name for c in box.report.failed} == failing
+    if query is SAMPLE_H100:
+        assert rows["GPU memory"].status == WARN and "81559 MiB" in rows["GPU memory"].detail
+    if query is SAMPLE_FOUR:
+        assert "[4, 5, 6, 7] absent" in rows["GPU count"].detail
+    if query is SAMPLE_OLD_DRIVER:
+        assert "570.00.01" in rows[f"driver for {BASE}"].detail
+
+
+def test_an_unknown_gpu_count_is_one_line_per_gpu_row(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    box = Box(tmp_path, monkeypatch, query=SAMPLE_GARBAGE)
+    rows = box.run(checkpoint=box.glm5_ready())
+    assert rows["GPU count"].status == FAIL
+    assert rows["GPU count"].detail.startswith("the GPU count is unknown: unexpected nvidia-smi line")
+    assert "\n" not in rows["GPU count"].detail
+
+
+def test_a_failing_nvidia_smi_is_a_row(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    box = Box(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_SMI_EXIT", "9")
+    rows = box.run(checkpoint=box.glm5_ready())
+    assert rows["GPU model"].detail.startswith("nvidia-smi failed (exit 9)")
+
+
+def test_the_gpu_count_option_replaces_the_profiles(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    box = Box(tmp_path, monkeypatch, query=SAMPLE_FOUR)
+    rows = box.run(checkpoint=box.glm5_ready(), gpu_count=4)
+    assert rows["GPU count"].status == PASS and rows["GPU count"].detail == "4 GPU(s); the profile needs 4"
+
+
+def test_engine_refusing_gpus_names_the_fix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    box = Box(tmp_path, monkeypatch)
+    folder = box.glm5_ready()
+    box.engine.gpu_answer = FakeEngine().gpu_answer  # the fake's default: Docker's refusal
+    rows = box.run(checkpoint=folder)
+    row = rows["GPUs in a container"]
+    assert row.status == FAIL and "could not select device driver" in row.detail
+    assert "nvidia-ctk runtime configure" in row.fix
+
+
+def test_no_local_image_means_no_gpu_container_and_no_pull(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    box = Box(tmp_path, monkeypatch)
+    rows = box.run(checkpoint=checkpoint(tmp_path / "ckpt"))
+    assert rows["GPUs in a container"].detail.startswith("no local image")
+    assert rows[f"base {BASE}"].status == FAIL and f"docker pull {BASE}" in rows[f"base {BASE}"].fix
+    assert rows[f"driver for {BASE}"].status == WARN
+    assert "pull_image" not in box.engine.calls and box.engine.gpu_runs == []
+
+
+def test_a_moved_base_fails_against_its_lock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    box = Box(tmp_path, monkeypatch)
+    folder = box.glm5_ready()
+    (tmp_path / "locks" / f"{GLM5}.json").write_text(json.dumps(
+        {"bases": {BASE: {"digest": "sha256:" + "e" * 64, "kind": "image-id"}}}))
+    rows = box.run(checkpoint=folder)
+    row = rows[f"base {BASE}"]
+    assert row.status == FAIL and "locked sha256:eeee" in row.detail and "--force" in row.fix
+
+
+def test_docker_unreachable_is_a_row_and_the_engine_is_not_asked_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    box = Box(tmp_path, monkeypatch)
+    box.connect_error = DaemonUnreachable("Docker daemon unreachable: sample", hint="start it")
+    rows = box.run(checkpoint=checkpoint(tmp_path / "ckpt"))
+    assert (rows["docker"].status, rows["docker"].detail) == (FAIL, "Docker daemon unreachable: sample")
+    assert rows["base images"].detail == "not checked: Docker daemon unreachable: sample"
+    assert rows["GPU model"].status == PASS  # the host's own checks still run
+    assert rows["disk (images)"].status == WARN
+
+
+def test_docker_failing_mid_call_stops_further_engine_calls(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    box = Box(tmp_path, monkeypatch)
+    folder = box.glm5_ready()
+    box.engine.fail("run_to_completion", DaemonUnreachable("the Docker engine stopped answering",
+                                                           hint="check `docker info`"))
+    rows = box.run(checkpoint=folder)
+    assert rows["GPUs in a container"].detail == "the Docker engine stopped answering"
+    calls = len(box.engine.calls)
+    assert rows["base images"].detail.startswith("not checked")
+    assert box.engine.calls.count("run_to_completion") == 1 and len(box.engine.calls) == calls
+
+
+def test_checkpoint_problems_are_rows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    box = Box(tmp_path, monkeypatch)
+    box.glm5_ready()
+    folder = checkpoint(tmp_path / "partial", nextn=False)
+    (folder / "model-00001.safetensors").unlink()
+    rows = box.run(checkpoint=folder)
+    assert rows["checkpoint config.json"].status == PASS
+    assert rows["checkpoint safetensors"].status == FAIL
+    assert "model-00001.safetensors is missing" in rows["checkpoint safetensors"].detail
+    mtp = next(c for name, c in rows.items() if name.startswith("checkpoint MTP"))
+    assert mtp.status == FAIL
+    # The profile's own folder (/models/GLM-5-NVFP4) is not on this machine: one row.
+    rows = box.run()
+    assert rows["checkpoint"].detail == "checkpoint folder /models/GLM-5-NVFP4 does not exist on this host"
+
+
+def test_disk_shm_and_port(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    box = Box(tmp_path, monkeypatch)
+    folder = box.glm5_ready()
+    box.free[str(tmp_path / "docker-root")] = (100 * GIB, 10 * GIB)  # 10% < 15%
+    box.free["/dev/shm"] = (8 * GIB, 4 * GIB)
+    box.port = "Address already in use"
+    rows = box.run(checkpoint=folder)
+    assert rows["disk (images)"].status == FAIL and "(10%)" in rows["disk (images)"].detail
+    assert rows["disk (out/)"].status == PASS
+    assert rows["port 127.0.0.1:30000"].detail == "taken: Address already in use"
+    # An opsctl server publishing the port holds it: `up` replaces it.
+    box.engine.add_container("opsctl-glm5", {"opsctl.managed": "true", "opsctl.role": "server",
+                                             "opsctl.profile": GLM5},
+                             ports=[PortBinding(30000, 30000)])
+    assert box.run(checkpoint=folder)["port 127.0.0.1:30000"].status == PASS
+    rows = box.run("sim")
+    assert rows["/dev/shm"].status == PASS  # 64m against 23.4 GiB of memory
+
+
+def test_no_check_starts_past_the_budget(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    box = Box(tmp_path, monkeypatch)
+    folder = box.glm5_ready()
+    box.on_run = lambda argv: box.clock.sleep(30)  # each tool run "takes" 30 s
+    rows = box.run(checkpoint=folder)
+    skipped = [c.name for c in box.report.checks if c.detail.startswith("not run: the 50 s budget")]
+    assert skipped and "base images" in skipped and "docker" not in skipped
+    assert rows["base images"].status == WARN
+
+
+def test_parse_gpus_reads_the_query_and_refuses_other_lines() -> None:
+    gpus = parse_gpus(SAMPLE_RTX)
+    assert len(gpus) == 8 and gpus[7].index == 7 and gpus[0].capability == (12, 0)
+    assert gpus[0].memory_mib == 97887 and gpus[0].driver == "580.00.01"
+    assert parse_gpus("0, Sample GPU, [N/A], [N/A], 470.00.01\n")[0].capability is None
+    with pytest.raises(ValueError, match="unexpected nvidia-smi line"):
+        parse_gpus(SAMPLE_GARBAGE)
+
+
+# --- the CLI: one line and the documented exit code ------------------------------------------
+
+
+def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": str(tmp_path), "DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    return subprocess.run([sys.executable, "-m", "opsctl", "doctor", *args], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=60, check=False)
+
+
+def test_cli_on_the_sim_profile_exits_7_with_a_table_and_a_json_report(tmp_path: Path) -> None:
+    done = _cli(tmp_path, "-p", "sim", "--json")
+    assert done.returncode == EXIT_HOST, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "host not ready for profile sim" in errors[0]
+    assert NO_GPU in done.stdout and "GPU compute capability" in done.stdout
+    written = list((tmp_path / "out").glob("doctor-*.json"))
+    assert len(written) == 1
+    report = json.loads(written[0].read_text())
+    assert report["ok"] is False and report["profile"] == "sim"
+    names = {row["name"]: row for row in report["checks"]}
+    assert names["GPU count"] == {"name": "GPU count", "status": FAIL, "detail": NO_GPU,
+                                  "fix": names["GPU count"]["fix"]}
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("--gpu-count", "0"), "0 is not between 1 and 64"),
+    (("--gpu-count", "many"), "Invalid value for '--gpu-count'"),
+    (("--checkpoint", "/nonexistent/ckpt"), "--checkpoint /nonexistent/ckpt is not a readable folder"),
+    (("-p", "no-such-profile"), "no-such-profile"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: tuple[str, ...], said: str) -> None:
+    done = _cli(tmp_path, *args)
+    assert done.returncode == EXIT_USAGE, done.stdout + done.stderr
+    assert said in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()
