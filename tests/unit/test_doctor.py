@@ -15,6 +15,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from checkpoints import write_checkpoint
+from doctor_samples import (
+    BASE,
+    GLM5,
+    SAMPLE_FOUR,
+    SAMPLE_GARBAGE,
+    SAMPLE_H100,
+    SAMPLE_LIST,
+    SAMPLE_OLD_DRIVER,
+    SAMPLE_RTX,
+    fake_tools,
+)
 from fakes import FakeClock, FakeEngine
 
 from opsctl.config.profiles import load_profile
@@ -25,70 +37,15 @@ from opsctl.doctor.app import DoctorRequest, Host, Tools, doctor
 from opsctl.doctor.checks import FAIL, NO_GPU, PASS, WARN, parse_gpus
 from opsctl.engine.api import EngineInfo, PortBinding
 
-GLM5 = "glm5-nvfp4-rtx6000"
-BASE = "lmsysorg/sglang:v0.5.23-cu130"
 GIB = 2**30
 
-# SAMPLE `nvidia-smi --query-gpu=index,name,compute_cap,memory.total,driver_version
-# --format=csv,noheader,nounits` answers (made up, in the tool's shape).
-SAMPLE_RTX = "".join(f"{i}, NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0, 97887, "
-                     "580.00.01\n" for i in range(8))
-SAMPLE_H100 = "".join(f"{i}, NVIDIA H100 80GB HBM3, 9.0, 81559, 580.00.01\n" for i in range(8))
-SAMPLE_OLD_DRIVER = SAMPLE_RTX.replace("580.00.01", "570.00.01")
-SAMPLE_FOUR = "".join(SAMPLE_RTX.splitlines(keepends=True)[:4])
-SAMPLE_GARBAGE = "Failed to initialize NVML: Driver/library version mismatch\n"
-# SAMPLE `nvidia-smi -L` from inside a container (made-up UUIDs).
-SAMPLE_LIST = "".join(f"GPU {i}: NVIDIA RTX PRO 6000 Blackwell Server Edition (UUID: GPU-sample-{i})\n"
-                      for i in range(8))
 
-
-def _matrix(cell: str) -> str:
-    """A SAMPLE 8-GPU `nvidia-smi topo` matrix: `cell` between every pair."""
-    names = [f"GPU{i}" for i in range(8)]
-    rows = ["\t" + "\t".join(names) + "\tCPU Affinity\tNUMA Affinity"]
-    for i, name in enumerate(names):
-        cells = ["X" if j == i else cell for j in range(8)]
-        rows.append(name + "\t" + "\t".join(cells) + "\t0-63\t0")
-    return "\n".join(rows) + "\n\nLegend:\n\n  X    = Self\n"
-
-
-def fake_tools(folder: Path, query: str = SAMPLE_RTX) -> Path:
-    """A FAKE nvidia-smi and lspci in `folder` (put it first on PATH), answering SAMPLES with
-    the shell's own printf (PATH may hold nothing else)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    smi = folder / "nvidia-smi"
-    smi.write_text("#!/bin/sh\n# FAKE nvidia-smi: prints SAMPLES written by tests/unit/test_doctor.py\n"
-                   'case "$*" in\n'
-                   f"  *--query-gpu=*) printf '%s' '{query}'; exit ${{FAKE_SMI_EXIT:-0}};;\n"
-                   f"  'topo -m') printf '%s' '{_matrix('NODE')}';;\n"
-                   f"  'topo -p2p r') printf '%s' '{_matrix('OK')}';;\n"
-                   "  *) exit 9;;\n"
-                   "esac\n")
-    lspci = folder / "lspci"
-    lspci.write_text("#!/bin/sh\n# FAKE lspci -vvv: a SAMPLE bridge with ACS control, no SrcValid+\n"
-                     "echo '00:01.0 PCI bridge: Sample bridge'\n"
-                     "echo '\t\tACSCtl:\tSrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd-'\n")
-    for script in (smi, lspci):
-        script.chmod(0o755)
-    return folder
-
-
-def checkpoint(folder: Path, nextn: bool = True, shards: int = 2) -> Path:
-    """A tiny GLM-5-shaped checkpoint folder: config, tokenizer files, an index and its shards."""
-    folder.mkdir(parents=True)
-    layers = 2
-    (folder / "config.json").write_text(json.dumps({
-        "model_type": "glm_moe_dsa", "architectures": ["GlmMoeDsaForCausalLM"],
-        "num_hidden_layers": layers, "num_nextn_predict_layers": 1}))
+def checkpoint(folder: Path, nextn: bool = True) -> Path:
+    """tests/checkpoints.py's folder; doctor reads the tokenizer's files only (no transformers
+    on the host side), so two files stand for it."""
+    write_checkpoint(folder, nextn=nextn, tokenizer=False)
     (folder / "tokenizer.json").write_text("{}")
     (folder / "tokenizer_config.json").write_text("{}")
-    weights = {f"model.layers.{i}.mlp.weight": f"model-{i % shards:05d}.safetensors" for i in range(layers)}
-    if nextn:
-        weights.update({f"model.layers.{layers}.{part}.weight": "model-00000.safetensors"
-                        for part in ("eh_proj", "enorm", "hnorm", "shared_head.norm")})
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weights}))
-    for name in set(weights.values()):
-        (folder / name).write_bytes(b"\0" * 64)
     return folder
 
 
@@ -303,11 +260,11 @@ def test_checkpoint_problems_are_rows(
     box = Box(tmp_path, monkeypatch)
     box.glm5_ready()
     folder = checkpoint(tmp_path / "partial", nextn=False)
-    (folder / "model-00001.safetensors").unlink()
+    (folder / "model-00002-of-00002.safetensors").unlink()
     rows = box.run(checkpoint=folder)
     assert rows["checkpoint config.json"].status == PASS
     assert rows["checkpoint safetensors"].status == FAIL
-    assert "model-00001.safetensors is missing" in rows["checkpoint safetensors"].detail
+    assert "model-00002-of-00002.safetensors is missing" in rows["checkpoint safetensors"].detail
     mtp = next(c for name, c in rows.items() if name.startswith("checkpoint MTP"))
     assert mtp.status == FAIL
     # The profile's own folder (/models/GLM-5-NVFP4) is not on this machine: one row.
@@ -385,7 +342,6 @@ def test_cli_on_the_sim_profile_exits_7_with_a_table_and_a_json_report(tmp_path:
     (("--gpu-count", "0"), "0 is not between 1 and 64"),
     (("--gpu-count", "many"), "Invalid value for '--gpu-count'"),
     (("--checkpoint", "/nonexistent/ckpt"), "--checkpoint /nonexistent/ckpt is not a readable folder"),
-    (("-p", "no-such-profile"), "no-such-profile"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: tuple[str, ...], said: str) -> None:
     done = _cli(tmp_path, *args)
