@@ -64,6 +64,7 @@ from opsctl.image import basecheck, lock
 from opsctl.image.build import resolve_base
 from opsctl.image.plan import BuildPlan, expected_image, plans
 
+LIMIT_S = 60.0  # the issue's bound on the whole command
 BUDGET_S = 50.0  # no check starts after this; the slowest bounded call then ends within 60 s
 TOOL_TIMEOUT_S = 10.0  # each nvidia-smi / lspci run
 GPU_RUN_TIMEOUT_S = 20.0  # the throwaway GPU container
@@ -74,16 +75,50 @@ GPU_FIX = ("install the NVIDIA driver and the NVIDIA Container Toolkit, then `nv
 TimedRun = Callable[[list[str], float], tuple[int, str]]  # argv, timeout -> (exit code, output)
 
 
+# --- the host, as Host's defaults read it -----------------------------------------------------
+
+
+def _disk_usage(path: str) -> tuple[int, int]:
+    usage = shutil.disk_usage(path)
+    return usage.total, usage.free
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _count(path: Path) -> int:
+    try:
+        return sum(1 for _ in path.iterdir())
+    except OSError:
+        return 0
+
+
+def _port_problem(address: str, port: int) -> str | None:
+    """None when `address:port` can be bound now, else why not (the listener is not named)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is not "taken"
+        try:
+            probe.bind((address, port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
+
+
 @dataclass(frozen=True)
 class Host:
     """The host as doctor reads it; tests replace any part."""
 
     which: Callable[[str], str | None] = shutil.which
-    disk_usage: Callable[[str], tuple[int, int]] = lambda path: _disk_usage(path)
-    read_text: Callable[[Path], str] = lambda path: _read(path)
-    count_entries: Callable[[Path], int] = lambda path: _count(path)
-    port_problem: Callable[[str, int], str | None] = lambda address, port: _port_problem(address, port)
-    is_dir: Callable[[Path], bool] = lambda path: path.is_dir()
+    disk_usage: Callable[[str], tuple[int, int]] = _disk_usage
+    read_text: Callable[[Path], str] = _read
+    count_entries: Callable[[Path], int] = _count
+    port_problem: Callable[[str, int], str | None] = _port_problem
+    is_dir: Callable[[Path], bool] = Path.is_dir
 
 
 @dataclass(frozen=True)
@@ -146,9 +181,12 @@ class _Session:
 
     # --- shared collaborators ---
 
+    def left(self, cap: float) -> float:
+        """`cap` seconds, or what is left of the 60 s when less (at least 1 s)."""
+        return max(1.0, min(cap, self.deadline + (LIMIT_S - BUDGET_S) - self.tools.clock.monotonic()))
+
     def run(self, argv: list[str]) -> tuple[int, str]:
-        left = self.deadline + (60.0 - BUDGET_S) - self.tools.clock.monotonic()
-        return self.tools.run(argv, max(1.0, min(TOOL_TIMEOUT_S, left)))
+        return self.tools.run(argv, self.left(TOOL_TIMEOUT_S))
 
     def engine(self) -> Engine:
         if self._engine_down is not None:
@@ -218,7 +256,7 @@ class _Session:
             return [Check(name, FAIL, "no local image to run nvidia-smi in (doctor never pulls)",
                           "`opsctl build` (or `opsctl base-image`) first")]
         code, output = engine.run_to_completion(image, ["nvidia-smi", "-L"], gpus=True,
-                                                timeout_seconds=GPU_RUN_TIMEOUT_S)
+                                                timeout_seconds=self.left(GPU_RUN_TIMEOUT_S))
         listed = listed_gpus(output)
         last = (output.strip().splitlines() or ["no output"])[-1][:200]
         if code == 0 and listed:
@@ -292,8 +330,9 @@ class _Session:
                                     read=self.tools.host.read_text,
                                     count=self.tools.host.count_entries)
         verdict = found.verdict
-        detail = (f"{len(found.gpus)} GPU(s), IOMMU {found.iommu.mode}, {found.acs.note}; "
-                  + "; ".join(verdict.reasons))
+        detail = f"{len(found.gpus)} GPU(s), {found.acs.note}; " + "; ".join(verdict.reasons)
+        if f"IOMMU {found.iommu.mode}" not in detail:
+            detail += f"; IOMMU {found.iommu.mode}"
         level = self.profile.container.nccl_p2p_level
         if level == "SYS" and verdict.sys_advisable is not True:
             return [Check(name, FAIL, detail, "container.nccl_p2p_level: SYS is not advisable "
@@ -337,7 +376,7 @@ class _Session:
         else:
             checks.append(judge_free("disk (images)", root, *self.tools.host.disk_usage(root),
                                      IMAGES_MIN_FREE))
-        out = _existing(REPORTS_DIR.absolute(), self.tools.host.is_dir)
+        out = existing_dir(REPORTS_DIR.absolute(), self.tools.host.is_dir)
         checks.append(judge_free("disk (out/)", str(out), *self.tools.host.disk_usage(str(out)),
                                  OUT_MIN_FREE))
         return checks
@@ -460,42 +499,7 @@ def _guarded(session: _Session, name: str, check: Callable[[_Session], list[Chec
         return [Check(name, FAIL, " ".join(error.message.split()), error.hint)]
 
 
-# --- the host, as Host's defaults read it -----------------------------------------------------
-
-
-def _disk_usage(path: str) -> tuple[int, int]:
-    usage = shutil.disk_usage(path)
-    return usage.total, usage.free
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
-
-
-def _count(path: Path) -> int:
-    try:
-        return sum(1 for _ in path.iterdir())
-    except OSError:
-        return 0
-
-
-def _port_problem(address: str, port: int) -> str | None:
-    """None when `address:port` can be bound now, else why not (the listener is not named)."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is not "taken"
-        try:
-            probe.bind((address, port))
-        except OSError as exc:
-            return exc.strerror or str(exc)
-    return None
-
-
-def _existing(path: Path, is_dir: Callable[[Path], bool]) -> Path:
+def existing_dir(path: Path, is_dir: Callable[[Path], bool]) -> Path:
     while not is_dir(path) and path != path.parent:
         path = path.parent
     return path
-
