@@ -26,8 +26,10 @@ PROJECT_DIR_ENV = "OPSCTL_PROJECT_DIR"
 # The project's data, as paths relative to the project root: what a wheel carries under
 # opsctl/_data/ (the same relative paths there), and what marks a checkout.
 PACKAGED = ("deploy", "docker", "monitoring", "patches", "sglang-args", "tests/fixtures/glm5")
-# Never packaged: host state a checkout keeps beside its profiles (base digests of local builds).
-NOT_PACKAGED = ("deploy/locks",)
+# Never packaged: host state a checkout keeps beside its profiles, what .gitignore keeps out of
+# these folders (the simulator's base digest: its base is built on each host). Committed locks
+# are packaged.
+NOT_PACKAGED = ("deploy/locks/sim.json",)
 DATA_DIR = "_data"  # the wheel's data folder, inside the opsctl package
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # .../opsctl

@@ -1,7 +1,8 @@
 """The lock file `deploy/locks/<profile>.json`: the digest each base reference had when built.
 
-In a checkout the locks sit beside the profiles (and are committed); an installed opsctl keeps
-them in the state directory (`<state dir>/locks/`): its packaged data is not the host's to change.
+In a checkout the locks sit beside the profiles (and are committed). An installed opsctl writes
+them in the state directory (`<state dir>/locks/`), never into its package; a profile with no lock
+there yet is checked against the lock the wheel carries (the committed one), if any.
 
 The first build of a profile on a base records the digest the engine reported; later builds
 must find the same digest (a registry tag that moved is an error) unless `--force` re-locks it.
@@ -48,8 +49,16 @@ def lock_dir() -> Path:
     return project_root() / "deploy" / "locks"
 
 
+def _packaged(path: Path) -> Path:
+    """The wheel's own copy of the lock at `path` where opsctl is installed and has none of its own."""
+    if path.is_file() or not is_installed() or os.environ.get(LOCK_DIR_ENV) or path.parent != lock_dir():
+        return path
+    return project_root() / "deploy" / "locks" / path.name
+
+
 def read_lock(path: Path) -> dict[str, dict[str, str]]:
     """base reference -> {"digest", "kind"}; empty when the profile was never built here."""
+    path = _packaged(path)
     if not path.is_file():
         return {}
     try:

@@ -8,6 +8,7 @@ wheel's), and run from an empty directory with no PYTHONPATH and no OPSCTL_PROJE
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -19,12 +20,16 @@ from pathlib import Path
 
 import pytest
 
+from opsctl.config.profiles import load_profile
 from opsctl.core import paths
 from opsctl.core.errors import EXIT_USAGE
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_FILES = ("pyproject.toml", "setup.py", "MANIFEST.in")
-STRAY_LOCK = "deploy/locks/sim.json"  # host state of a checkout: never packaged
+GLM = "glm5-nvfp4-rtx6000"
+HOST_LOCK = "deploy/locks/sim.json"  # host state of a checkout (.gitignore): never packaged
+COMMITTED_LOCK = f"deploy/locks/{GLM}.json"  # packaged: installed builds check against it
+LOCKED = "sha256:" + "ab" * 32  # this test's own lock entry, not a real image's digest
 
 
 @dataclass(frozen=True)
@@ -41,16 +46,18 @@ class Installed:
 
 
 def _copy_sources(dest: Path) -> None:
-    """What a wheel build reads: the build files, the package and the data folders (plus a
-    stray lock file, which the wheel must leave out)."""
+    """What a wheel build reads: the build files, the package and the data folders, with this
+    test's two lock files instead of the checkout's own."""
     for name in BUILD_FILES:
         shutil.copy2(ROOT / name, dest / name)
     junk = shutil.ignore_patterns("__pycache__", "*.pyc", paths.DATA_DIR)
     shutil.copytree(ROOT / "opsctl", dest / "opsctl", ignore=junk)
     for rel in paths.PACKAGED:
         shutil.copytree(ROOT / rel, dest / rel, ignore=shutil.ignore_patterns("__pycache__", "locks"))
-    (dest / STRAY_LOCK).parent.mkdir(parents=True)
-    (dest / STRAY_LOCK).write_text('{"bases": {}}\n')
+    (dest / HOST_LOCK).parent.mkdir(parents=True)
+    (dest / HOST_LOCK).write_text('{"bases": {}}\n')
+    base = load_profile(GLM).resolve("gathercast").image.base
+    (dest / COMMITTED_LOCK).write_text(json.dumps({"bases": {base: {"digest": LOCKED, "kind": "repo-digest"}}}))
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +93,10 @@ def test_the_wheel_carries_the_data_folders_and_no_host_state(installed: Install
         shipped = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / rel).rglob("*")
                          if p.is_file() and "__pycache__" not in p.parts and "locks" not in p.parts)
         assert shipped, rel
-        missing = [name for name in shipped if f"opsctl/{paths.DATA_DIR}/{name}" not in names]
+        missing = [name for name in [*shipped, COMMITTED_LOCK]
+                   if f"opsctl/{paths.DATA_DIR}/{name}" not in names]
         assert not missing, missing
-    assert f"opsctl/{paths.DATA_DIR}/{STRAY_LOCK}" not in names
+    assert f"opsctl/{paths.DATA_DIR}/{HOST_LOCK}" not in names
     assert not any("__pycache__" in name for name in names)
 
 
@@ -104,7 +112,7 @@ def test_opsctl_is_the_wheels_and_finds_its_packaged_data(installed: Installed) 
 
 def test_profile_show_and_up_dry_run_read_the_packaged_profile(installed: Installed) -> None:
     for args in (("profile", "show"), ("up", "--dry-run"),
-                 ("up", "--dry-run", "--profile", "glm5-nvfp4-rtx6000", "--variant", "gathercast")):
+                 ("up", "--dry-run", "--profile", GLM, "--variant", "gathercast")):
         run = installed.opsctl(*args)
         assert run.returncode == 0, (args, run.stderr)
         assert "Traceback" not in run.stderr
@@ -120,9 +128,11 @@ def test_build_dry_run_plans_from_the_packaged_dockerfiles_and_patch_set(install
     # Locks are host state: an installed opsctl keeps them in its state directory.
     assert str(Path(installed.env["OPSCTL_STATE_DIR"]) / "locks" / "sim.json") in sim.stdout
     assert "app/sglang-args/0.5.23/resolved/sim.baseline.json" in sim.stdout
-    glm = installed.opsctl("build", "--dry-run", "--profile", "glm5-nvfp4-rtx6000", "--variant", "gathercast")
+    glm = installed.opsctl("build", "--dry-run", "--profile", GLM, "--variant", "gathercast")
     assert glm.returncode == 0, glm.stderr
     assert str(installed.data / "docker" / "Dockerfile") in glm.stdout
+    # No lock of its own in the state directory yet: the packaged (committed) one is checked.
+    assert f"base digest  {LOCKED}" in glm.stdout
     # The patch set's kernel is the installed package's own module (its hash checked in plan()).
     assert "patch set  sha256 " in glm.stdout and "opsctl-build/patches/" in glm.stdout
 
@@ -138,4 +148,11 @@ def test_the_sdist_manifest_grafts_exactly_the_packaged_folders() -> None:
     lines = [line.split() for line in (ROOT / "MANIFEST.in").read_text().splitlines()
              if line.strip() and not line.startswith("#")]
     assert sorted(rest for verb, *rest in lines if verb == "graft") == sorted([rel] for rel in paths.PACKAGED)
-    assert sorted(rest for verb, *rest in lines if verb == "prune") == sorted([rel] for rel in paths.NOT_PACKAGED)
+    assert sorted(rest for verb, *rest in lines if verb == "exclude") == sorted([rel] for rel in paths.NOT_PACKAGED)
+
+
+def test_what_gitignore_keeps_out_of_the_data_folders_is_not_packaged() -> None:
+    ignored = [line.strip().lstrip("/") for line in (ROOT / ".gitignore").read_text().splitlines()
+               if line.strip() and not line.startswith("#")]
+    inside = [rule for rule in ignored if any(rule.startswith(f"{rel}/") for rel in paths.PACKAGED)]
+    assert sorted(inside) == sorted(paths.NOT_PACKAGED)
