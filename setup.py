@@ -10,6 +10,7 @@ import importlib.util
 import shutil
 import sys
 from pathlib import Path
+from types import ModuleType
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
@@ -17,7 +18,7 @@ from setuptools.command.build_py import build_py
 ROOT = Path(__file__).resolve().parent
 
 
-def _paths():  # type: ignore[no-untyped-def]
+def _paths() -> ModuleType:
     # opsctl.core.paths is stdlib only: read from the file, before opsctl's dependencies exist.
     spec = importlib.util.spec_from_file_location("_opsctl_paths", ROOT / "opsctl" / "core" / "paths.py")
     assert spec and spec.loader

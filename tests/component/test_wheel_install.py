@@ -57,7 +57,8 @@ def _copy_sources(dest: Path) -> None:
     (dest / HOST_LOCK).parent.mkdir(parents=True)
     (dest / HOST_LOCK).write_text('{"bases": {}}\n')
     base = load_profile(GLM).resolve("gathercast").image.base
-    (dest / COMMITTED_LOCK).write_text(json.dumps({"bases": {base: {"digest": LOCKED, "kind": "repo-digest"}}}))
+    entry = {"digest": LOCKED, "kind": "repo-digest"}
+    (dest / COMMITTED_LOCK).write_text(json.dumps({"bases": {base: entry}}))
 
 
 @pytest.fixture(scope="module")
@@ -147,8 +148,9 @@ def test_rewriting_the_committed_records_is_refused_when_installed(installed: In
 def test_the_sdist_manifest_grafts_exactly_the_packaged_folders() -> None:
     lines = [line.split() for line in (ROOT / "MANIFEST.in").read_text().splitlines()
              if line.strip() and not line.startswith("#")]
-    assert sorted(rest for verb, *rest in lines if verb == "graft") == sorted([rel] for rel in paths.PACKAGED)
-    assert sorted(rest for verb, *rest in lines if verb == "exclude") == sorted([rel] for rel in paths.NOT_PACKAGED)
+    verbs = {verb: sorted(rest for v, *rest in lines if v == verb) for verb in ("graft", "exclude")}
+    assert verbs["graft"] == sorted([rel] for rel in paths.PACKAGED)
+    assert verbs["exclude"] == sorted([rel] for rel in paths.NOT_PACKAGED)
 
 
 def test_what_gitignore_keeps_out_of_the_data_folders_is_not_packaged() -> None:
