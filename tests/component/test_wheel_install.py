@@ -103,12 +103,15 @@ def test_the_wheel_carries_the_data_folders_and_no_host_state(installed: Install
 
 def test_opsctl_is_the_wheels_and_finds_its_packaged_data(installed: Installed) -> None:
     probe = subprocess.run(
-        [str(installed.venv / "bin" / "python"), "-c", "import opsctl, opsctl.core.paths as p; "
-         "l = p.layout(); print(opsctl.__file__, l.kind, l.data, l.source, sep='\\n')"],
+        [str(installed.venv / "bin" / "python"), "-c", "import opsctl, opsctl.core.paths as p, "
+         "opsctl.sim.records as r; l = p.layout(); "
+         "print(opsctl.__file__, l.kind, l.data, l.source, r.RECORDS_ROOT, sep='\\n')"],
         cwd=installed.cwd, env=installed.env, capture_output=True, text=True, timeout=60, check=True)
-    module, kind, data, source = probe.stdout.splitlines()
+    module, kind, data, source, records = probe.stdout.splitlines()
     assert Path(module).is_relative_to(installed.venv), module
     assert (kind, Path(data), Path(source)) == (paths.INSTALLED, installed.data, installed.data.parents[1])
+    # The simulator (an island, no opsctl.core) finds the packaged resolution records itself.
+    assert Path(records) == installed.data / "sglang-args"
 
 
 def test_profile_show_and_up_dry_run_read_the_packaged_profile(installed: Installed) -> None:
