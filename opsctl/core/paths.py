@@ -47,11 +47,6 @@ class Layout:
     data: Path
     source: Path
 
-    @property
-    def describe(self) -> str:
-        """One line for output: e.g. `installed package (/.../site-packages/opsctl/_data)`."""
-        return f"{self.kind} ({self.data})"
-
 
 def _is_project(root: Path) -> bool:
     return all((root / rel).is_dir() for rel in PACKAGED)
