@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
 # Idempotent setup of a fresh Debian machine (run as root): system packages, a running Docker
 # engine, the Python venv with opsctl, and the locally built base image (no registry is needed).
+# A Docker engine already installed (Docker CE, a snap, a rootless engine, Debian's docker.io) is
+# used as it is and never replaced; Debian's docker.io is installed only where there is none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/docker-engine.sh
+. scripts/docker-engine.sh
 
 log() { printf '[setup] %s\n' "$*"; }
 
 need_pkgs=()
 # prometheus-alertmanager brings amtool; openssl makes the metrics proxy's test certificate;
 # docker-registry (the distribution registry 2.8) is the real registry `build --push` is tested on.
-for pkg in docker.io prometheus prometheus-pushgateway prometheus-alertmanager debootstrap patch \
+for pkg in prometheus prometheus-pushgateway prometheus-alertmanager debootstrap patch \
     ca-certificates openssl docker-registry; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_pkgs+=("$pkg")
 done
+docker_sockets=(/var/run/docker.sock /run/docker.sock /run/user/*/docker.sock)
+if signs=$(docker_engine_signs "${docker_sockets[@]}"); then
+  have_engine=1
+  log "a Docker engine is installed ($(echo "$signs" | paste -sd ';' | sed 's/;/; /g')): using it, installing none"
+else
+  have_engine=0
+  log "no Docker engine found: installing Debian's docker.io"
+  need_pkgs+=(docker.io)
+fi
 # Node.js runs the Prometheus operator schema validator of tests/k8s (the machine usually has it).
 command -v npm >/dev/null 2>&1 || need_pkgs+=(nodejs npm)
 if ((${#need_pkgs[@]})); then
@@ -27,13 +40,26 @@ for svc in prometheus prometheus-pushgateway prometheus-alertmanager prometheus-
   if command -v service >/dev/null 2>&1; then service "$svc" stop >/dev/null 2>&1 || true; fi
 done
 
-if ! docker info >/dev/null 2>&1; then
+if running=$(docker_engine_running); then
+  log "using the running $running"
+elif [ "$have_engine" = 1 ] && [ -d /run/systemd/system ]; then
+  # Its service manager owns it (systemd, the snap, a user's rootless unit): setup starts nothing.
+  log "the installed Docker engine is not running (or this user cannot reach it): start it with"
+  log "its service manager (systemctl start docker, snap start docker, or systemctl --user start"
+  log "docker for a rootless engine, with DOCKER_HOST set to its socket), then run setup again"
+  exit 1
+elif command -v dockerd >/dev/null 2>&1; then
+  # No service manager (a container): the daemon is started here, as Debian's package would.
   log "starting dockerd --iptables=false"
   mkdir -p /var/log
   # its own session: it outlives the shell (and the process group) that ran setup
   setsid nohup dockerd --iptables=false >>/var/log/opsctl-dockerd.log 2>&1 </dev/null &
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
-  docker info >/dev/null 2>&1 || { log "dockerd did not come up; see /var/log/opsctl-dockerd.log"; exit 1; }
+  running=$(docker_engine_running) || { log "dockerd did not come up; see /var/log/opsctl-dockerd.log"; exit 1; }
+  log "using the $running"
+else
+  log "no running Docker engine, and no dockerd here to start: point DOCKER_HOST at one, then run setup again"
+  exit 1
 fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -31,6 +31,7 @@ from opsctl.argspec import spec as sglang_args
 from opsctl.core import wheels
 from opsctl.core.errors import BuildError, UsageError
 from opsctl.core.files import atomic_write_text, check_output_path, sha256_file
+from opsctl.core.paths import require_checkout
 
 PROBE = Path(__file__).with_name("probe.py")
 SERVER_ARGS = "sglang/srt/server_args.py"
@@ -58,6 +59,8 @@ def extract(
     """
     if output is not None:
         check_output_path(output, "--output")  # before the wheel and the probe, not after
+    else:
+        require_checkout(f"recording sglang {version}'s parser", "--output")
     target = output or sglang_args.spec_path(version)
     with _staged(version, wheel_dir or wheels.cache_dir()) as stage:
         dump = run_probe(stage)

@@ -31,7 +31,7 @@ from opsctl.argspec.extract import ensure_wheel, recorded_wheel_name
 from opsctl.core import wheels
 from opsctl.core.errors import BuildError, UsageError
 from opsctl.core.files import atomic_write_text, check_output_path, sha256_file
-from opsctl.core.paths import project_root
+from opsctl.core.paths import project_root, require_checkout
 
 STACK_FORMAT = 1
 PROBE = Path(__file__).with_name("stack_probe.py")
@@ -138,6 +138,8 @@ def generate(version: str, wheel_dir: Path | None = None, output: Path | None = 
         raise UsageError(f"{version!r} is not a sglang version", hint="e.g. --version 0.5.23")
     if output is not None:
         check_output_path(output, "--output")  # before the wheel and pip, not after
+    else:
+        require_checkout(f"recording sglang {version}'s stack", "--output")
     cache = wheel_dir or wheels.cache_dir()
     wheel = ensure_wheel(version, cache, recorded_wheel_name(sglang_args.spec_path(version)))
     pins = metadata_pins(wheel)

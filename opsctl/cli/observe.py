@@ -28,11 +28,13 @@ def monitor_render(
 ) -> None:
     """Render the scrape config, rules, Grafana provisioning and dashboard."""
     from opsctl.config.profiles import load_profile
-    from opsctl.core.paths import project_root
+    from opsctl.core.paths import project_root, require_checkout
     from opsctl.observe import app as observe
     from opsctl.observe import monitoring, view
 
     chosen = profile or (None if out else monitoring.SHIPPED_PROFILE)
+    if not out:
+        require_checkout("monitor render without --out", "--out DIR")
     root = check_output_path(Path(out) if out else project_root() / "monitoring", "--out",
                              directory=True)
     view.show_rendered(console, observe.monitor_render(load_profile(chosen), root))

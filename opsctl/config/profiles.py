@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError, field_validator, model_validator
+from pydantic import PrivateAttr, ValidationError, field_validator, model_validator
 
 from opsctl.argspec import spec as sglang_args
 from opsctl.argspec import stack
@@ -64,6 +64,12 @@ class Profile(StrictModel):
     default_variant: str
 
     _name = field_validator("name")(check_name)
+    # The file load_profile read it from: shown, never part of the profile's content or hash.
+    _source: Path | None = PrivateAttr(default=None)
+
+    @property
+    def source(self) -> Path | None:
+        return self._source
 
     @model_validator(mode="after")
     def _default_variant_exists(self) -> Profile:
@@ -279,6 +285,7 @@ def load_profile(name_or_path: str | None = None) -> Profile:
             except ValidationError as exc:
                 raise schema_error(path, lines, exc, prefix=("variants", name, part)) from None
         _check_variant(profile.resolve(name), path, lines)
+    profile._source = path.resolve()
     return profile
 
 

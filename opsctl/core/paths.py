@@ -1,19 +1,100 @@
-"""Where opsctl finds its project files (deploy/, docker/, patches/,
-sglang-args/, monitoring/).
+"""Where opsctl finds its project files: profiles (deploy/), Dockerfiles (docker/), patch sets
+(patches/), monitoring files (monitoring/), the pinned releases' records (sglang-args/) and the
+GLM-5 config fixture `profile resolve` defaults to.
 
-opsctl runs from a checkout (installed editable); OPSCTL_PROJECT_DIR points elsewhere.
+Three layouts, decided in this order:
+
+- `$OPSCTL_PROJECT_DIR`: a project copy holding those folders and its own `opsctl/` sources;
+- a checkout: the folders sit beside the `opsctl/` package (an editable install, or
+  `PYTHONPATH=<checkout>`);
+- an installed wheel (`pipx install`, `uv tool install`, `pip install opsctl-*.whl`): the wheel
+  carries them as `opsctl/_data/<folder>` (setup.py copies `PACKAGED` there at build time).
+
+`project_root()` is where the data folders are; `source_root()` is the directory holding the
+`opsctl` package whose files go into images (the simulator's modules, the patch set's kernel).
+Standard library only: setup.py reads `PACKAGED` from this file before opsctl is installed.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 PROJECT_DIR_ENV = "OPSCTL_PROJECT_DIR"
+# The project's data, as paths relative to the project root: what a wheel carries under
+# opsctl/_data/ (the same relative paths there), and what marks a checkout.
+PACKAGED = ("deploy", "docker", "monitoring", "patches", "sglang-args", "tests/fixtures/glm5")
+# Never packaged: host state a checkout keeps beside its profiles, what .gitignore keeps out of
+# these folders (the simulator's base digest: its base is built on each host). Committed locks
+# are packaged.
+NOT_PACKAGED = ("deploy/locks/sim.json",)
+DATA_DIR = "_data"  # the wheel's data folder, inside the opsctl package
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # .../opsctl
+
+CHECKOUT = "checkout"
+PROJECT_COPY = "project dir"
+INSTALLED = "installed package"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which layout is in use, where its data folders are and where its opsctl sources are."""
+
+    kind: str  # CHECKOUT, PROJECT_COPY or INSTALLED
+    data: Path
+    source: Path
+
+
+def _is_project(root: Path) -> bool:
+    return all((root / rel).is_dir() for rel in PACKAGED)
+
+
+@functools.cache
+def _found() -> Layout:
+    """The checkout beside the package, else the wheel's data (decided once per process)."""
+    checkout = PACKAGE_DIR.parent
+    if _is_project(checkout):
+        return Layout(CHECKOUT, checkout, checkout)
+    # Whether or not the wheel's data is complete: a missing file is named where it is read.
+    return Layout(INSTALLED, PACKAGE_DIR / DATA_DIR, PACKAGE_DIR.parent)
+
+
+def layout() -> Layout:
+    override = os.environ.get(PROJECT_DIR_ENV)
+    if override:
+        root = Path(override).resolve()
+        return Layout(PROJECT_COPY, root, root)
+    return _found()
 
 
 def project_root() -> Path:
-    override = os.environ.get(PROJECT_DIR_ENV)
-    if override:
-        return Path(override).resolve()
-    return Path(__file__).resolve().parents[2]
+    """The directory holding deploy/, docker/, patches/, monitoring/ and sglang-args/."""
+    return layout().data
+
+
+def source_root() -> Path:
+    """The directory holding the `opsctl` package whose source files images are built from."""
+    return layout().source
+
+
+def is_installed() -> bool:
+    """True when the data is the wheel's own copy (read-only to opsctl: host state goes to the
+    state directory instead, and the checkout's maintainer writes are refused)."""
+    return layout().kind == INSTALLED
+
+
+def require_checkout(what: str, option: str | None = None) -> None:
+    """Refuse `what`, a maintainer's rewrite of the project's committed files, when they are
+    the installed wheel's own copy (`option` names the way to write elsewhere instead)."""
+    if is_installed():
+        from opsctl.core.errors import UsageError  # here: setup.py runs this file on its own
+
+        alternative = f", or pass {option}" if option else ""
+        raise UsageError(
+            f"{what} rewrites the project's files; this opsctl runs from an installed package "
+            f"({project_root()})",
+            hint=f"run it from a checkout of opsctl (or set {PROJECT_DIR_ENV} to one){alternative}",
+        )

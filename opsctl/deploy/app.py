@@ -28,6 +28,7 @@ from opsctl.core import labels
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.errors import LaunchError, OpsctlError, UsageError
 from opsctl.core.files import check_output_path
+from opsctl.core.paths import require_checkout
 from opsctl.deploy import ownership, readiness
 from opsctl.deploy.custody import CLEANUP_GRACE_SECONDS as CLEANUP_GRACE_SECONDS
 from opsctl.deploy.custody import Custody, Note, RunRecord, after_cleanup
@@ -361,6 +362,8 @@ def profile_resolve(deployments: list[Deployment], gpu_for: Callable[[Deployment
     variants that no longer exist are removed. Without, a variant the release refuses is an
     error (exit 2) after its record is returned for printing.
     """
+    if write_records:
+        require_checkout("profile resolve --write-records")
     resolved = resolve.resolve(deployments, gpu_for, model_config, runner)
     if write_records:
         profiles = sorted({d.profile.name for d in deployments})

@@ -19,7 +19,7 @@ import httpx
 
 from opsctl.config.profiles import Deployment, to_argv
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
-from opsctl.core.paths import project_root
+from opsctl.core.paths import source_root
 from opsctl.deploy import readiness
 from opsctl.sim.config import SimArgs
 
@@ -75,10 +75,10 @@ def start(flags: Sequence[str], env: Mapping[str, str], log: Path | None = None,
     port = free_port()
     # Like sglang's argparse, the simulator lets a later flag win: loopback and our port.
     argv = [sys.executable, "-m", "opsctl.sim", *flags, "--host", "127.0.0.1", "--port", str(port)]
-    python_path = os.pathsep.join(p for p in (str(project_root()), os.environ.get("PYTHONPATH")) if p)
+    python_path = os.pathsep.join(p for p in (str(source_root()), os.environ.get("PYTHONPATH")) if p)
     child_env = {**os.environ, **env, "PYTHONPATH": python_path}
     with (log.open("wb") if log else open(os.devnull, "wb")) as out:
-        process = subprocess.Popen(argv, env=child_env, cwd=project_root(), stdout=out,
+        process = subprocess.Popen(argv, env=child_env, cwd=source_root(), stdout=out,
                                    stderr=subprocess.STDOUT)
     sim = LocalSim(url=f"http://127.0.0.1:{port}", port=port, argv=argv[1:], env=dict(env),
                    process=process, log_path=log)

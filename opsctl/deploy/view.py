@@ -50,7 +50,12 @@ def profile_text(shown: ProfileShow) -> str:
         chosen = " (shown above)" if index == 0 else ""
         lines.append(f"# variant {summary.name}{chosen}: {summary.description}")
         lines += _variant_lines(summary, indent="  ")
-    return "\n".join(lines)
+    return "\n".join([*lines, *_source_lines(shown.deployment)])
+
+
+def _source_lines(deployment: Deployment) -> list[str]:
+    source = deployment.profile.source
+    return [f"# profile file: {source}"] if source else []
 
 
 def print_warnings(console: Console, summary: VariantSummary) -> None:
@@ -73,6 +78,7 @@ def dry_run_text(plan: DryRun) -> str:
         f"{deployment.profile.model.served_name!r}",
         *_healing_lines(plan),
         *([f"# {plan.preflight}"] if plan.preflight else []),
+        *_source_lines(deployment),
     ])
 
 

@@ -1,5 +1,9 @@
 """The lock file `deploy/locks/<profile>.json`: the digest each base reference had when built.
 
+In a checkout the locks sit beside the profiles (and are committed). An installed opsctl writes
+them in the state directory (`<state dir>/locks/`), never into its package; a profile with no lock
+there yet is checked against the lock the wheel carries (the committed one), if any.
+
 The first build of a profile on a base records the digest the engine reported; later builds
 must find the same digest (a registry tag that moved is an error) unless `--force` re-locks it.
 A base that opsctl built itself on this host is re-locked with a warning: debootstrap is not
@@ -17,7 +21,7 @@ from pathlib import Path
 from opsctl.core import labels
 from opsctl.core.errors import BuildError
 from opsctl.core.files import atomic_write_text
-from opsctl.core.paths import project_root
+from opsctl.core.paths import is_installed, project_root
 from opsctl.engine.api import BuildEvent
 from opsctl.image.baseimage import ROLE_BASE, ROLE_STANDIN
 
@@ -36,11 +40,25 @@ class BaseResolution:
 
 def lock_dir() -> Path:
     override = os.environ.get(LOCK_DIR_ENV)
-    return Path(override) if override else project_root() / "deploy" / "locks"
+    if override:
+        return Path(override)
+    if is_installed():
+        from opsctl.deploy.state import default_state_dir  # the one place host state lives
+
+        return default_state_dir() / "locks"
+    return project_root() / "deploy" / "locks"
+
+
+def _packaged(path: Path) -> Path:
+    """The wheel's own copy of the lock at `path` where opsctl is installed and has none of its own."""
+    if path.is_file() or not is_installed() or os.environ.get(LOCK_DIR_ENV) or path.parent != lock_dir():
+        return path
+    return project_root() / "deploy" / "locks" / path.name
 
 
 def read_lock(path: Path) -> dict[str, dict[str, str]]:
     """base reference -> {"digest", "kind"}; empty when the profile was never built here."""
+    path = _packaged(path)
     if not path.is_file():
         return {}
     try:

@@ -33,7 +33,7 @@ from typing import Any
 try:
     from opsctl.config.patchsets import MANIFEST, patch_set_dir, read_manifest
     from opsctl.core.errors import PatchError, ProfileError
-    from opsctl.core.paths import project_root
+    from opsctl.core.paths import source_root
 except ImportError:  # standalone inside the image build: same messages, plain exceptions
 
     class PatchError(Exception):  # type: ignore[no-redef]
@@ -47,7 +47,7 @@ except ImportError:  # standalone inside the image build: same messages, plain e
     class ProfileError(PatchError):  # type: ignore[no-redef]
         exit_code = 2
 
-    def project_root() -> Path:
+    def source_root() -> Path:
         return Path(os.environ.get("OPSCTL_PROJECT_DIR", Path(__file__).resolve().parents[2]))
 
     MANIFEST = "manifest.json"
@@ -98,11 +98,12 @@ def _sha256_file(path: Path) -> str:
 
 
 def _new_file_source(patch_dir: Path, entry: dict[str, str]) -> Path:
-    """New files name their source relative to the repository root (the kernel lives once)."""
+    """New files name their source relative to the repository root, where the opsctl package is
+    (the kernel lives once, in opsctl/kernels/)."""
     local = patch_dir / Path(entry["source"]).name
     if local.is_file():  # a patch set staged on its own (image build context)
         return local
-    return project_root() / entry["source"]
+    return source_root() / entry["source"]
 
 
 def _patch_set_digest(patch_dir: Path, manifest: dict[str, Any]) -> str:

@@ -30,7 +30,7 @@ from opsctl.config.profiles import PATCH_SWITCH_ENV, Deployment, ImageSpec, Prof
 from opsctl.core import labels, wheels
 from opsctl.core.errors import BuildError, ProfileError, UsageError
 from opsctl.core.files import sha256_file
-from opsctl.core.paths import project_root
+from opsctl.core.paths import project_root, source_root
 from opsctl.image import imagecheck, patchset
 from opsctl.image.lock import lock_dir, read_lock
 
@@ -141,7 +141,7 @@ def plan(profile: Profile, base_image: str | None = None, tag: str | None = None
     if spec.kind == "sglang":
         files, expect, patch_sha = _sglang_inputs(spec.sglang_version)
     else:
-        files, expect, patch_sha = _simulator_inputs(root), _simulator_expect(), None
+        files, expect, patch_sha = _simulator_inputs(root, source_root()), _simulator_expect(), None
     files = {**files, "opsctl-build/imagecheck.py": Path(imagecheck.__file__)}
     lock_path = lock_dir() / f"{profile.name}.json"
     return BuildPlan(
@@ -226,7 +226,7 @@ def _sglang_inputs(version: str) -> tuple[dict[str, Path], dict[str, Any], str]:
     """
     manifest = patchsets.load_manifest(version)
     for entry in manifest["new_files"]:
-        source = project_root() / entry["source"]
+        source = source_root() / entry["source"]
         if sha256_file(source) != entry["sha256"]:
             # Caught here, before any engine work, as the image build would catch it.
             raise BuildError(
@@ -246,7 +246,7 @@ def _sglang_inputs(version: str) -> tuple[dict[str, Path], dict[str, Any], str]:
             f"{PATCH_SWITCH_ENV!r}", hint="the manifest and opsctl.config.profiles must agree")
     # The new file that defines the switch (the kernel module the patched backend imports).
     switch_module = next((entry["destination"] for entry in manifest["new_files"]
-                          if f'SWITCH_ENV = "{switch}"' in (project_root() / entry["source"]).read_text()),
+                          if f'SWITCH_ENV = "{switch}"' in (source_root() / entry["source"]).read_text()),
                          None)
     if switch_module is None:
         raise BuildError(f"no new file of patch set {version} defines SWITCH_ENV = {switch!r}",
@@ -291,10 +291,11 @@ def sim_modules(root: Path) -> list[Path]:
     return sorted(sim_dir / f"{name}.py" for name in seen)
 
 
-def _simulator_inputs(root: Path) -> dict[str, Path]:
-    """The simulator's modules and the wheels of its one dependency, at the versions tested here."""
-    files: dict[str, Path] = {"app/opsctl/__init__.py": root / "opsctl" / "__init__.py"}
-    for path in sim_modules(root):
+def _simulator_inputs(root: Path, source: Path) -> dict[str, Path]:
+    """The simulator's modules (from `source`, where the opsctl package is), the records under
+    the project `root`, and the wheels of its one dependency, at the versions tested here."""
+    files: dict[str, Path] = {"app/opsctl/__init__.py": source / "opsctl" / "__init__.py"}
+    for path in sim_modules(source):
         files[f"app/opsctl/sim/{path.name}"] = path
     # The releases' own resolutions of the profiles' variants (opsctl.sim.records reads them).
     for path in sorted(root.glob("sglang-args/*/resolved/*.json")):

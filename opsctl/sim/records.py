@@ -5,8 +5,10 @@ that variant's argv (its real code, run offline from the wheel, the GLM-5 fixtur
 the profile's RTX PRO 6000 Blackwell reported). When the simulator runs exactly such an argv on
 the release of a record, and no config.json tells it another model, it reports the record's
 values; any other argv falls back to opsctl.sim.releases (tested against every record). The
-records sit beside the package: `<repo>/sglang-args` here, `/opt/opsctl/app/sglang-args` in the
-image (opsctl.image.plan copies them). Standard library only.
+records sit beside the package: `<repo>/sglang-args` in a checkout, `/opt/opsctl/app/sglang-args`
+in the image (opsctl.image.plan copies them), inside it as `opsctl/_data/sglang-args` in an
+installed wheel (opsctl.core.paths; the simulator is an island and cannot import it). Standard
+library only.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-RECORDS_ROOT = Path(__file__).resolve().parents[2] / "sglang-args"
+_PACKAGE = Path(__file__).resolve().parents[1]
+RECORDS_ROOT = next((path for path in (_PACKAGE.parent / "sglang-args", _PACKAGE / "_data" / "sglang-args")
+                     if path.is_dir()), _PACKAGE.parent / "sglang-args")
 MAX_RECORD_BYTES = 1 << 20
 
 
