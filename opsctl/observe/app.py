@@ -12,9 +12,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from opsctl.observe import compose
+from opsctl.observe import compose, metricsproxy, monitoring
 from opsctl.observe import exporter as exporter_module
-from opsctl.observe import metricsproxy, monitoring
 from opsctl.observe import report as report_module
 from opsctl.observe.servers import ServerSource
 
