@@ -413,5 +413,12 @@ def test_cli_writes_and_warns(opsctl: Any, tmp_path: Path) -> None:
     assert edited.returncode == EXIT_USAGE and "kustomization.yaml was edited" in edited.stderr
     assert (out / render.KUSTOMIZATION).read_text() == "edited\n"
     assert "Traceback" not in edited.stderr and edited.stderr.count("error:") == 1
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "deployment.yaml").write_text("someone else's\n")
+    foreign = opsctl("render", "k8s", "--profile", "sim", "--out", str(theirs), "--force")
+    assert foreign.returncode == EXIT_USAGE and foreign.stderr.count("error:") == 1
+    assert "did not write (deployment.yaml)" in foreign.stderr and "Traceback" not in foreign.stderr
+    assert [path.name for path in theirs.iterdir()] == ["deployment.yaml"]
     bad = opsctl("render", "k8s", "--profile", "sim", "--out", str(tmp_path / "x"), "--replicas", "0")
     assert bad.returncode == EXIT_USAGE and not (tmp_path / "x").exists()
