@@ -157,6 +157,11 @@ def _notes(target: Target, router_image: str | None) -> list[str]:
     if not target.model_pvc and model.host_path:
         notes.append(f"hostPath weights: every GPU node needs {model.host_path}; "
                      "or pass --model-pvc")
+    if target.placement.autoscale:
+        notes.append("needs KEDA's controller (keda.sh/v1alpha1) and a Prometheus at "
+                     f"{target.placement.autoscale.prometheus} that scrapes the PodMonitor")
+    if target.placement.priority_class:
+        notes.append(f"PriorityClass {target.placement.priority_class} must exist in the cluster")
     if target.secret_vars():
         notes.append(f"create Secret {target.secret_name} first, with the keys "
                      f"{', '.join(target.secret_vars())}")

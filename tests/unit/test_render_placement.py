@@ -160,6 +160,7 @@ def test_cli_options(opsctl: Any, tmp_path: Path) -> None:
                   "--pdb-max-unavailable", "1", "--keda-max-replicas", "4",
                   "--keda-prometheus", "http://prometheus:9090")
     assert done.returncode == 0, done.stderr
+    assert "needs KEDA's controller" in done.stderr and "PriorityClass llm must exist" in done.stderr
     names = sorted(path.name for path in out.iterdir())
     assert any("poddisruptionbudget" in name for name in names)
     assert any("scaledobject" in name for name in names)
