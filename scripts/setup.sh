@@ -34,6 +34,20 @@ if ((${#need_pkgs[@]})); then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
 fi
+# The checkers of what `render k8s` and `monitor compose` write (tests only): `kubectl kustomize`
+# builds the rendered Kustomize base (any kubectl the machine has; else Debian's kubernetes-client),
+# `docker compose config` (or Debian's docker-compose, where the plugin is absent) checks
+# monitoring/compose.yaml.
+checker_pkgs=()
+command -v kubectl >/dev/null 2>&1 || checker_pkgs+=(kubernetes-client)
+{ docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1; } ||
+  checker_pkgs+=(docker-compose)
+if ((${#checker_pkgs[@]})); then
+  log "installing ${checker_pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${checker_pkgs[@]}" >/dev/null
+fi
 # Debian starts these services when it can; opsctl's tests start their own on loopback.
 for svc in prometheus prometheus-pushgateway prometheus-alertmanager prometheus-node-exporter \
     docker-registry; do
@@ -77,9 +91,9 @@ log "installing opsctl into .venv"
 .venv/bin/pip install -q 'transformers[serving]==5.24.0' tokenizers==0.23.3
 
 # The offline validators of rendered Kubernetes objects (tests/k8s/SCHEMAS.md): the Kubernetes
-# schemas come with the dev extra (kubernetes-validate); the Prometheus operator's from npm, at the
-# versions tests/k8s/package-lock.json pins.
-log "installing the Prometheus operator schema validator (npm ci in tests/k8s)"
+# schemas come with the dev extra (kubernetes-validate); the Prometheus operator's and KEDA's from
+# npm, at the versions tests/k8s/package-lock.json pins.
+log "installing the Prometheus operator and KEDA schema validators (npm ci in tests/k8s)"
 (cd tests/k8s && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 
 log "building the local base image (debootstrap + docker import) if absent"

@@ -2,8 +2,8 @@
 
 - Built-in kinds (Deployment, Service, ConfigMap, RBAC, ...): the Kubernetes OpenAPI schema of
   `K8S_VERSION` as the PyPI package kubernetes-validate ships it, strict (unknown fields rejected).
-- PodMonitor, ServiceMonitor, PrometheusRule: tests/k8s/validate.mjs (node), from the npm package
-  @kubernetes-models/prometheus-operator.
+- PodMonitor, ServiceMonitor, PrometheusRule and KEDA's ScaledObject: tests/k8s/validate.mjs
+  (node), from the npm packages @kubernetes-models/prometheus-operator and @kubernetes-models/keda.
 - LeaderWorkerSet: no registry we reach ships its CRD, so its pod templates and volume claims
   are checked against the core schemas and its own fields against `LWS_STRUCTURE`, written by
   hand from the API types; and against the upstream CRD too when `LWS_CRD` exists.
@@ -34,6 +34,8 @@ K8S_VERSION = "1.33"  # the Kubernetes version every built-in kind is validated 
 NODE_DIR = Path(__file__).parent / "k8s"
 MONITORING_API = "monitoring.coreos.com/v1"
 MONITORING_KINDS = ("PodMonitor", "ServiceMonitor", "PrometheusRule")
+KEDA_API = "keda.sh/v1alpha1"
+NODE_APIS = (MONITORING_API, KEDA_API)  # the APIs tests/k8s/validate.mjs validates
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 # The upstream CRD, where someone provides it (nothing fetches it: see SCHEMAS.md).
 LWS_CRD = Path(__file__).resolve().parents[2] / "shared" / "schemas" / \
@@ -230,7 +232,7 @@ def _strict(node: Any) -> Any:
 
 
 def monitoring_errors(objects: list[dict[str, Any]]) -> list[list[str]]:
-    """Prometheus operator objects through tests/k8s/validate.mjs (one node run for all)."""
+    """Prometheus operator and KEDA objects through tests/k8s/validate.mjs (one node run for all)."""
     if not objects:
         return []
     if shutil.which("node") is None or not (NODE_DIR / "node_modules").is_dir():
@@ -254,7 +256,7 @@ def schema_errors_of_sets(sets: list[list[dict[str, Any]]]) -> list[dict[str, li
     their monitoring objects."""
     flat = [(number, index, obj) for number, objects in enumerate(sets)
             for index, obj in enumerate(objects)]
-    monitoring = [(number, index) for number, index, obj in flat if _api(obj) == MONITORING_API]
+    monitoring = [(number, index) for number, index, obj in flat if _api(obj) in NODE_APIS]
     found = dict(zip(monitoring, monitoring_errors(
         [sets[number][index] for number, index in monitoring]), strict=True))
     for number, index, obj in flat:

@@ -71,6 +71,29 @@ def monitor_up(
         loaded, folder, engine, Path(receivers) if receivers else None))
 
 
+@monitor_app.command("compose")
+def monitor_compose(
+    profile: ProfileOpt = None,
+    config_dir: Annotated[str | None, typer.Option(
+        "--config-dir", help="Folder to write the config, secrets and compose.yaml into "
+        "(default: $XDG_STATE_HOME/opsctl/monitoring, as `monitor up`).")] = None,
+    receivers: Annotated[str | None, typer.Option(
+        "--receivers", help="Alertmanager receivers file (default: the checkout's "
+        "monitoring/alertmanager/receivers.yml).")] = None,
+) -> None:
+    """Write the stack `monitor up` starts as a folder for `docker compose up -d` (127.0.0.1
+    only; images by their pinned tags)."""
+    from opsctl.config.profiles import load_profile
+    from opsctl.observe import app as observe
+    from opsctl.observe import monitoring, view
+
+    loaded = load_profile(profile)
+    folder = check_output_path(Path(config_dir) if config_dir else monitoring.default_config_dir(),
+                               "--config-dir", directory=True)
+    view.show_monitor_compose(console, observe.monitor_compose(
+        loaded, folder, Path(receivers) if receivers else None))
+
+
 @monitor_app.command("down")
 def monitor_down() -> None:
     """Stop and remove the monitoring containers (their data volumes stay)."""

@@ -44,8 +44,8 @@ def _image_ref(deployment: Deployment) -> tuple[str, bool]:
 
 @render_app.command("k8s")
 def k8s(
-    out: Annotated[Path, typer.Option("--out", help="Directory to write, one YAML file per "
-                                      "object (kubectl apply -f DIR).")],
+    out: Annotated[Path, typer.Option("--out", help="Directory to write: one YAML file per "
+                                      "object and kustomization.yaml (kubectl apply -k DIR).")],
     profile: ProfileOpt = None,
     variant: VariantOpt = None,
     replicas: Annotated[int, typer.Option(help="Serving units behind the router.",
@@ -63,17 +63,50 @@ def k8s(
         "--router-image", help="Image with sglang_router for the router (default: the "
         "serving image).")] = None,
     force: Annotated[bool, typer.Option(
-        "--force", help="Replace --out when it holds an earlier render (nothing else).")] = False,
+        "--force", help="Overwrite files of the earlier render that were edited since (never "
+        "a file it did not write).")] = False,
+    node_selector: Annotated[list[str] | None, typer.Option(
+        "--node-selector", help="KEY=VALUE: a node label the serving pods need (repeatable).")
+    ] = None,
+    toleration: Annotated[list[str] | None, typer.Option(
+        "--toleration", help="KEY[=VALUE][:EFFECT]: a taint the serving pods tolerate, as "
+        "`kubectl taint` writes it (repeatable).")] = None,
+    affinity: Annotated[Path | None, typer.Option(
+        "--affinity", help="YAML or JSON file of a core/v1 Affinity for the serving pods.")
+    ] = None,
+    priority_class: Annotated[str | None, typer.Option(
+        "--priority-class", help="priorityClassName of the serving pods.")] = None,
+    pdb_max_unavailable: Annotated[int | None, typer.Option(
+        "--pdb-max-unavailable", help="Render a PodDisruptionBudget: serving pods a drain may "
+        "take at once.", callback=within(1, 1000))] = None,
+    keda_max_replicas: Annotated[int | None, typer.Option(
+        "--keda-max-replicas", help="Render a KEDA ScaledObject scaling the serving units from "
+        "--replicas up to this on sglang:num_queue_reqs.", callback=within(1, 1000))] = None,
+    keda_prometheus: Annotated[str | None, typer.Option(
+        "--keda-prometheus", help="Prometheus URL KEDA queries (with --keda-max-replicas).")
+    ] = None,
+    keda_queue_threshold: Annotated[int, typer.Option(
+        "--keda-queue-threshold", help="Queued requests per replica at which KEDA adds one.",
+        callback=within(1, 100000))] = 1,
 ) -> None:
-    """Kubernetes manifests of a variant: its servers (a Deployment, or a LeaderWorkerSet when
-    the profile spans hosts), the sglang router, PodMonitors, the PrometheusRule and the
-    Grafana dashboard (docs/kubernetes.md)."""
+    """Kubernetes manifests of a variant as a Kustomize base: its servers (a Deployment, or a
+    LeaderWorkerSet when the profile spans hosts), the sglang router, PodMonitors, the
+    PrometheusRule, the Grafana dashboard and, when asked, a PodDisruptionBudget and a KEDA
+    ScaledObject (docs/kubernetes.md)."""
     from opsctl.config.profiles import load_profile
     from opsctl.render import app as render
-    from opsctl.render import view
+    from opsctl.render import placement, view
 
+    chosen = placement.Placement(
+        node_selector=placement.node_selector(node_selector or []),
+        tolerations=[placement.toleration(item) for item in toleration or []],
+        affinity=placement.affinity(affinity) if affinity else None,
+        priority_class=placement.priority_class(priority_class),
+        pdb_max_unavailable=pdb_max_unavailable,
+        autoscale=placement.autoscale(keda_max_replicas, keda_prometheus, keda_queue_threshold,
+                                      replicas))
     result = render.render_k8s(
         load_profile(profile).resolve(variant), image_ref=_image_ref, out=out,
         replicas=replicas, namespace=namespace, model_pvc=model_pvc, cache_pvc=cache_pvc,
-        name=name, router_image=router_image, force=force)
+        name=name, router_image=router_image, force=force, placement=chosen)
     view.show_render(console, err_console, result)

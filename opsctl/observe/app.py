@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from opsctl.observe import compose, metricsproxy, monitoring
 from opsctl.observe import exporter as exporter_module
-from opsctl.observe import metricsproxy, monitoring
 from opsctl.observe import report as report_module
 from opsctl.observe.servers import ServerSource
 
@@ -62,6 +62,21 @@ class ReportResult:
 def monitor_render(profile: Profile, root: Path) -> RenderResult:
     """Write the scrape config, rules, Grafana provisioning and dashboard under `root`."""
     return RenderResult(monitoring.write_files(monitoring.render_for_profile(profile), root))
+
+
+@dataclass(frozen=True)
+class MonitorComposeResult:
+    plan: monitoring.Plan
+    compose_file: Path
+
+
+def monitor_compose(profile: Profile, config_dir: Path,
+                    receivers: Path | None = None) -> MonitorComposeResult:
+    """Write a folder `docker compose up -d` runs: the config `monitor up` renders, its Compose
+    file, and the secrets it mounts (the Grafana password, Alertmanager's secrets folder)."""
+    plan = monitoring.plan(profile, config_dir, create_secrets=True, receivers_file=receivers)
+    monitoring.write_files(plan.files, config_dir)
+    return MonitorComposeResult(plan, config_dir / compose.COMPOSE_FILE)
 
 
 def monitor_up(profile: Profile, config_dir: Path, engine: Engine | None,

@@ -32,7 +32,7 @@ from opsctl.core.errors import LaunchError
 from opsctl.core.files import atomic_write_text
 from opsctl.core.paths import project_root
 from opsctl.engine.api import Engine, Mount, RunSpec
-from opsctl.observe import alertmanager, dashboard, gpu, promconfig
+from opsctl.observe import alertmanager, compose, dashboard, gpu, promconfig
 from opsctl.observe.promnames import SloRule, slo_rules
 from opsctl.observe.promrules import PRODUCTION_TIMING, RuleTiming
 
@@ -161,7 +161,23 @@ def write_files(files: dict[str, str], root: Path) -> list[Path]:
 
 
 def render_for_profile(profile: Profile, receivers: dict[str, Any] | None = None) -> dict[str, str]:
-    return render_files(slo_rules(profile), targets_for(profile), receivers=receivers)
+    """The config files, and the Compose file of the containers `monitor up` runs with them."""
+    files = render_files(slo_rules(profile), targets_for(profile), receivers=receivers)
+    files[compose.COMPOSE_FILE] = compose_for(profile)
+    return files
+
+
+# Where the Compose file's bind mounts are rendered from: any folder works, as every bind mount
+# of the plan lies under its config folder and is written relative to the Compose file there.
+_COMPOSE_ROOT = Path("/opsctl-monitoring")
+
+
+def compose_for(profile: Profile) -> str:
+    """monitoring/compose.yaml: `run_specs` of `monitor up`, the images by their pinned tags."""
+    images = load_images()
+    refs = {component: images.ref(component) for component in COMPONENTS}
+    return compose.compose_yaml(run_specs(refs, _COMPOSE_ROOT, profile.name, profile.container.gpus),
+                                _COMPOSE_ROOT)
 
 
 # --- containers --------------------------------------------------------------------------------

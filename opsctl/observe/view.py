@@ -15,7 +15,12 @@ from opsctl.observe import alertmanager, monitoring
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from opsctl.observe.app import MonitorDownResult, MonitorUpResult, RenderResult
+    from opsctl.observe.app import (
+        MonitorComposeResult,
+        MonitorDownResult,
+        MonitorUpResult,
+        RenderResult,
+    )
     from opsctl.observe.report import DecodeLatency
 
 LINESTYLES = {"p50": "-", "p90": "--", "p99": ":"}
@@ -58,6 +63,16 @@ def show_monitor_up(console: Console, result: MonitorUpResult) -> None:
         f"http://127.0.0.1:{monitoring.PROMETHEUS_PORT}, Pushgateway "
         f"http://127.0.0.1:{monitoring.PUSHGATEWAY_PORT}, Alertmanager "
         f"http://127.0.0.1:{alertmanager.PORT}", highlight=False, soft_wrap=True)
+    if result.plan.silent_receivers:
+        console.print(_silent(result.plan.silent_receivers), style="yellow", highlight=False,
+                      soft_wrap=True)
+
+
+def show_monitor_compose(console: Console, result: MonitorComposeResult) -> None:
+    console.print(str(result.compose_file), highlight=False, markup=False, soft_wrap=True)
+    console.print(f"start it with: docker compose -f {result.compose_file} up -d (the admin "
+                  f"password is in {result.plan.config_dir / monitoring.GRAFANA_PASSWORD_FILE})",
+                  highlight=False, markup=False, soft_wrap=True)
     if result.plan.silent_receivers:
         console.print(_silent(result.plan.silent_receivers), style="yellow", highlight=False,
                       soft_wrap=True)

@@ -159,7 +159,14 @@ def _pod_spec(target: Target, *, leader: bool) -> dict[str, Any]:
         "terminationGracePeriodSeconds": container.stop_grace_seconds,
         "containers": [main],
         "volumes": volumes,
+        **target.placement.pod_fields(),
     }
+
+
+def _replicas(target: Target) -> dict[str, int]:
+    """`replicas`, unless KEDA sizes the set: then its ScaledObject holds the floor
+    (minReplicaCount), and a re-apply of the manifest does not reset what KEDA scaled to."""
+    return {} if target.placement.autoscale else {"replicas": target.replicas}
 
 
 def _deployment(target: Target) -> dict[str, Any]:
@@ -169,7 +176,7 @@ def _deployment(target: Target) -> dict[str, Any]:
         "kind": "Deployment",
         "metadata": target.metadata(target.name, labels.ROLE_SERVER),
         "spec": {
-            "replicas": target.replicas,
+            **_replicas(target),
             "selector": {"matchLabels": selector},
             # Replace a unit before starting its successor: a surge pod would need a whole
             # spare host's GPUs and wait Pending for them.
@@ -187,7 +194,7 @@ def _leader_worker_set(target: Target) -> dict[str, Any]:
         "kind": "LeaderWorkerSet",
         "metadata": target.metadata(target.name, labels.ROLE_SERVER),
         "spec": {
-            "replicas": target.replicas,
+            **_replicas(target),
             # LeaderReady would deadlock: the leader is ready only once every rank has joined.
             "startupPolicy": "LeaderCreated",
             "leaderWorkerTemplate": {

@@ -9,7 +9,7 @@ hold goes to an annotation of the same key (meta.split_metadata).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from opsctl import __version__
@@ -17,6 +17,7 @@ from opsctl.config.profiles import Deployment
 from opsctl.config.runspec import deployment_labels
 from opsctl.core import labels
 from opsctl.render import meta
+from opsctl.render.placement import Placement
 
 _NOT_IN_A_CLUSTER = (labels.BASE_URL, labels.PATCH_SHA256)
 
@@ -31,6 +32,7 @@ class Target:
     name: str  # every object's name starts with it
     model_pvc: str | None = None
     cache_pvc: str | None = None
+    placement: Placement = field(default_factory=Placement)  # the serving pods' scheduling
 
     @property
     def profile_name(self) -> str:

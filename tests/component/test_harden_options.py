@@ -99,6 +99,7 @@ OUTPUTS = [
     ("bench", "--out", "file"), ("bench", "--out", "under-file"), ("bench", "--out", "locked-folder"),
     ("monitor up", "--config-dir", "file"), ("monitor up", "--config-dir", "locked-folder"),
     ("monitor render", "--out", "file"), ("monitor render", "--out", "under-file"),
+    ("monitor compose", "--config-dir", "file"), ("monitor compose", "--config-dir", "locked-folder"),
 ]
 
 

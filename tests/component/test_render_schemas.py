@@ -18,6 +18,7 @@ from conftest import REPO_ROOT
 from k8sschemas import K8S_VERSION, LWS_CRD, crd_errors, schema_errors, schema_errors_of_sets
 
 from opsctl.config.profiles import load_profile
+from opsctl.render import placement
 from opsctl.render.app import render_objects
 
 GOLDENS = sorted((REPO_ROOT / "tests" / "unit" / "golden" / "k8s").glob("*.yaml"))
@@ -26,8 +27,23 @@ PROFILES = ("glm5-nvfp4-rtx6000", "sim", TWO_HOSTS)
 PUSHED = "127.0.0.1:5000/opsctl/sglang@sha256:" + "0" * 64  # a reference's shape, not a real image
 
 
-def rendered(profile: str = TWO_HOSTS, variant: str = "gathercast") -> list[dict[str, Any]]:
-    return render_objects(load_profile(profile).resolve(variant), PUSHED, replicas=2)
+# every option of `render k8s` that adds fields or objects: they must validate too
+EVERY_OPTION = placement.Placement(
+    node_selector={"nvidia.com/gpu.present": "true", "example.com/pool": "llm"},
+    tolerations=[placement.toleration("nvidia.com/gpu:NoSchedule"),
+                 placement.toleration("dedicated=llm:NoExecute"), placement.toleration("spot")],
+    affinity={"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+        "weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                           "labelSelector": {"matchLabels": {"app": "x"}}}}]}},
+    priority_class="llm-serving", pdb_max_unavailable=1,
+    autoscale=placement.Autoscale(max_replicas=4, prometheus="http://prometheus:9090",
+                                  queue_threshold=2))
+
+
+def rendered(profile: str = TWO_HOSTS, variant: str = "gathercast",
+             chosen: placement.Placement | None = EVERY_OPTION) -> list[dict[str, Any]]:
+    return render_objects(load_profile(profile).resolve(variant), PUSHED, replicas=2,
+                          placement=chosen)
 
 
 def _failures(errors: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -42,8 +58,9 @@ def validated() -> dict[str, tuple[int, dict[str, list[str]]]]:
     """Every golden and every profile x variant render, validated at once: (objects, errors)."""
     sets = {f"golden:{path.stem}": [obj for obj in yaml.safe_load_all(path.read_text()) if obj]
             for path in GOLDENS}
-    sets.update({f"render:{Path(profile).stem}.{variant}": rendered(profile, variant)
+    sets.update({f"render:{Path(profile).stem}.{variant}": rendered(profile, variant, None)
                  for profile, variant in CASES})
+    sets.update({f"options:{Path(profile).stem}": rendered(profile) for profile in PROFILES})
     results = schema_errors_of_sets(list(sets.values()))
     return {key: (len(objects), errors)
             for (key, objects), errors in zip(sets.items(), results, strict=True)}
@@ -61,6 +78,14 @@ def test_every_golden_manifest_validates(
 def test_every_variant_renders_valid_objects(
         profile: str, variant: str, validated: dict[str, tuple[int, dict[str, list[str]]]]) -> None:
     count, errors = validated[f"render:{Path(profile).stem}.{variant}"]
+    assert count and len(errors) == count and _failures(errors) == {}
+
+
+@pytest.mark.parametrize("profile", PROFILES, ids=[Path(profile).stem for profile in PROFILES])
+def test_every_option_renders_valid_objects(
+        profile: str, validated: dict[str, tuple[int, dict[str, list[str]]]]) -> None:
+    count, errors = validated[f"options:{Path(profile).stem}"]
+    assert {key.split("/")[0] for key in errors} >= {"PodDisruptionBudget", "ScaledObject"}
     assert count and len(errors) == count and _failures(errors) == {}
 
 
@@ -100,6 +125,13 @@ BREAKS = [
     ("PodMonitor", lambda o: o["spec"].pop("selector"), "selector"),
     ("PrometheusRule", lambda o: o["spec"]["groups"][0]["rules"][1].update(fore="5m"), "fore"),
     ("PrometheusRule", lambda o: o["spec"]["groups"][0]["rules"][0].update(labels=[]), "rules/0"),
+    ("ScaledObject", lambda o: o["spec"].update(maxReplicas=4), "maxReplicas"),
+    ("ScaledObject", lambda o: o["spec"].update(minReplicaCount="2"), "integer"),
+    ("ScaledObject", lambda o: o["spec"].pop("scaleTargetRef"), "scaleTargetRef"),
+    ("ScaledObject", lambda o: o["spec"]["triggers"][0].pop("type"), "type"),
+    ("PodDisruptionBudget", lambda o: o["spec"].update(maxUnavailabe=1), "maxUnavailabe"),
+    ("LeaderWorkerSet", lambda o: o["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+     ["tolerations"][0].update(operator=1), "string"),
     # what the API server checks beyond the schemas
     ("Deployment", lambda o: o["metadata"]["labels"].update(team="x" * 64), "not a label value"),
     ("ConfigMap", lambda o: o["metadata"].update(annotations={"bad key!": "1"}),

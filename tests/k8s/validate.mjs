@@ -1,8 +1,9 @@
-// Validates Prometheus operator objects offline: reads a JSON array of objects on stdin and
-// prints a JSON array with one entry per object: {index, kind, name, errors: [...]}.
+// Validates Prometheus operator and KEDA objects offline: reads a JSON array of objects on stdin
+// and prints a JSON array with one entry per object: {index, kind, name, errors: [...]}.
 //
-// Two checks, both from @kubernetes-models/prometheus-operator (generated from the
-// prometheus-operator Go API types; version and source in SCHEMAS.md):
+// Two checks, both from the object's package, @kubernetes-models/prometheus-operator or
+// @kubernetes-models/keda (generated from the projects' Go API types; versions and sources in
+// SCHEMAS.md):
 //   - the package's compiled JSON-schema validator: types, required fields, enums, patterns,
 //     lengths (what the CRD's openAPIV3Schema checks);
 //   - the package's TypeScript interfaces, compiled with TypeScript's excess-property check:
@@ -17,14 +18,22 @@ import ts from "typescript";
 import { PodMonitor } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PodMonitor";
 import { PrometheusRule } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PrometheusRule";
 import { ServiceMonitor } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor";
+import { ScaledObject } from "@kubernetes-models/keda/keda.sh/v1alpha1/ScaledObject";
 
-const API_VERSION = "monitoring.coreos.com/v1";
-const MODELS = { PodMonitor, PrometheusRule, ServiceMonitor };
+// "apiVersion kind" -> the package's class, and the module its TypeScript interface is in.
+const PROMETHEUS = "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1";
+const MODELS = {
+  "monitoring.coreos.com/v1 PodMonitor": [PodMonitor, `${PROMETHEUS}/PodMonitor`],
+  "monitoring.coreos.com/v1 PrometheusRule": [PrometheusRule, `${PROMETHEUS}/PrometheusRule`],
+  "monitoring.coreos.com/v1 ServiceMonitor": [ServiceMonitor, `${PROMETHEUS}/ServiceMonitor`],
+  "keda.sh/v1alpha1 ScaledObject": [ScaledObject, "@kubernetes-models/keda/keda.sh/v1alpha1/ScaledObject"],
+};
+const modelOf = (object) => MODELS[`${object?.apiVersion} ${object?.kind}`];
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 
 function schemaErrors(object) {
   try {
-    new MODELS[object.kind](object).validate();
+    new (modelOf(object)[0])(object).validate();
     return [];
   } catch (error) {
     if (!Array.isArray(error.errors)) throw error;
@@ -34,10 +43,11 @@ function schemaErrors(object) {
 
 // One line per object, so a diagnostic's line says which object it is about.
 function typeErrors(objects) {
-  const header = Object.keys(MODELS).map((kind) =>
-    `import type { I${kind} } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/${kind}";`);
+  const header = Object.values(MODELS).map(([model, module], index) =>
+    `import type { I${model.name} as T${index} } from "${module}";`);
+  const types = Object.values(MODELS);
   const lines = objects.map((object, index) =>
-    `export const object${index}: I${object.kind} = ${JSON.stringify(object)};`);
+    `export const object${index}: T${types.indexOf(modelOf(object))} = ${JSON.stringify(object)};`);
   // A virtual file beside node_modules, so the package's types resolve as they do for its users.
   const file = path.join(HERE, "__rendered_objects__.ts");
   const source = [...header, ...lines].join("\n") + "\n";
@@ -103,13 +113,13 @@ function main() {
     console.error("validate.mjs: stdin must hold a JSON array of objects");
     return 2;
   }
-  const known = objects.map((o) => o?.apiVersion === API_VERSION && Object.hasOwn(MODELS, o?.kind));
+  const known = objects.map((o) => modelOf(o) !== undefined);
   const typed = typeErrors(objects.filter((_, index) => known[index]));
   let next = 0;
   const results = objects.map((object, index) => {
     const entry = { index, kind: object?.kind ?? null, name: object?.metadata?.name ?? null };
     if (!known[index]) {
-      return { ...entry, errors: [`not a ${Object.keys(MODELS).join("/")} of ${API_VERSION}`] };
+      return { ...entry, errors: [`not one of ${Object.keys(MODELS).join(", ")}`] };
     }
     return { ...entry, errors: [...schemaErrors(object), ...typed[next++]] };
   });

@@ -7,6 +7,8 @@ Regenerate the goldens after an intended change with
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shlex
 from pathlib import Path
@@ -25,6 +27,7 @@ from opsctl.observe import dashboard
 from opsctl.observe.promnames import slo_rules
 from opsctl.observe.promrules import PRODUCTION_TIMING, alert_rules, recording_rules
 from opsctl.render import app as render
+from opsctl.render import outdir
 from opsctl.render.monitoring import SGLANG_JOB
 from opsctl.render.serving import LWS_WORKER_INDEX_LABEL
 
@@ -257,7 +260,8 @@ def _write(out: Path, pushed: bool = False, **options: Any) -> render.RenderResu
 
 def test_render_writes_one_file_per_object_and_flags_a_local_tag(tmp_path: Path) -> None:
     local = _write(tmp_path / "local")
-    assert not local.pushed and len(local.files) == len(local.objects)
+    objects = [path for path in local.files if path.name != render.KUSTOMIZATION]
+    assert not local.pushed and len(objects) == len(local.objects) == len(local.files) - 1
     assert all("NOT DEPLOYABLE" in path.read_text() for path in local.files)
     assert any("hostPath" in note for note in local.notes)
     pushed = _write(tmp_path / "pushed", pushed=True)
@@ -265,59 +269,123 @@ def test_render_writes_one_file_per_object_and_flags_a_local_tag(tmp_path: Path)
     assert "NOT DEPLOYABLE" not in text and "@sha256:" + "b" * 64 in text
 
 
-def test_out_is_replaced_only_with_force_and_only_when_it_holds_a_render(tmp_path: Path) -> None:
-    out = tmp_path / "manifests"
+def test_the_folder_is_a_kustomize_base_with_a_record_of_every_file(tmp_path: Path) -> None:
+    out = tmp_path / "base"
+    result = _write(out)
+    base = yaml.safe_load((out / render.KUSTOMIZATION).read_text())
+    assert base["apiVersion"] == render.KUSTOMIZE_API and base["kind"] == "Kustomization"
+    assert base["resources"] == sorted(path.name for path in result.files
+                                       if path.name != render.KUSTOMIZATION)
+    record = json.loads((out / outdir.RECORD).read_text())
+    assert "pending" not in record and record["files"] == {
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in result.files}
+    assert sorted(path.name for path in out.iterdir()) == sorted(
+        [outdir.RECORD, *record["files"]])
+
+
+def test_a_rerender_replaces_its_own_files_and_never_touches_anyone_elses(tmp_path: Path) -> None:
+    out = tmp_path / "base"
     first = _write(out)
-    with pytest.raises(UsageError, match="earlier render"):
+    (out / "my-patch.yaml").write_text("mine\n")  # an operator's file beside the render
+    again = _write(out)  # nothing edited: no --force needed
+    assert [path.name for path in again.files] == [path.name for path in first.files]
+    renamed = _write(out, name="other")  # different objects: the old files go, the operator's stay
+    kept = {path.name for path in renamed.files}
+    assert renamed.removed and sorted(renamed.removed) == sorted(
+        path.name for path in first.files if path.name not in kept)
+    assert (out / "my-patch.yaml").read_text() == "mine\n"
+    assert sorted(path.name for path in out.iterdir()) == sorted(
+        [outdir.RECORD, "my-patch.yaml", *(path.name for path in renamed.files)])
+
+
+def test_an_edited_file_is_refused_and_force_overwrites_only_recorded_files(tmp_path: Path) -> None:
+    out = tmp_path / "base"
+    first = _write(out)
+    edited = first.files[0]
+    edited.write_text(edited.read_text() + "# my change\n")
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    with pytest.raises(UsageError, match=f"{edited.name} was edited") as caught:
         _write(out)
-    second = _write(out, force=True, name="other")
-    assert sorted(out.iterdir()) == sorted(second.files) and first.files[0] not in second.files
+    assert "overlay" in (caught.value.hint or "") and "--force" in (caught.value.hint or "")
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before  # nothing changed
+    forced = _write(out, force=True)
+    assert "# my change" not in edited.read_text() and edited in forced.files
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(UsageError, match="did not write"):
+    clash = first.files[0].name.replace(first.files[0].name[:2], "99")
+    (out / clash).write_text("also mine")
+    _write(out, force=True)  # files nobody recorded stay as they are, with or without --force
+    assert (out / "notes.txt").read_text() == "mine" and (out / clash).read_text() == "also mine"
+
+
+def test_a_file_the_render_would_write_is_never_taken_over(tmp_path: Path) -> None:
+    out = tmp_path / "base"
+    first = _write(out)
+    taken = first.files[1]
+    record = json.loads((out / outdir.RECORD).read_text())
+    del record["files"][taken.name]  # a file of that name the render did not write
+    (out / outdir.RECORD).write_text(json.dumps(record))
+    with pytest.raises(UsageError, match=f"{taken.name} is there and `render k8s` did not write it"):
         _write(out, force=True)
-    assert (out / "notes.txt").read_text() == "mine"
 
 
-def test_out_that_a_whole_replace_would_betray_is_refused(tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A symbolic link would be renamed away (its target left stale, the link left behind);
-    the current directory (`.`, or `x/..`) would be replaced under the shell standing in it."""
-    target = tmp_path / "real"
-    _write(target)
-    (tmp_path / "link").symlink_to(target)
-    with pytest.raises(UsageError, match="symbolic link"):
-        _write(tmp_path / "link", force=True)
-    (tmp_path / "work").mkdir()
-    monkeypatch.chdir(tmp_path / "work")
-    for out in (Path("."), Path("x/.."), Path("..")):
-        with pytest.raises(UsageError, match="current directory"):
-            _write(out, force=True)
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["link", "real", "work"]
-    assert not any((tmp_path / "work").iterdir())
-    written = _write(Path("sub/../k8s"))
-    assert written.out == tmp_path / "work" / "k8s" and sorted(
-        path.name for path in (tmp_path / "work").iterdir()) == ["k8s"]
+@pytest.mark.parametrize(("content", "words"), [
+    ("{", "not JSON"), ('{"format": "other"}', "not a opsctl-render/1 record"),
+    ('{"format": "opsctl-render/1", "files": {"../escape.yaml": "' + "0" * 64 + '"}}',
+     "not a file of this folder"),
+    ('{"format": "opsctl-render/1", "files": {"a.yaml": "x"}}', "not a sha256"),
+])
+def test_a_record_that_is_not_one_is_refused(tmp_path: Path, content: str, words: str) -> None:
+    out = tmp_path / "base"
+    out.mkdir()
+    (out / outdir.RECORD).write_text(content)
+    with pytest.raises(UsageError, match=words):
+        _write(out, force=True)
+    assert [path.name for path in out.iterdir()] == [outdir.RECORD]
 
 
-def test_a_failed_write_leaves_the_earlier_render(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                                  ) -> None:
+def test_a_folder_of_someone_elses_files_is_refused_whole(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    mine = tmp_path / "docs"
+    mine.mkdir()
+    (mine / "README.md").write_text("mine")
+    for force in (False, True):
+        with pytest.raises(UsageError, match="did not write \\(README.md\\) and no"):
+            _write(mine, force=force)
+    assert [path.name for path in mine.iterdir()] == ["README.md"]
+    monkeypatch.chdir(mine)  # `.` is a folder like any other
+    with pytest.raises(UsageError, match="did not write"):
+        _write(Path("."))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "empty")  # through a link: into the folder it names
+    written = _write(tmp_path / "link")
+    assert (tmp_path / "link").is_symlink() and (tmp_path / "empty" / outdir.RECORD).is_file()
+    assert written.out == tmp_path / "link"
+
+
+def test_an_interrupted_write_leaves_a_folder_the_next_render_accepts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "manifests"
-    before = {path.name: path.read_text() for path in _write(out).files}
-    real = Path.write_text
+    _write(out)
+    real = outdir.atomic_write_text
     calls = {"n": 0}
 
-    def failing(self: Path, text: str, *args: Any, **kwargs: Any) -> int:
+    def failing(path: Path, text: str, **kwargs: Any) -> Path:
         calls["n"] += 1
-        if calls["n"] == 3:
+        if calls["n"] == 4:  # the pending record and two files are written, the third fails
             raise OSError(28, "No space left on device")
-        return real(self, text, *args, **kwargs)
+        return real(path, text, **kwargs)
 
-    monkeypatch.setattr(Path, "write_text", failing)
+    monkeypatch.setattr(outdir, "atomic_write_text", failing)
     with pytest.raises(OSError):
-        _write(out, force=True)
+        _write(out, name="other")
     monkeypatch.undo()
-    assert {path.name: path.read_text() for path in out.iterdir()} == before
-    assert [path.name for path in tmp_path.iterdir()] == ["manifests"]  # no staging left
+    assert "pending" in json.loads((out / outdir.RECORD).read_text())
+    assert not [path for path in tmp_path.rglob(".*.tmp")]  # no staging left
+    done = _write(out, name="other")  # no --force: half-written files are still the render's
+    record = json.loads((out / outdir.RECORD).read_text())
+    assert "pending" not in record and sorted(record["files"]) == sorted(
+        path.name for path in done.files)
+    assert sorted(path.name for path in out.iterdir()) == sorted([outdir.RECORD, *record["files"]])
 
 
 def test_up_refuses_a_profile_spanning_hosts() -> None:
@@ -336,8 +404,21 @@ def test_cli_writes_and_warns(opsctl: Any, tmp_path: Path) -> None:
     done = opsctl("render", "k8s", "--profile", "sim", "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert "NOT DEPLOYABLE" in done.stderr and "--router-image" in done.stderr
-    assert len(done.stdout.splitlines()) == len(list(out.iterdir()))
+    assert sorted(Path(line).name for line in done.stdout.splitlines()) == sorted(
+        path.name for path in out.iterdir() if path.name != outdir.RECORD)
     again = opsctl("render", "k8s", "--profile", "sim", "--out", str(out))
-    assert again.returncode == EXIT_USAGE and "earlier render" in again.stderr
+    assert again.returncode == 0, again.stderr
+    (out / render.KUSTOMIZATION).write_text("edited\n")
+    edited = opsctl("render", "k8s", "--profile", "sim", "--out", str(out))
+    assert edited.returncode == EXIT_USAGE and "kustomization.yaml was edited" in edited.stderr
+    assert (out / render.KUSTOMIZATION).read_text() == "edited\n"
+    assert "Traceback" not in edited.stderr and edited.stderr.count("error:") == 1
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "deployment.yaml").write_text("someone else's\n")
+    foreign = opsctl("render", "k8s", "--profile", "sim", "--out", str(theirs), "--force")
+    assert foreign.returncode == EXIT_USAGE and foreign.stderr.count("error:") == 1
+    assert "did not write (deployment.yaml)" in foreign.stderr and "Traceback" not in foreign.stderr
+    assert [path.name for path in theirs.iterdir()] == ["deployment.yaml"]
     bad = opsctl("render", "k8s", "--profile", "sim", "--out", str(tmp_path / "x"), "--replicas", "0")
     assert bad.returncode == EXIT_USAGE and not (tmp_path / "x").exists()
