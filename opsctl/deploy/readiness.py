@@ -81,6 +81,8 @@ def http_ok(client: httpx.Client, url: str, timeout_s: float = PROBE_TIMEOUT_SEC
         return Probe(Phase.LOADING, "port closed")
     except httpx.TransportError as exc:
         return Probe(Phase.LOADING, f"no answer ({type(exc).__name__})")
+    except httpx.HTTPError as exc:  # an answer refused unread (an encoding opsctl did not ask for)
+        return Probe(Phase.WARMING, f"{path}: {type(exc).__name__}")
     if status != 200:
         return Probe(Phase.WARMING, f"{path} answered {status}")
     return Probe(Phase.READY, f"{path} answered 200")

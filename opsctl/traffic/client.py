@@ -68,7 +68,8 @@ def parse_api(value: str) -> Api:
         return "completions"
     if value == "chat":
         return "chat"
-    raise UsageError(f"--api {value!r}: choose 'completions' or 'chat'")
+    raise UsageError(f"--api {value!r}: choose 'completions' or 'chat'",
+                     hint="e.g. --api chat for /v1/chat/completions")
 
 
 @dataclass(slots=True)
