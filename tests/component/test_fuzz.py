@@ -24,7 +24,6 @@ per class, and `OPSCTL_FUZZ_REPORT=PATH` appends each class's counts as JSON lin
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import resource
@@ -44,6 +43,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from inprocess import Outcome, run_cli
 
 from opsctl.core.errors import EXIT_BUG, EXIT_CODES
 from opsctl.core.paths import project_root
@@ -70,14 +70,6 @@ def budget(default: int) -> settings:
 
 
 @dataclass
-class Outcome:
-    code: int
-    out: str
-    err: str
-    seconds: float
-
-
-@dataclass
 class Tally:
     name: str
     outcomes: Counter[str] = field(default_factory=Counter)
@@ -94,27 +86,6 @@ class Tally:
             with open(target, "a") as handle:
                 handle.write(json.dumps(line) + "\n")
         print(json.dumps(line), file=sys.stderr)
-
-
-def run_cli(*args: str) -> Outcome:
-    from opsctl.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    started = time.monotonic()
-    argv = sys.argv
-    sys.argv = ["opsctl", *args]
-    code = 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_BUG)
-    except BaseException:  # noqa: BLE001 - a bug: the property fails with its traceback
-        code = EXIT_BUG
-        err.write(traceback.format_exc())
-    finally:
-        sys.argv = argv
-    return Outcome(code, out.getvalue(), err.getvalue(), time.monotonic() - started)
 
 
 def written_texts(root: Path) -> Iterator[tuple[Path, str]]:
@@ -397,7 +368,7 @@ def answer_server() -> Iterator[_AnswerServer]:
 
 JSON_VALUE = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**64), 2**64) | st.floats() | WEIRD_TEXT
-    | st.just(API_KEY) | st.just(f"Bearer {API_KEY}"),
+    | st.just(API_KEY) | st.just(f"Bearer {API_KEY}") | st.just("\x1b]0;t\x07\x1b[31m\nrow"),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(WEIRD_TEXT, inner, max_size=4),
     max_leaves=12)
 SERVER_INFO_KEYS = ["version", "tp_size", "kv_cache_dtype", "attention_backend", "model_path",
