@@ -110,12 +110,17 @@ class ArgSpec:
 
     def check(self, argv: Sequence[str]) -> str | None:
         """Parse argv (no entrypoint) like sglang would; argparse's one-line error, or None."""
-        parser = self._build_parser()
         try:
-            parser.parse_args(list(argv))
+            self._parser.parse_args(list(argv))
         except _ParseFailed as exc:
             return " ".join(str(exc).split())
         return None
+
+    @functools.cached_property
+    def _parser(self) -> argparse.ArgumentParser:
+        """Built once per recorded version (a few thousand add_argument calls, 0.2 s, were paid
+        again for every variant of every profile load); parse_args leaves it unchanged."""
+        return self._build_parser()
 
     def _build_parser(self) -> argparse.ArgumentParser:
         parser = _CheckingParser(

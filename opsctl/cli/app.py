@@ -22,6 +22,7 @@ from rich.text import Text
 from opsctl.core.errors import OpsctlError, exit_codes_help
 from opsctl.core.failures import INTERRUPTED, as_opsctl_error
 from opsctl.core.redact import RedactingStream, api_key_from_env, redact
+from opsctl.core.text import printable
 
 EXIT_CODES_HELP = exit_codes_help()
 
@@ -100,13 +101,15 @@ def main() -> None:
 
 
 def _report(exc: OpsctlError) -> None:
-    # Messages may quote a server that echoed the key, or a URL with credentials.
+    # Messages may quote a server that echoed the key, or a URL with credentials, and what a
+    # server sent: each line is printed with its control characters escaped (core.text), so an
+    # error stays one line and no ESC sequence reaches the terminal.
     key = api_key_from_env()
     for line in exc.details:
-        err_console.print(f"  {redact(line, key)}", highlight=False, soft_wrap=True)
-    err_console.print(Text.assemble(("error:", "bold red"), " ", redact(exc.message, key)),
+        err_console.print(f"  {printable(redact(line, key))}", highlight=False, soft_wrap=True)
+    err_console.print(Text.assemble(("error:", "bold red"), " ", printable(redact(exc.message, key))),
                       highlight=False, soft_wrap=True)
     if exc.hint:
-        err_console.print(Text.assemble(("hint:", "dim"), " ", redact(exc.hint, key)),
+        err_console.print(Text.assemble(("hint:", "dim"), " ", printable(redact(exc.hint, key))),
                           highlight=False, soft_wrap=True)
     sys.exit(exc.exit_code)

@@ -75,6 +75,7 @@ def tune(
                                    requests=requests, input_words=input_words,
                                    output_tokens=output_tokens, budget_minutes=budget,
                                    out_dir=out_dir, resume=resume)
+    tune_app.plan(request, deployment)  # bad knobs or a grid past the limits: exit 2 first
     runner = DeployRunner(engine=connect(), image_for=_image_for(image), verify=_verify_server,
                           state=StateDir.default(), input_words=input_words,
                           output_tokens=output_tokens, request_timeout_s=request_timeout,

@@ -31,12 +31,10 @@ def verify(
     import json
     from pathlib import Path
 
-    import httpx
-
     from opsctl.config.profiles import load_profile
     from opsctl.core.files import atomic_write_text, check_output_path
-    from opsctl.core.httpcap import checked_base_url
-    from opsctl.core.redact import api_key_from_env
+    from opsctl.core.httpcap import capped_client, checked_base_url
+    from opsctl.core.redact import api_key_from_env, auth_headers
     from opsctl.verify.app import raise_on_mismatch, read_log, run_verify
     from opsctl.verify.view import show_verify
 
@@ -45,9 +43,8 @@ def verify(
         check_output_path(Path(json_path), "--json")
     deployment = load_profile(profile).resolve(variant)
     log_text = read_log(Path(log_file)) if log_file else None
-    key = api_key_from_env()
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    with httpx.Client(base_url=base_url.rstrip("/"), headers=headers, trust_env=False) as client:
+    with capped_client(base_url=base_url.rstrip("/"), headers=auth_headers(api_key_from_env()),
+                       timeout_s=timeout) as client:
         result = run_verify(deployment, client, log_text=log_text, expect=deployment.expect,
                             timeout_s=timeout)
     show_verify(result, console)

@@ -5,7 +5,9 @@
 - addresses and sizes: what Docker would refuse client-side (after opsctl touched something)
   is refused when the profile loads;
 - secrets: a profile names a secret by the host's environment variable, never by value; a
-  secret-looking container variable with a literal value, or a secret flag in `extra_args`, is
+  secret-looking container variable with a literal value (named like TOKEN, SECRET, PASSWORD,
+  PASS, AUTH, API_KEY, ...), a value shaped like an access token (hf_..., sk-..., ghp_...: core.
+  redact.SECRET_VALUE) under any name or in `extra_args`, or a secret flag in `extra_args`, is
   refused;
 - `extra_args` may not repeat a flag a typed field renders (nor an argparse abbreviation or alias
   of one): argparse keeps the last value, so the server would silently listen elsewhere.
@@ -18,6 +20,7 @@ import re
 from collections.abc import Iterable
 
 from opsctl.argspec.spec import ArgSpec
+from opsctl.core.redact import SECRET_VALUE
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -29,8 +32,8 @@ MAX_READINESS_SECONDS = 86400
 MAX_POLL_SECONDS = 60
 # A variable, build arg or flag with such a name carries a secret; one that names a file or a
 # folder holding it (HF_TOKEN_PATH, ..._FILE) does not.
-SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIALS?|PRIVATE_?KEY)(_|$)",
-                         re.I)
+SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIALS?|PRIVATE_?KEY)(_|$)"
+                         r"|(^|_)(PASS|PWD|AUTH)(_|$)", re.I)  # PASS/AUTH as a word: not BYPASS
 _NAMES_A_FILE = re.compile(r"_(FILE|PATH|DIR)$", re.I)
 # A flag whose value is a secret: sglang's --api-key, --admin-api-key, --ssl-keyfile-password
 # (its many --*-token-* flags are sizes and counts, so only the last word counts).
@@ -40,6 +43,15 @@ _SECRET_FLAG = re.compile(r"-(api-?key|password|passwd|secret|credentials?|priva
 def is_secret_name(name: str) -> bool:
     """Whether a variable or build arg is named like a secret."""
     return bool(SECRET_NAME.search(name)) and not _NAMES_A_FILE.search(name)
+
+
+def secret_value_problem(value: str) -> str | None:
+    """Why a value looks like an access token (core.redact.SECRET_VALUE: hf_..., sk-..., ghp_...),
+    never quoting it; None when it does not."""
+    found = SECRET_VALUE.search(value)
+    if found is None:
+        return None
+    return f"holds what looks like an access token ({found[0][:3]}...)"
 
 
 def check_name(value: str) -> str:
@@ -77,11 +89,12 @@ def size_bytes(value: str) -> int:
 def no_literal_secrets(env: dict[str, str]) -> dict[str, str]:
     """Refuse a secret-looking variable with a literal value: it would show in `docker inspect`,
     `profile show` and `up --dry-run`."""
-    for name in env:
-        if is_secret_name(name):
-            raise ValueError(f"{name} looks like a secret; a profile never holds one in clear: "
-                             f"list {name} under container.env_from_host to copy the host's "
-                             "variable at launch")
+    for name, value in env.items():
+        problem = secret_value_problem(value) if isinstance(value, str) else None
+        if is_secret_name(name) or problem:
+            why = f"{name} {problem}" if problem else f"{name} looks like a secret"
+            raise ValueError(f"{why}; a profile never holds one in clear: list {name} under "
+                             "container.env_from_host to copy the host's variable at launch")
     return env
 
 
@@ -113,6 +126,11 @@ def extra_args_problem(extra_args: Iterable[str], owned: dict[str, str], spec: A
                for option in action["option_strings"]}
     field_of = {alias: field for flag, field in owned.items() for alias in aliases.get(flag, [flag])}
     for token in extra_args:
+        if secret_value_problem(token):
+            return (f"extra_args {secret_value_problem(token)}: it would show in clear in the "
+                    "profile, `docker inspect` and `profile show`",
+                    "name it by environment variable instead: server.api_key_env, or "
+                    "container.env_from_host for a variable the server reads")
         if not token.startswith("-"):
             continue
         written = token.split("=", 1)[0]  # never the value: it may be the secret

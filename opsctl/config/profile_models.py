@@ -22,6 +22,7 @@ from opsctl.config.profile_checks import (
     env_names,
     no_literal_secrets,
 )
+from opsctl.core.imageref import reference_problem, repository_problem
 
 # The runtime switch the gather-then-cast patch reads: "1" takes the patched path, anything
 # else the stock one, so one image serves both `baseline` and `gathercast`. Rendered from the
@@ -49,7 +50,17 @@ def _env_name(value: str | None) -> str | None:
     return None if value is None else check_env_name(value)
 
 
+def _repository(value: str) -> str:
+    problem = repository_problem(value)
+    if problem:
+        raise ValueError(f"{value[:80]!r}: {problem}")
+    return value
+
+
 def _tagged(value: str) -> str:
+    problem = reference_problem(value)
+    if problem:
+        raise ValueError(f"base image {value[:80]!r}: {problem}")
     name = value.split("@", 1)[0]
     if ":" not in name.rsplit("/", 1)[-1]:
         raise ValueError(f"base image {value!r} needs an explicit tag; 'latest' is never implied")
@@ -70,6 +81,7 @@ class ImageSpec(StrictModel):
     build_args: dict[str, str] = Field(default_factory=dict)
 
     _base_has_tag = field_validator("base")(_tagged)
+    _repository_is_one = field_validator("repository")(_repository)
 
 
 class ImageOverlay(StrictModel):

@@ -301,6 +301,7 @@ def _check_variant(deployment: Deployment, path: Path, lines: Lines) -> None:
             else ("server",)
         raise ProfileError(f"{where(path, (*loc, 'extra_args'), lines)}: {misused[0]}",
                            hint=misused[1])
+    _check_expect(deployment, path, lines)
     argv = check_argv(deployment)
     problems = [] if image.kind == "simulator" else [variant_support_problem(
         image.sglang_version, patched=deployment.patched, argv=argv,
@@ -314,6 +315,22 @@ def _check_variant(deployment: Deployment, path: Path, lines: Lines) -> None:
             f"{deployment.variant!r} cannot work on sglang {image.sglang_version}: {'; '.join(found)}",
             hint="change the variant (or pin a release it can run on), or drop it",
         )
+
+
+def _check_expect(deployment: Deployment, path: Path, lines: Lines) -> None:
+    """A variant's `expect:` names only fields verify checks on its release (a typo passed the
+    load and failed at `up`'s verify, after the server had loaded)."""
+    from opsctl.config.releasefacts import facts_for
+
+    known = facts_for(deployment.image.sglang_version)
+    unknown = sorted(set(deployment.expect) - set(known or {}))
+    if unknown:
+        fields = ", ".join(sorted(known or {})) or "none are recorded for this release"
+        raise ProfileError(
+            f"{where(path, ('variants', deployment.variant, 'expect'), lines)}: expect names "
+            f"field(s) verify does not check on sglang {deployment.image.sglang_version}: "
+            f"{', '.join(repr(name)[:60] for name in unknown[:5])}",
+            hint=f"fields verify checks: {fields}")
 
 
 def profile_schema() -> dict[str, Any]:

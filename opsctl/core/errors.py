@@ -70,14 +70,16 @@ def exit_codes_markdown() -> str:
 
 
 class OpsctlError(Exception):
-    """Base of every error a user can cause. `message` is one line; `hint` says what to do."""
+    """Base of every error a user can cause. `message` is one line; `hint` says what to do
+    (`default_hint` when none is given: a class whose every instance has the same advice)."""
 
     exit_code = EXIT_BUG
+    default_hint = ""
 
     def __init__(self, message: str, hint: str = "", details: list[str] | None = None) -> None:
         super().__init__(message)
         self.message = message
-        self.hint = hint
+        self.hint = hint or self.default_hint
         # Evidence printed before the one-line error (log lines, a failing step's output).
         self.details = details or []
 

@@ -17,11 +17,22 @@ which applies `cap_for` and `exceeds` itself), and `read_capped` adds a total de
 synchronous probes. Clients ask for an uncompressed answer (`IDENTITY`), so the cap counts what
 is held in memory; the httpx transports refuse an encoded answer, which httpx would decode whole
 past the cap (aiohttp decodes incrementally, under the wire's caps).
+
+Time: httpx's timeouts bound each read, so a server that sends one header line a second holds a
+request for as long as it likes. `DeadlineTransport`/`DeadlineAsyncTransport` (put above the
+caps by every client factory here: `capped_client`, `capped_async_transport`) bound the whole
+exchange, connect + headers + body, by the request's timeout (the largest of its phases, so
+`timeout=10` is 10 s in all); the body's reads count against the same deadline. Past it the
+request fails with `httpx.ReadTimeout`, which every caller already treats as "no answer in time".
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
+import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 import httpx
@@ -174,12 +185,196 @@ def checked_base_url(url: str, option: str) -> str:
     return url
 
 
+def exchange_budget(request: httpx.Request) -> float | None:
+    """The seconds the whole exchange of `request` may take: the largest phase of its timeout
+    (httpx's public `timeout` extension, set from the client's or the call's `timeout=`)."""
+    phases = request.extensions.get("timeout") or {}
+    given = [float(v) for v in phases.values() if isinstance(v, int | float)]
+    return max(given) if given else None
+
+
+def _late(request: httpx.Request, budget: float) -> httpx.ReadTimeout:
+    return httpx.ReadTimeout(f"{request.method} {request.url.path}: no whole answer within "
+                             f"{budget:g}s", request=request)
+
+
+Trace = Callable[[str, dict[str, Any]], Any]
+
+
+class _Watchdog:
+    """Ends one synchronous exchange at its deadline from a timer thread.
+
+    A blocked socket read cannot be timed out from outside, but a socket shut down from another
+    thread makes it return at once. The socket comes from httpcore's public `trace` extension
+    (the network stream of `connection.connect_tcp`/`connection.start_tls`, and the stream's
+    `get_extra_info("socket")`). `socket.socket.shutdown` is called on it directly, so a TLS
+    socket's read sees end-of-file at the OS level instead of its SSL object vanishing mid-read.
+    """
+
+    def __init__(self, budget: float) -> None:
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self.fired = False
+        self._timer = threading.Timer(budget, self._fire)
+        self._timer.daemon = True
+
+    def start(self) -> None:
+        self._timer.start()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def traced(self, inner: Trace | None) -> Trace:
+        def trace(event: str, info: dict[str, Any]) -> Any:
+            if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
+                stream = info.get("return_value")
+                sock = stream.get_extra_info("socket") if stream is not None else None
+                if isinstance(sock, socket.socket):
+                    with self._lock:
+                        self._sock = sock
+                    if self.fired:  # the deadline passed while connecting
+                        self._shut(sock)
+            return inner(event, info) if inner is not None else None
+        return trace
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            sock = self._sock
+        if sock is not None:
+            self._shut(sock)
+
+    @staticmethod
+    def _shut(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):  # closed already: the exchange is over
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class _DeadlineStream(httpx.SyncByteStream):
+    def __init__(self, inner: httpx.SyncByteStream, request: httpx.Request, budget: float,
+                 watchdog: _Watchdog) -> None:
+        self._inner, self._request, self._budget, self._watchdog = inner, request, budget, watchdog
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            for chunk in self._inner:
+                if self._watchdog.fired:
+                    raise _late(self._request, self._budget)
+                yield chunk
+        except httpx.TransportError:
+            if self._watchdog.fired:
+                raise _late(self._request, self._budget) from None
+            raise
+
+    def close(self) -> None:
+        self._watchdog.cancel()
+        self._inner.close()
+
+
+class DeadlineTransport(httpx.BaseTransport):
+    """Wraps a transport so each request's whole exchange (connect, headers, body) ends within
+    its timeout. Each request goes on a fresh connection (`Connection: close`): the watchdog can
+    only end a read on a socket it was shown, and a pooled connection's socket is not reachable
+    through httpx's public API. Control-plane requests are a few a second; that costs nothing."""
+
+    def __init__(self, inner: httpx.BaseTransport) -> None:
+        self._inner = inner
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        budget = exchange_budget(request)
+        if budget is None:
+            return self._inner.handle_request(request)
+        watchdog = _Watchdog(budget)
+        request.headers["Connection"] = "close"
+        request.extensions = {**request.extensions,
+                              "trace": watchdog.traced(request.extensions.get("trace"))}
+        watchdog.start()
+        try:
+            response = self._inner.handle_request(request)
+        except httpx.TransportError:
+            watchdog.cancel()
+            if watchdog.fired:
+                raise _late(request, budget) from None
+            raise
+        except BaseException:
+            watchdog.cancel()
+            raise
+        if isinstance(response.stream, httpx.SyncByteStream):
+            response.stream = _DeadlineStream(response.stream, request, budget, watchdog)
+        else:
+            watchdog.cancel()
+        return response
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _DeadlineAsyncStream(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream, request: httpx.Request, budget: float,
+                 deadline: float) -> None:
+        self._inner, self._request, self._budget, self._deadline = inner, request, budget, deadline
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        chunks = aiter(self._inner)
+        while True:
+            try:  # each read under the one deadline; never a `yield` inside the timeout
+                async with asyncio.timeout_at(self._deadline):
+                    chunk = await anext(chunks)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise _late(self._request, self._budget) from None
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class DeadlineAsyncTransport(httpx.AsyncBaseTransport):
+    """The asyncio twin of `DeadlineTransport`: the exchange runs under `asyncio.timeout_at`,
+    whose cancellation httpcore handles (the connection is dropped, never reused half-read)."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        budget = exchange_budget(request)
+        if budget is None:
+            return await self._inner.handle_async_request(request)
+        deadline = asyncio.get_running_loop().time() + budget
+        try:
+            async with asyncio.timeout_at(deadline):
+                response = await self._inner.handle_async_request(request)
+        except TimeoutError:
+            raise _late(request, budget) from None
+        if isinstance(response.stream, httpx.AsyncByteStream):
+            response.stream = _DeadlineAsyncStream(response.stream, request, budget, deadline)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def capped_transport() -> httpx.BaseTransport:
+    """The transport under every synchronous client: whole-exchange deadline over the byte caps,
+    proxies from the environment ignored."""
+    return DeadlineTransport(CappedTransport(httpx.HTTPTransport(trust_env=False)))
+
+
+def capped_async_transport(limits: httpx.Limits | None = None) -> httpx.AsyncBaseTransport:
+    """The transport under every asyncio client (the traffic room's control calls, the metrics
+    sampler): the same deadline and caps."""
+    inner = (httpx.AsyncHTTPTransport(trust_env=False) if limits is None
+             else httpx.AsyncHTTPTransport(trust_env=False, limits=limits))
+    return DeadlineAsyncTransport(CappedAsyncTransport(inner))
+
+
 def capped_client(*, headers: dict[str, str] | None = None, timeout_s: float = 10.0,
                   base_url: str = "") -> httpx.Client:
-    """A synchronous client whose every answer is capped; proxies from the environment ignored."""
+    """A synchronous client whose every answer is capped and whose every exchange ends within
+    its timeout; proxies from the environment ignored."""
     return httpx.Client(base_url=base_url, headers={**IDENTITY, **(headers or {})},
-                        timeout=httpx.Timeout(timeout_s),
-                        transport=CappedTransport(httpx.HTTPTransport(trust_env=False)),
+                        timeout=httpx.Timeout(timeout_s), transport=capped_transport(),
                         trust_env=False)
 
 

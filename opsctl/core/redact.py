@@ -38,6 +38,15 @@ _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@'\"<>]+@")
 # (as sent: capitalised) of 8 characters or more always.
 _BASIC = re.compile(r"\b(?P<scheme>[Bb]asic)(?P<space>\s+)(?P<token>[A-Za-z0-9+/]{4,}={0,2})")
 _BEARER = re.compile(r"\b(?P<scheme>Bearer)(?P<space>\s+)(?P<token>[A-Za-z0-9._~+/-]{8,}=*)")
+# Access tokens recognisable by their shape, whatever they are named: Hugging Face (hf_),
+# OpenAI-style keys (sk-), GitHub (ghp_/gho_/ghu_/ghs_/ghr_, github_pat_), AWS access key IDs
+# (AKIA), Slack (xox?-). A profile refuses them (config.profile_checks) and `redact` masks them.
+SECRET_VALUE = re.compile(r"(?<![A-Za-z0-9])(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}"
+                          r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+                          r"|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,})")
+
+
+_TOKEN_PREFIXES = re.compile(r"hf_|sk-|gh[pousr]_|github_pat_|AKIA|xox")
 
 
 def api_key_from_env() -> str | None:
@@ -86,7 +95,8 @@ def redact(text: str, *secrets: str | None) -> str:
     for secret in (*secrets, api_key_from_env()):
         if secret and len(secret) >= MIN_SECRET_CHARS and secret in text:
             text = text.replace(secret, mask_secret(secret) or MASK)
-    return redact_credentials(text)  # after the key: `Bearer ****1234` keeps its last 4
+    text = redact_credentials(text)  # after the key: `Bearer ****1234` keeps its last 4
+    return SECRET_VALUE.sub(MASK, text) if _TOKEN_PREFIXES.search(text) else text
 
 
 class RedactingStream:

@@ -253,9 +253,15 @@ def _wait_ready(
     def progress(state: readiness.Probe, elapsed: float) -> None:
         on_progress(Progress(state, elapsed, _last_log_line(engine, container_id)))
 
+    deadline = clock.monotonic() + timeout_seconds
+
+    def check(client: httpx.Client) -> readiness.Probe:
+        left = deadline - clock.monotonic()
+        return readiness.probe(client, url, served_name, timeout_s=readiness.probe_timeout(left))
+
     with http() as client:
         return readiness.wait_ready(
-            lambda: readiness.probe(client, url, served_name), exited=exited,
+            lambda: check(client), exited=exited,
             timeout_seconds=timeout_seconds, poll_seconds=poll_seconds, clock=clock,
             on_progress=progress, cleanup="",  # the cleanup appends what became of it
         )

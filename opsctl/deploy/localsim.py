@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import httpx
-
 from opsctl.config.profiles import Deployment, to_argv
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
+from opsctl.core.httpcap import capped_client
 from opsctl.core.paths import source_root
 from opsctl.deploy import readiness
 from opsctl.sim.config import SimArgs
@@ -100,7 +99,7 @@ def _wait(sim: LocalSim, flags: Sequence[str], wait: Wait, timeout_s: float, clo
     # The simulator's own reading of the flags: which name it serves, which key it wants.
     args = SimArgs.parse(flags)
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else None
-    with httpx.Client(headers=headers) as client:
+    with capped_client(headers=headers, timeout_s=readiness.PROBE_TIMEOUT_SECONDS) as client:
         readiness.wait_ready(lambda: readiness.probe(client, sim.url, args.served_model_name),
                              exited=sim.exited, timeout_seconds=timeout_s, poll_seconds=POLL_SECONDS,
                              clock=clock, cleanup=STOPPED, timeout_hint=hint)
@@ -116,7 +115,7 @@ def _listening(port: int) -> readiness.Probe:
 
 def wait_ok(url: str, timeout_s: float = 60.0, clock: Clock = SYSTEM_CLOCK) -> None:
     """Wait until a local helper service (Prometheus, Pushgateway) answers 200 at `url`."""
-    with httpx.Client() as client:
+    with capped_client(timeout_s=readiness.PROBE_TIMEOUT_SECONDS) as client:
         readiness.wait_ready(lambda: readiness.http_ok(client, url), exited=lambda: None,
                              timeout_seconds=timeout_s, poll_seconds=0.2, clock=clock,
                              cleanup="", timeout_hint=f"is {url} the right address?")

@@ -9,7 +9,8 @@ served name then gets 404.
 sglang's `--api-key` guards /v1/models but not /health*, so the probe sends the key
 ($OPSCTL_API_KEY): without it a key-protected server would look "warming" until the timeout.
 A 401/403 from /v1/models even with the key is final (a wrong key does not heal by waiting).
-Every answer is read under opsctl's byte cap and within the probe's timeout in total.
+Every answer is read under opsctl's byte cap and within the probe's timeout in total (connect,
+headers and body: a server sending one header line a second cannot hold a probe longer).
 """
 
 from __future__ import annotations
@@ -65,14 +66,14 @@ def http_client(api_key: str | None = None) -> httpx.Client:
                          timeout_s=PROBE_TIMEOUT_SECONDS)
 
 
-def http_ok(client: httpx.Client, url: str) -> Probe:
+def http_ok(client: httpx.Client, url: str, timeout_s: float = PROBE_TIMEOUT_SECONDS) -> Probe:
     """One GET: nothing listening is LOADING, any answer but 200 is WARMING, 200 is READY.
 
     Only the status is read; the body is never downloaded.
     """
     path = httpx.URL(url).path
     try:
-        with client.stream("GET", url, timeout=PROBE_TIMEOUT_SECONDS) as response:
+        with client.stream("GET", url, timeout=timeout_s) as response:
             status = response.status_code
     except httpx.TimeoutException:
         return Probe(Phase.WARMING, f"{path} timed out")
@@ -80,30 +81,40 @@ def http_ok(client: httpx.Client, url: str) -> Probe:
         return Probe(Phase.LOADING, "port closed")
     except httpx.TransportError as exc:
         return Probe(Phase.LOADING, f"no answer ({type(exc).__name__})")
+    except httpx.HTTPError as exc:  # an answer refused unread (an encoding opsctl did not ask for)
+        return Probe(Phase.WARMING, f"{path}: {type(exc).__name__}")
     if status != 200:
         return Probe(Phase.WARMING, f"{path} answered {status}")
     return Probe(Phase.READY, f"{path} answered 200")
 
 
-def probe(client: httpx.Client, url: str, served_name: str, clock: Clock = SYSTEM_CLOCK) -> Probe:
-    """One look at an sglang server at `url`: which phase is it in?"""
-    health = http_ok(client, f"{url}/health_generate")
+def probe(client: httpx.Client, url: str, served_name: str, clock: Clock = SYSTEM_CLOCK,
+          timeout_s: float = PROBE_TIMEOUT_SECONDS) -> Probe:
+    """One look at an sglang server at `url`: which phase is it in? Each of its two requests
+    ends within `timeout_s` in total (the client's transport bounds the whole exchange)."""
+    health = http_ok(client, f"{url}/health_generate", timeout_s)
     if health.phase is not Phase.READY:
         return health
-    return _models_probe(client, f"{url}/v1/models", served_name, clock)
+    return _models_probe(client, f"{url}/v1/models", served_name, clock, timeout_s)
 
 
-def _models_probe(client: httpx.Client, url: str, served_name: str, clock: Clock) -> Probe:
+def probe_timeout(left_s: float) -> float:
+    """A probe's timeout when `left_s` seconds of a readiness wait remain: never past the wait
+    (a slow server cannot stretch `up --timeout 10` by a whole probe), never under a second."""
+    return max(1.0, min(PROBE_TIMEOUT_SECONDS, left_s))
+
+
+def _models_probe(client: httpx.Client, url: str, served_name: str, clock: Clock,
+                  timeout_s: float) -> Probe:
     try:
-        with client.stream("GET", url, timeout=PROBE_TIMEOUT_SECONDS) as response:
+        with client.stream("GET", url, timeout=timeout_s) as response:
             if response.status_code in (401, 403):
                 return Probe(Phase.WARMING, f"/v1/models answered {response.status_code}: the "
                              f"server wants an API key (${API_KEY_ENV}) or refused it",
                              refused=True)
             if response.status_code != 200:
                 return Probe(Phase.WARMING, f"/v1/models answered {response.status_code}")
-            ids = model_ids(decode_json(read_capped(response, timeout_s=PROBE_TIMEOUT_SECONDS,
-                                                    clock=clock)))
+            ids = model_ids(decode_json(read_capped(response, timeout_s=timeout_s, clock=clock)))
     except httpx.HTTPError as exc:
         return Probe(Phase.WARMING, f"/v1/models not answering yet ({type(exc).__name__}: {exc})")
     except Malformed as exc:

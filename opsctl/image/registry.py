@@ -16,7 +16,6 @@ a push: `opsctl render` then writes the local tag and warns, it never invents a 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,21 +24,13 @@ from typing import Any
 
 from opsctl.core.errors import BuildError, UsageError
 from opsctl.core.files import atomic_write_text
+from opsctl.core.imageref import is_repository, reference_problem
 from opsctl.engine.api import DIGEST_PATTERN, BuildEvent, Engine
 from opsctl.image import trust
 from opsctl.image.build import BuildResult
 
 RECORD = "pushed.json"  # beside trust.py's verified.json
-# A repository as Docker names it: an optional registry host (with a port) and lower-case path
-# components; no tag (each image keeps its own) and no digest or credentials.
-_HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*" \
-    r"|\[[0-9A-Fa-f:]+\])(?::[0-9]{1,5})?"
-_COMPONENT = r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*"
-_REPOSITORY = re.compile(rf"^(?:{_HOST}/)?{_COMPONENT}(?:/{_COMPONENT})*$")
-# An image to run: such a repository with an optional :tag and @sha256 digest (Docker's
-# reference grammar), or an image ID (hex, which the component grammar already matches).
-_REFERENCE = re.compile(rf"(?:{_HOST}/)?{_COMPONENT}(?:/{_COMPONENT})*"
-                        r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?")
+# Docker's reference grammar (repositories, references) is core.imageref's.
 
 
 @dataclass(frozen=True)
@@ -61,7 +52,7 @@ def record_path() -> Path:
 
 def check_repository(value: str) -> str:
     """`--push`'s REGISTRY/REPO, refused (exit 2) before anything is built when it is not one."""
-    if len(value) <= 255 and _REPOSITORY.fullmatch(value):
+    if is_repository(value):
         return value
     if "@" in value:
         hint = ("no digest or credentials in it: the registry answers the digest, and "
@@ -76,9 +67,7 @@ def image_ref_problem(value: str) -> str | None:
     """Why `value` cannot name an image for `docker run`, or None."""
     if not value:
         return "empty (leave --image out to run the image `opsctl build` made)"
-    if len(value) > 512 or not _REFERENCE.fullmatch(value):
-        return "not an image reference (REPOSITORY[:TAG][@sha256:DIGEST], lower-case repository)"
-    return None
+    return reference_problem(value)
 
 
 def tag_of(ref: str) -> str:
@@ -139,6 +128,6 @@ def pushed_reference(ref: str, repository: str | None = None) -> str | None:
 def _reference(repo: str, entry: dict[str, Any]) -> str | None:
     """A well-formed reference from a record, or None (a hand-edited file is never trusted)."""
     digest = str(entry.get("digest", ""))
-    if not DIGEST_PATTERN.fullmatch(digest) or not _REPOSITORY.fullmatch(repo):
+    if not DIGEST_PATTERN.fullmatch(digest) or not is_repository(repo):
         return None
     return f"{repo}@{digest}"

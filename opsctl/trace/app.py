@@ -73,7 +73,8 @@ def analyze_traces(request: AnalyzeRequest, *, plot: PlotWriter) -> AnalyzeResul
     of each side (sorted by name: rank 0).
     """
     if request.layers is not None and request.layers < 1:
-        raise UsageError(f"--layers {request.layers}: must be at least 1")
+        raise UsageError(f"--layers {request.layers}: must be at least 1",
+                         hint="leave --layers out to read every layer the trace holds")
     meta: dict[str, object] = {k: v for k, v in request.header.items() if v}
     analyses = analyze_path(request.path, request.layers, request.max_bytes, meta)
     others = (analyze_path(request.compare, request.layers, request.max_bytes)
@@ -122,7 +123,8 @@ def capture(request: CaptureRequest, target: CaptureTarget, *,
             plot: PlotWriter) -> CaptureResult:
     """Hold the load, profile `steps` decode steps, collect the files, analyze them."""
     if request.concurrency < 1 or request.steps < 1:
-        raise UsageError("--concurrency and --steps must be at least 1")
+        raise UsageError("--concurrency and --steps must be at least 1",
+                         hint="e.g. --concurrency 8 --steps 5")
     out = request.out_dir or default_out_dir()
     held: list[LoadSummary] = []
 

@@ -76,7 +76,8 @@ def trace_files(path: Path) -> list[Path]:
                              hint="pass a trace file, or the directory `trace capture` wrote")
         return found
     if not path.is_file():
-        raise UsageError(f"{path}: no such file or directory")
+        raise UsageError(f"{path}: no such file or directory",
+                         hint="pass a trace file (.json or .json.gz) or a folder holding them")
     return [path]
 
 
@@ -89,14 +90,16 @@ def read_json(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
         with (gzip.open(path, "rb") if gzipped else path.open("rb")) as handle:
             data = handle.read(max_bytes + 1)
     except (OSError, EOFError, zlib.error) as exc:
-        raise UsageError(f"{path}: cannot read the trace: {exc}") from None
+        raise UsageError(f"{path}: cannot read the trace: {exc}",
+                         hint="is it a whole .json or .json.gz trace the profiler wrote?") from None
     if len(data) > max_bytes:
         raise UsageError(f"{path}: more than {max_bytes >> 20} MiB of trace JSON",
                          hint="capture fewer steps, or raise the bound with --max-mb")
     try:
         doc = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: not JSON: {exc}") from None
+        raise UsageError(f"{path}: not JSON: {exc}",
+                         hint="a Chrome trace (the profiler's .json or .json.gz) is JSON") from None
     if isinstance(doc, list):  # the bare-array form of the format
         doc = {"traceEvents": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):

@@ -388,7 +388,8 @@ def _bench_target(
     try:
         if launched:
             if launcher is None:
-                raise UsageError(f"target {target.label!r} has no URL and nothing can launch it")
+                raise UsageError(f"target {target.label!r} has no URL and nothing can launch it",
+                                 hint="pass --base-url NAME=URL, or --variants to launch them")
             result.base_url = launcher.up(target.label)
         run = options.driver.sweep if options.driver else sweep
         asyncio.run(run(target.label, result.base_url, options, progress, client_factory, result))

@@ -43,7 +43,7 @@ from typing import Any, Literal, Protocol
 import httpx
 
 from opsctl.core.errors import LaunchError, UsageError
-from opsctl.core.httpcap import IDENTITY, CappedAsyncTransport
+from opsctl.core.httpcap import IDENTITY, capped_async_transport
 from opsctl.core.redact import auth_headers
 from opsctl.traffic.payload import Api, Malformed, Piece, body_message, decode_json, parse_piece
 from opsctl.traffic.wire import ErrorKind, Failed, Wire
@@ -68,7 +68,8 @@ def parse_api(value: str) -> Api:
         return "completions"
     if value == "chat":
         return "chat"
-    raise UsageError(f"--api {value!r}: choose 'completions' or 'chat'")
+    raise UsageError(f"--api {value!r}: choose 'completions' or 'chat'",
+                     hint="e.g. --api chat for /v1/chat/completions")
 
 
 @dataclass(slots=True)
@@ -111,10 +112,10 @@ class TrafficClient(httpx.AsyncClient):
     """httpx for the control plane; `wire()` is the aiohttp session generation goes through.
 
     The session is made on first use, inside the event loop that uses it, and closed with the
-    client. Every answer is read under opsctl's byte caps (CappedAsyncTransport here, the wire's
-    own reads there). Proxies from the environment are ignored: opsctl talks to a server it
-    deployed or was given by URL, and a corporate proxy in between would distort every latency
-    it measures.
+    client. Every answer is read under opsctl's byte caps, each exchange within its timeout in
+    total (capped_async_transport here, the wire's own reads there). Proxies from the environment
+    are ignored: opsctl talks to a server it deployed or was given by URL, and a corporate proxy
+    in between would distort every latency it measures.
     """
 
     def __init__(self, base_url: str, api_key: str | None, *, max_connections: int,
@@ -124,8 +125,7 @@ class TrafficClient(httpx.AsyncClient):
         super().__init__(
             base_url=base_url.rstrip("/"), headers={**IDENTITY, **auth_headers(api_key)},
             timeout=httpx.Timeout(timeout_s), trust_env=False,
-            transport=CappedAsyncTransport(httpx.AsyncHTTPTransport(limits=limits,
-                                                                    trust_env=False)),
+            transport=capped_async_transport(limits),
         )
         self._wire_args = (base_url, api_key, max_connections)
         self._wire: Wire | None = None

@@ -42,7 +42,7 @@ from typing import Literal
 import httpx
 from pydantic import BaseModel
 
-from opsctl.core.httpcap import IDENTITY, CappedAsyncTransport
+from opsctl.core.httpcap import IDENTITY, capped_async_transport
 from opsctl.core.redact import auth_headers
 from opsctl.traffic.gpu_sample import GpuFigure, GpuProbe, GpuQueryFailed, GpuTally, on_this_host
 from opsctl.traffic.promtext import (
@@ -134,7 +134,7 @@ MetricsClient = Callable[[str, str | None], httpx.AsyncClient]  # (base URL, API
 
 def metrics_client(base_url: str, api_key: str | None) -> httpx.AsyncClient:
     """One capped connection of its own, proxies from the environment ignored (as the load's)."""
-    transport = CappedAsyncTransport(httpx.AsyncHTTPTransport(trust_env=False))
+    transport = capped_async_transport()
     return httpx.AsyncClient(base_url=base_url.rstrip("/"),
                              headers={**IDENTITY, **auth_headers(api_key)},
                              timeout=httpx.Timeout(SCRAPE_TIMEOUT_S), transport=transport,

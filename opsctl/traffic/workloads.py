@@ -82,7 +82,8 @@ def parse_dataset_name(value: str) -> DatasetName:
     for name in DATASET_NAMES:
         if value == name:
             return name
-    raise UsageError(f"--dataset-name {value!r}: choose one of {', '.join(DATASET_NAMES)}")
+    raise UsageError(f"--dataset-name {value!r}: choose one of {', '.join(DATASET_NAMES)}",
+                     hint="e.g. --dataset-name words (the default)")
 
 
 def load_tokenizer(path: Path) -> Tokens:
@@ -99,7 +100,8 @@ def load_tokenizer(path: Path) -> Tokens:
     try:
         loaded: Tokens = Tokenizer.from_file(str(file))
     except Exception as exc:  # the library raises its own exception type for a bad file
-        raise UsageError(f"--tokenizer {file}: not a tokenizer: {exc}") from None
+        raise UsageError(f"--tokenizer {file}: not a tokenizer: {exc}",
+                         hint="pass the served model's tokenizer.json or its folder") from None
     return loaded
 
 
@@ -142,11 +144,13 @@ def _exact(tokens: Tokens, length: int, rng: random.Random, output: int,
 
 def _sharegpt(spec: WorkloadSpec, tokens: Tokens | None) -> Workload:
     if spec.dataset_path is None:
-        raise UsageError("--dataset-name sharegpt needs --dataset-path FILE")
+        raise UsageError("--dataset-name sharegpt needs --dataset-path FILE",
+                         hint="a local ShareGPT-format JSON file")
     try:
         data = json.loads(read_bounded(spec.dataset_path, "--dataset-path", MAX_DATASET_BYTES))
     except (OSError, ValueError) as exc:
-        raise UsageError(f"--dataset-path {spec.dataset_path}: {exc}") from None
+        raise UsageError(f"--dataset-path {spec.dataset_path}: {exc}",
+                         hint="a local ShareGPT-format JSON file") from None
     items: list[WorkItem] = []
     for entry in data if isinstance(data, list) else []:
         turns = entry.get("conversations") if isinstance(entry, dict) else None
@@ -162,7 +166,8 @@ def _sharegpt(spec: WorkloadSpec, tokens: Tokens | None) -> Workload:
                                   len(tokens.encode(prompt, add_special_tokens=False).ids)))
     if not items:
         raise UsageError(f"--dataset-path {spec.dataset_path}: no human turn followed by a gpt "
-                         "turn (ShareGPT format: [{\"conversations\": [{\"from\", \"value\"}]}])")
+                         "turn (ShareGPT format: [{\"conversations\": [{\"from\", \"value\"}]}])",
+                         hint="each conversation needs a 'human' turn and then a 'gpt' turn")
     random.Random(spec.seed).shuffle(items)
     note = None if tokens else "no --tokenizer: output lengths are the reference answers' words"
     return Workload("sharegpt", items, spec, note)

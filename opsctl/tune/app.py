@@ -191,11 +191,16 @@ def best(state: TuneState) -> Measurement | None:
     return min((m for m in ok if m.rung == top), key=_rank_key)
 
 
+def plan(request: TuneRequest, deployment: Deployment) -> tuple[list[search.Knob], list[Point]]:
+    """The knobs and the grid `tune` searches; UsageError (exit 2) before anything runs."""
+    knobs = [search.parse_param(text, deployment.server) for text in request.params]
+    return knobs, search.grid(knobs, budgeted=request.budget_minutes is not None)
+
+
 def tune(request: TuneRequest, deployment: Deployment, *, runner: PointRunner, clock: Clock,
          plot: PlotWriter, on_start: OnStart = lambda *_: None,
          on_done: OnDone = lambda _: None) -> TuneResult:
-    knobs = [search.parse_param(text, deployment.server) for text in request.params]
-    points = search.grid(knobs)
+    knobs, points = plan(request, deployment)
     question = Question(profile=deployment.profile.name, variant=deployment.variant,
                         knobs={k.name: list(k.values) for k in knobs},
                         concurrency=request.concurrency, requests=request.requests,

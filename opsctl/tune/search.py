@@ -39,6 +39,14 @@ GRID, HALVING = "grid", "halving"
 Point = dict[str, Any]
 
 
+# Sanity bounds on the search, refused while parsing: every point starts a server (minutes on
+# 8 GPUs) and benches it, so 1000 full points is already days; halving measures most points
+# with few requests, yet each still starts a server.
+MAX_POINTS = 1000
+MAX_POINTS_BUDGETED = 100_000
+MAX_KNOB_VALUES = 1000
+
+
 @dataclass(frozen=True)
 class Knob:
     name: str
@@ -62,8 +70,12 @@ def parse_param(text: str, base: ServerSettings) -> Knob:
                          hint=f"one of: {', '.join(tunable())}")
     annotation = ServerSettings.model_fields[name].annotation
     adapter: TypeAdapter[Any] = TypeAdapter(annotation if annotation is not None else Any)
+    items = raw.split(",")
+    if len(items) > MAX_KNOB_VALUES:
+        raise UsageError(f"--param {name}: {len(items)} values, more than {MAX_KNOB_VALUES}",
+                         hint="fewer values; tune measures every combination")
     values = []
-    for item in (part.strip() for part in raw.split(",")):
+    for item in (part.strip() for part in items):
         try:
             value = adapter.validate_python(None if item in ("null", "none", "None") else item)
             ServerSettings.model_validate({**base.model_dump(), name: value})
@@ -76,12 +88,21 @@ def parse_param(text: str, base: ServerSettings) -> Knob:
     return Knob(name=name, values=tuple(values))
 
 
-def grid(knobs: Sequence[Knob]) -> list[Point]:
-    """Every combination, the first knob varying slowest (the order the user wrote)."""
+def grid(knobs: Sequence[Knob], *, budgeted: bool = False) -> list[Point]:
+    """Every combination, the first knob varying slowest (the order the user wrote); refused
+    before it is built past `MAX_POINTS` (`MAX_POINTS_BUDGETED` with a budget)."""
     names = [k.name for k in knobs]
     if len(set(names)) != len(names):
         raise UsageError(f"--param names repeat: {names}", hint="give each knob once, with all "
                          "its values: --param NAME=v1,v2")
+    size = math.prod(len(k.values) for k in knobs)
+    if not budgeted and size > MAX_POINTS:
+        raise UsageError(f"the grid has {size} points; without --budget tune measures each in "
+                         f"full, and more than {MAX_POINTS} is refused (each point starts a server)",
+                         hint="give --budget MINUTES (successive halving) or fewer values")
+    if size > MAX_POINTS_BUDGETED:
+        raise UsageError(f"the grid has {size} points, more than the {MAX_POINTS_BUDGETED} tune "
+                         "searches even with --budget", hint="fewer knobs or values")
     return [dict(zip(names, combo, strict=True))
             for combo in itertools.product(*(k.values for k in knobs))]
 

@@ -1,7 +1,9 @@
 """What `opsctl verify` shows: one table row per checked field, then a one-line summary.
 
 Values come from the server and from profiles; they are printed as plain text (rich `Text`,
-never parsed as markup), so a value like ``[red]`` shows as written.
+never parsed as markup), so a value like ``[red]`` shows as written, and with every control
+character escaped (core.text.printable): a server's ESC sequence or newline shows as `\x1b`,
+`\n`, never reaches the terminal raw.
 """
 
 from __future__ import annotations
@@ -12,18 +14,19 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from opsctl.core.text import printable
 from opsctl.verify.app import VerifyResult
 
 _STATUS_STYLE = {"ok": "green", "mismatch": "bold red", "unknown": "yellow"}
 
 
 def _cell(value: Any) -> Text:
-    return Text("-" if value is None else str(value))
+    return Text("-" if value is None else printable(str(value)))
 
 
 def show_verify(result: VerifyResult, console: Console) -> None:
-    table = Table(title=Text(f"verify {result.base_url}: profile {result.profile}, variant "
-                             f"{result.variant}, sglang {result.sglang_version}"))
+    table = Table(title=Text(printable(f"verify {result.base_url}: profile {result.profile}, "
+                                       f"variant {result.variant}, sglang {result.sglang_version}")))
     for column in ("field", "expected", "resolved", "status", "expected from / why unknown",
                    "reported at"):
         table.add_column(column, overflow="fold")

@@ -34,6 +34,9 @@ _FINAL_ANSWER_RE = re.compile(r"####\s*\S")
 class DatasetError(UsageError):
     """A dataset file that is missing, malformed, or not the one pinned (exit 2)."""
 
+    default_hint = ('a GSM8K-shaped JSONL file: one {"question": ..., "answer": "... #### N"} '
+                    "object a line, pinned by its sha256")
+
 
 @dataclass(frozen=True)
 class Gsm8kItem:

@@ -92,10 +92,12 @@ def select(dataset: Dataset, shots_from: Dataset, num_questions: int, num_shots:
     """(questions, shots): the first ``num_questions`` and the first ``num_shots`` lines."""
     if num_questions < 1 or num_shots < 0:
         raise UsageError(f"need at least one question and no negative shot count, got "
-                         f"{num_questions} questions and {num_shots} shots")
+                         f"{num_questions} questions and {num_shots} shots",
+                         hint="e.g. --eval-questions 50 (eval.gsm8k.shots: 5)")
     if len(shots_from.items) < num_shots:
         raise UsageError(f"{shots_from.path} has {len(shots_from.items)} examples, "
-                         f"fewer than the {num_shots} few-shot examples asked for")
+                         f"fewer than the {num_shots} few-shot examples asked for",
+                         hint="lower eval.gsm8k.shots or point shots_from at a larger file")
     return dataset.items[:num_questions], shots_from.items[:num_shots]
 
 
@@ -117,7 +119,8 @@ async def run_gsm8k(
     """Ask the first ``num_questions`` questions greedily and score them against the gate."""
     check_threshold(threshold)
     if parallel < 1:
-        raise UsageError(f"parallel must be at least 1, got {parallel}")
+        raise UsageError(f"parallel must be at least 1, got {parallel}",
+                         hint="ask with at least one request in flight")
     questions, shots = select(dataset, shots_from, num_questions, num_shots)
     prefix = few_shot_prefix(shots)
     start = time.monotonic()

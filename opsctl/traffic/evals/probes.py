@@ -84,7 +84,8 @@ def needle_prompt(target_tokens: int, depth: float, seed: int,
     """A prompt of about ``target_tokens`` tokens with a random 5-digit key at ``depth``."""
     if target_tokens < 64 or not 0.0 <= depth <= 1.0:
         raise UsageError(f"needle probe: need at least 64 tokens and a depth in [0, 1], got "
-                         f"{target_tokens} tokens at depth {depth}")
+                         f"{target_tokens} tokens at depth {depth}",
+                         hint="eval.long_context.sizes: each at least 64 tokens")
     rng = random.Random(seed)
     key = str(rng.randrange(10_000, 100_000))
     needle = NEEDLE.format(key=key)
