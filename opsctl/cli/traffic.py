@@ -79,6 +79,11 @@ def smoke(
     eval_threshold: Annotated[float | None, typer.Option(
         "--eval-threshold", callback=within(0, 1), help="Least accuracy that passes, as a "
         "share (default: the profile's eval.gsm8k.threshold).")] = None,
+    eval_score_thinking: Annotated[bool | None, typer.Option(
+        "--eval-score-thinking/--eval-score-answer", help="Score the thinking a reasoning parser "
+        "split off, then the answer (as without a parser), or the answer alone (default: the "
+        "profile's eval.gsm8k.score_thinking, else the answer); the report's `scored` says "
+        "which.")] = None,
     long_context: Annotated[bool, typer.Option(
         "--long-context", help="After the checks, send pass-key probes at the profile's "
         "eval.long_context sizes and a prefix-cached pair; a miss exits 5.")] = False,
@@ -113,7 +118,8 @@ def smoke(
         check_output_path(REPORTS_DIR, "the report directory", directory=True)
     evals = eval_request(eval_name, questions=eval_questions,
                          dataset=Path(eval_dataset) if eval_dataset else None,
-                         sha256=eval_sha256, threshold=eval_threshold, long_context=long_context)
+                         sha256=eval_sha256, threshold=eval_threshold, long_context=long_context,
+                         score_thinking=eval_score_thinking)
     request = traffic.SmokeRequest(
         profile=profile, variant=variant, base_url=base_url, model=model, api=parse_api(api),
         api_key=api_key_from_env(), json_path=Path(json_path) if json_path else None,

@@ -55,6 +55,10 @@ class Gsm8kConfig(_Strict):
     questions: int = Field(DEFAULT_QUESTIONS, ge=1, description="First N questions asked.")
     shots: int = Field(DEFAULT_SHOTS, ge=0, description="Few-shot examples per prompt.")
     threshold: float = Field(gt=0.0, le=1.0, description="Least accuracy that passes (a share).")
+    score_thinking: bool = Field(False, description="Score the thinking a reasoning parser "
+                                 "split off (`reasoning_content`) followed by the answer, as "
+                                 "if no parser ran; false: the answer (`content`) alone. The "
+                                 "report's `scored` says which.")
 
     _pins = field_validator("sha256", "shots_sha256")(_pin)
 

@@ -39,16 +39,19 @@ class EvalRequest:
     sha256: str | None = None
     threshold: float | None = None
     long_context: bool = False
+    score_thinking: bool | None = None  # None: the profile's eval.gsm8k.score_thinking
 
 
 def eval_request(name: str | None, *, questions: int | None = None,
                  dataset: Path | None = None, sha256: str | None = None,
-                 threshold: float | None = None, long_context: bool = False) -> EvalRequest:
+                 threshold: float | None = None, long_context: bool = False,
+                 score_thinking: bool | None = None) -> EvalRequest:
     """The command line's `--eval NAME` and its options; NAME must be one smoke knows."""
     if name is not None and name not in EVALS:
         raise UsageError(f"--eval {name!r}: unknown eval", hint=f"choose {', '.join(EVALS)}")
     return EvalRequest(gsm8k=name == "gsm8k", questions=questions, dataset=dataset,
-                       sha256=sha256, threshold=threshold, long_context=long_context)
+                       sha256=sha256, threshold=threshold, long_context=long_context,
+                       score_thinking=score_thinking)
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class Gsm8kPlan:
     questions: int
     shots: int
     threshold: float
+    score_thinking: bool = False  # score the thinking, then the answer (report: `scored`)
 
 
 @dataclass(frozen=True)
@@ -75,10 +79,12 @@ class EvalPlan:
 def plan_evals(request: EvalRequest, config: EvalConfig | None,
                load: DatasetLoader) -> EvalPlan:
     """The evals to run, datasets loaded and verified; UsageError (exit 2) when they cannot."""
-    overrides = request.questions, request.dataset, request.sha256, request.threshold
+    overrides = (request.questions, request.dataset, request.sha256, request.threshold,
+                 request.score_thinking)
     if not request.gsm8k and any(value is not None for value in overrides):
-        raise UsageError("--eval-questions, --eval-dataset, --eval-sha256 and --eval-threshold "
-                         "apply to --eval gsm8k", hint="add --eval gsm8k, or drop them")
+        raise UsageError("--eval-questions, --eval-dataset, --eval-sha256, --eval-threshold and "
+                         "--eval-score-thinking apply to --eval gsm8k",
+                         hint="add --eval gsm8k, or drop them")
     config = config or EvalConfig()
     long_context = config.long_context
     return EvalPlan(
@@ -122,8 +128,10 @@ def _plan_gsm8k(request: EvalRequest, config: Gsm8kConfig | None,
     if shots > len(shots_from.items):
         raise UsageError(f"--eval gsm8k: {shots} few-shot examples asked, {shots_from.path} "
                          f"holds {len(shots_from.items)}", hint="lower eval.gsm8k.shots")
+    score_thinking = (request.score_thinking if request.score_thinking is not None
+                      else config is not None and config.score_thinking)
     return Gsm8kPlan(dataset=dataset, shots_from=shots_from, questions=questions, shots=shots,
-                     threshold=threshold)
+                     threshold=threshold, score_thinking=score_thinking)
 
 
 async def gsm8k_check(client: TrafficClient, plan: Gsm8kPlan, *, model: str, api: Api,
@@ -133,7 +141,8 @@ async def gsm8k_check(client: TrafficClient, plan: Gsm8kPlan, *, model: str, api
     result = await run_gsm8k(
         client, model=model, dataset=plan.dataset, shots_from=plan.shots_from,
         threshold=plan.threshold, num_questions=plan.questions, num_shots=plan.shots, api=api,
-        request_timeout_s=request_timeout_s, overall_timeout_s=remaining_s)
+        request_timeout_s=request_timeout_s, overall_timeout_s=remaining_s,
+        score_thinking=plan.score_thinking)
     return ("pass" if result.score.passed else "fail"), result.score.verdict, result
 
 

@@ -174,3 +174,18 @@ def test_more_shots_than_the_shots_file_holds_is_refused(tmp_path: Path) -> None
     with pytest.raises(UsageError) as caught:
         plan_evals(eval_request("gsm8k"), config, load_gsm8k)
     assert "9 few-shot examples asked" in caught.value.message
+
+
+def test_scoring_the_thinking_comes_from_the_profile_and_the_command_line_wins(
+        tmp_path: Path) -> None:
+    section = {"gsm8k": {"dataset": str(SIM_TEST), "sha256": sha256(SIM_TEST), "questions": 60,
+                         "threshold": 0.9, "score_thinking": True}}
+    config = load_profile(str(_profile_with_eval(tmp_path, section))).eval
+    by_profile = plan_evals(eval_request("gsm8k"), config, load_gsm8k).gsm8k
+    overridden = plan_evals(eval_request("gsm8k", score_thinking=False), config, load_gsm8k).gsm8k
+    default = plan_evals(eval_request("gsm8k"), load_profile("sim").eval, load_gsm8k).gsm8k
+    assert by_profile is not None and overridden is not None and default is not None
+    assert (by_profile.score_thinking, overridden.score_thinking, default.score_thinking) == (
+        True, False, False)
+    with pytest.raises(UsageError, match="apply to --eval gsm8k"):
+        plan_evals(EvalRequest(score_thinking=True), None, _refuse)
