@@ -187,5 +187,5 @@ def test_scoring_the_thinking_comes_from_the_profile_and_the_command_line_wins(
     assert by_profile is not None and overridden is not None and default is not None
     assert (by_profile.score_thinking, overridden.score_thinking, default.score_thinking) == (
         True, False, False)
-    with pytest.raises(UsageError, match="apply to --eval gsm8k"):
+    with pytest.raises(UsageError, match="applies to --eval gsm8k"):
         plan_evals(EvalRequest(score_thinking=True), None, _refuse)
