@@ -171,11 +171,19 @@ def bench(
     ignore_eos: Annotated[bool, typer.Option(
         "--ignore-eos/--no-ignore-eos", help="Send sglang/vLLM's ignore_eos so every answer is "
         "--output-tokens long (--no-ignore-eos for servers that refuse it).")] = True,
-    dataset_name: Annotated[str, typer.Option(
-        "--dataset-name", help="words | random (token-exact with --tokenizer) | sharegpt "
-        "(--dataset-path) | generated-shared-prefix.")] = "words",
+    dataset_name: Annotated[str | None, typer.Option(
+        "--dataset-name", help="words | random (token-exact with --tokenizer or the profile's "
+        "model mount) | sharegpt (--dataset-path) | generated-shared-prefix | mooncake-trace "
+        "(--dataset-path: replayed at its timestamps, prompts sharing its hash_ids' 512-token "
+        "blocks). Default: random, "
+        "token-exact whenever a tokenizer is found, else words (the report's note says why).")
+    ] = None,
     dataset_path: Annotated[str | None, typer.Option(
-        "--dataset-path", help="ShareGPT-format JSON file (local).")] = None,
+        "--dataset-path", help="ShareGPT-format JSON file, or a Mooncake trace JSONL for "
+        "--dataset-name mooncake-trace (local).")] = None,
+    trace_scale: Annotated[float, typer.Option(
+        "--trace-scale", callback=within(1e-6, 1e6), help="mooncake-trace: send each request "
+        "at its timestamp x this (0.5: twice as fast).")] = 1.0,
     tokenizer: Annotated[str | None, typer.Option(
         "--tokenizer", help="Host path of the served model's tokenizer.json or model "
         "directory (where /model_info's tokenizer path lives on this host).")] = None,
@@ -232,10 +240,12 @@ def bench(
     gateway = gateway_from(pushgateway)
     check_output_path(Path(out) if out else REPORTS_DIR, "--out", directory=True)
     workload = WorkloadSpec(
-        name=parse_dataset_name(dataset_name), input_len=input_words, output_len=output_tokens,
+        name=parse_dataset_name(dataset_name or "random"), defaulted=dataset_name is None,
+        input_len=input_words, output_len=output_tokens,
         seed=seed, tokenizer=Path(tokenizer) if tokenizer else None,
         dataset_path=Path(dataset_path) if dataset_path else None, groups=gsp_groups,
         prompts_per_group=gsp_prompts_per_group, prefix_len=gsp_prefix_len,
+        trace_scale=trace_scale,
     )
     request = traffic.BenchRequest(
         profile=profile, variants=parse_variants(variants), base_urls=tuple(base_url or ()),

@@ -205,22 +205,36 @@ def bench(
     served_tokenizer = None
     if driver is None and loaded is not None and spec.name == "random" and spec.tokenizer is None:
         served_tokenizer = _served_tokenizer(loaded, request.variants)
-        spec = replace(spec, tokenizer=local_tokenizer(served_tokenizer,
-                                                       loaded.model.container_path,
-                                                       loaded.model.host_path))
+        try:
+            spec = replace(spec, tokenizer=local_tokenizer(served_tokenizer,
+                                                           loaded.model.container_path,
+                                                           loaded.model.host_path))
+        except UsageError:
+            if not spec.defaulted:  # asked for by name: the missing tokenizer is the error
+                raise
+            served_tokenizer = None  # the default: word prompts, and the note says why
     workload = (driver.workload(spec, request.api, request.requests_per_level, request.duration_s)
                 if driver else build(spec))  # a bad dataset or tokenizer: exit 2 before any launch
+    if workload.name != "random":
+        served_tokenizer = None  # the default fell back to words (the note says why)
     if served_tokenizer is not None:
         workload.note = (f"tokenizer {spec.tokenizer}: this host's side of the server's "
                          f"{served_tokenizer} (the profile's model mount)")
+    if workload.arrivals_s is not None and request.request_rate is not None:
+        raise UsageError("--request-rate with --dataset-name mooncake-trace: the trace's "
+                         "timestamps are the arrivals", hint="drop --request-rate; "
+                         "--trace-scale speeds the trace up or slows it down")
+    # A trace is replayed whole per level unless --requests says otherwise.
+    per_level = request.requests_per_level or (len(workload.items or ())
+                                               if workload.arrivals_s is not None else None)
     options = BenchOptions(
-        concurrency=request.concurrency, requests_per_level=request.requests_per_level,
+        concurrency=request.concurrency, requests_per_level=per_level,
         input_words=request.input_words, output_tokens=request.output_tokens, api=request.api,
         request_timeout_s=request.request_timeout_s, api_key=request.api_key,
         model=request.model, profile_alias=loaded.model.served_name if loaded else None,
         deadline_s=request.deadline_s, ignore_eos=request.ignore_eos,
         arrival=Arrival(rate=request.request_rate, duration_s=request.duration_s,
-                        seed=spec.seed),
+                        seed=spec.seed, schedule_s=workload.arrivals_s),
         slo=request.slo or (loaded.slo if loaded else None), workload=workload, driver=driver,
         client_workers=request.client_workers,
     )
