@@ -181,6 +181,10 @@ def bench(
     dataset_path: Annotated[str | None, typer.Option(
         "--dataset-path", help="ShareGPT-format JSON file, or a Mooncake trace JSONL for "
         "--dataset-name mooncake-trace (local).")] = None,
+    multi_turn: Annotated[int, typer.Option(
+        "--multi-turn", min=1, max=1000, help="Chat sessions of N turns (--api chat): each "
+        "turn sends the session's history, its earlier prompts and the server's answers, "
+        "before its own prompt (seeded like the prompts). 1: single requests.")] = 1,
     trace_scale: Annotated[float, typer.Option(
         "--trace-scale", callback=within(1e-6, 1e6), help="mooncake-trace: send each request "
         "at its timestamp x this (0.5: twice as fast).")] = 1.0,
@@ -245,7 +249,7 @@ def bench(
         seed=seed, tokenizer=Path(tokenizer) if tokenizer else None,
         dataset_path=Path(dataset_path) if dataset_path else None, groups=gsp_groups,
         prompts_per_group=gsp_prompts_per_group, prefix_len=gsp_prefix_len,
-        trace_scale=trace_scale,
+        trace_scale=trace_scale, turns=multi_turn,
     )
     request = traffic.BenchRequest(
         profile=profile, variants=parse_variants(variants), base_urls=tuple(base_url or ()),

@@ -202,6 +202,8 @@ def bench(
     loaded, targets, active = _bench_plan(request, launcher)
     spec = request.workload or WorkloadSpec(input_len=request.input_words,
                                             output_len=request.output_tokens)
+    if spec.turns > 1:  # as many sessions side by side as the largest level keeps in flight
+        spec = replace(spec, session_width=max(request.concurrency))
     served_tokenizer = None
     if driver is None and loaded is not None and spec.name == "random" and spec.tokenizer is None:
         served_tokenizer = _served_tokenizer(loaded, request.variants)
@@ -215,6 +217,10 @@ def bench(
             served_tokenizer = None  # the default: word prompts, and the note says why
     workload = (driver.workload(spec, request.api, request.requests_per_level, request.duration_s)
                 if driver else build(spec))  # a bad dataset or tokenizer: exit 2 before any launch
+    if spec.turns > 1:
+        workload.note = ((workload.note + "; ") if workload.note else "") + (
+            f"multi-turn chat: sessions of {spec.turns} turns, {spec.session_width} side by "
+            "side, each turn sent after its session's history (one client process)")
     if workload.name != "random":
         served_tokenizer = None  # the default fell back to words (the note says why)
     if served_tokenizer is not None:
@@ -224,6 +230,13 @@ def bench(
         raise UsageError("--request-rate with --dataset-name mooncake-trace: the trace's "
                          "timestamps are the arrivals", hint="drop --request-rate; "
                          "--trace-scale speeds the trace up or slows it down")
+    if spec.turns > 1 and request.api != "chat":
+        raise UsageError(f"--multi-turn {spec.turns}: a session's history is chat messages",
+                         hint="add --api chat")
+    one_process = workload.arrivals_s is not None or spec.turns > 1
+    if one_process and (request.client_workers or 1) > 1:
+        raise UsageError("--client-workers: a trace's arrivals and multi-turn sessions are kept "
+                         "by one client process", hint="drop --client-workers")
     # A trace is replayed whole per level unless --requests says otherwise.
     per_level = request.requests_per_level or (len(workload.items or ())
                                                if workload.arrivals_s is not None else None)
@@ -236,7 +249,7 @@ def bench(
         arrival=Arrival(rate=request.request_rate, duration_s=request.duration_s,
                         seed=spec.seed, schedule_s=workload.arrivals_s),
         slo=request.slo or (loaded.slo if loaded else None), workload=workload, driver=driver,
-        client_workers=request.client_workers,
+        client_workers=1 if one_process else request.client_workers,
     )
     out = request.out_dir or default_bench_dir()
     with progress() if progress else nullcontext(None) as on_progress:

@@ -16,6 +16,11 @@
   `input_len`, so the prefix cache is exercised as a variant would exercise it.
 
 A workload that has fewer prompts than asked repeats from its start.
+
+Multi-turn (`turns` > 1, any of the above): request i is turn t of session s (`session_turn`);
+its prompt is the workload's item i, sent after the session's history of earlier prompts and the
+server's own answers to them (levels.RequestSpec keeps it), so each turn's prompt grows and the
+server's prefix cache sees what a chat session gives it.
 """
 
 from __future__ import annotations
@@ -71,6 +76,11 @@ class WorkloadSpec:
     # or the profile's model mount), else `words` with a note saying why; never an error.
     defaulted: bool = False
     trace_scale: float = 1.0  # mooncake-trace: each arrival at timestamp x scale (0.5: twice as fast)
+    # Multi-turn chat: sessions of `turns` requests, each sending the session's whole history
+    # (its earlier prompts and the server's answers) before its next prompt; `session_width`
+    # sessions side by side (bench sets it to the largest concurrency level).
+    turns: int = 1
+    session_width: int = 64
 
 
 class Workload:
@@ -82,6 +92,15 @@ class Workload:
         # A trace's arrival times (seconds after its first request, one per item); None: the
         # arrival process is bench's own (closed loop or Poisson).
         self.arrivals_s = arrivals_s
+
+    def session_turn(self, index: int) -> tuple[int, int]:
+        """(session, turn) of request `index`: `session_width` sessions take their turn t one
+        after another, then their turn t + 1, so a session's next turn comes `session_width`
+        requests after its previous one (already answered at any lower concurrency)."""
+        width, turns = max(1, self.spec.session_width), max(1, self.spec.turns)
+        block, offset = divmod(index, width * turns)
+        turn, column = divmod(offset, width)
+        return block * width + column, turn
 
     def item(self, index: int) -> WorkItem:
         if self.items is None:

@@ -180,3 +180,56 @@ def test_the_default_falls_back_to_words_and_says_why(tmp_path: Path) -> None:
     assert missing.name == "words" and "no tokenizer.json there" in (missing.note or "")
     with pytest.raises(UsageError, match=r"no tokenizer\.json there"):  # asked for by name
         build(WorkloadSpec(name="random", tokenizer=tmp_path / "absent"))
+
+
+# --- multi-turn chat sessions -------------------------------------------------------------------
+
+
+def test_session_turns_interleave_sessions_and_keep_turn_order() -> None:
+    work = build(WorkloadSpec(name="words", turns=3, session_width=2))
+    assert [work.session_turn(i) for i in range(8)] == [
+        (0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2), (2, 0), (3, 0)]
+
+
+def test_each_turn_sends_its_sessions_history_with_the_servers_answers(
+        sim_server: StartSim) -> None:
+    from opsctl.traffic.client import make_client
+    from opsctl.traffic.levels import RequestSpec
+
+    url = sim_server(env={"OPSCTL_SIM_TTFT_MS": "1", "OPSCTL_SIM_ITL_MS": "1"},
+                     args=["--served-model-name", "glm-5"]).url
+    work = build(WorkloadSpec(name="words", input_len=20, output_len=6, turns=3,
+                              session_width=2, seed=4))
+    spec = RequestSpec("chat", "glm-5", 0.0, True, 10.0, work)
+    sent: dict[int, RequestResult] = {}
+
+    async def go() -> None:
+        async with make_client(url, None) as client:
+            async def send(index: int) -> RequestResult:
+                sent[index] = await spec.send(client, index)
+                return sent[index]
+            await drive(send, range(6), 2, Arrival(), Batch())
+
+    asyncio.run(go())
+    assert all(result.ok for result in sent.values())
+    for session in (0, 1):
+        turns = [sent[i] for i in range(6) if work.session_turn(i)[0] == session]
+        counts = [result.prompt_tokens or 0 for result in turns]
+        # each turn carries the previous prompts and answers: its prompt grows every turn
+        assert counts[0] < counts[1] < counts[2], counts
+    assert not spec.sessions._history  # the last turn's history is not kept
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--multi-turn", "2"], "add --api chat"),
+    (["--multi-turn", "2", "--api", "chat", "--client-workers", "2"], "drop --client-workers"),
+    (["--dataset-name", "mooncake-trace", "--request-rate", "5"], "drop --request-rate"),
+])
+def test_what_a_replay_cannot_do_is_refused_in_one_line(
+        opsctl: Any, sim_server: StartSim, tmp_path: Path, args: list[str], says: str) -> None:
+    url = sim_server(env={"OPSCTL_SIM_TTFT_MS": "1", "OPSCTL_SIM_ITL_MS": "1"}).url
+    trace = write_trace(tmp_path / "t.jsonl", TRACE)
+    done = opsctl("bench", "--base-url", url, "--concurrency", "2", "--requests", "4",
+                  "--out", str(tmp_path / "out"), "--dataset-path", str(trace), *args)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert says in done.stdout + done.stderr and "Traceback" not in done.stderr
