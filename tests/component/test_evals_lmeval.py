@@ -78,6 +78,31 @@ def test_the_harness_scores_exactly_what_opsctls_gate_scores(sim_server: StartSi
 
 
 @needs_lm_eval
+def test_the_chat_endpoint_with_a_key_scores_what_opsctls_chat_gate_scores(
+        sim_server: StartSim) -> None:
+    """`--api chat`: local-chat-completions with the chat template applied server-side; the
+    key reaches the harness only through its environment, and the server enforces it."""
+    url = sim_server(env={**FAST, **WRONG},
+                     args=["--served-model-name", SERVED, "--api-key", "sk-gate-key"]).url
+    plan = profile_plan(questions=12)
+
+    async def both() -> tuple[Any, Any]:
+        async with make_client(url, "sk-gate-key") as client:
+            ours = await run_gsm8k(client, model=SERVED, dataset=plan.dataset,
+                                   shots_from=plan.shots_from, threshold=plan.threshold,
+                                   num_questions=plan.questions, num_shots=plan.shots, api="chat")
+        theirs = await run_lm_eval(plan, Target(url, SERVED, "chat", "sk-gate-key", 30.0),
+                                   LM_EVAL_TIMEOUT_S)
+        return ours, theirs
+
+    ours, theirs = asyncio.run(both())
+    assert theirs.model == "local-chat-completions" and theirs.api == "chat"
+    assert ours.score.errors == 0 and 0 < ours.score.correct < 12
+    assert [i.correct for i in theirs.items] == [i.correct for i in ours.items]
+    assert "sk-gate-key" not in theirs.model_dump_json()
+
+
+@needs_lm_eval
 def test_smoke_runs_it_through_the_profile_and_gates_on_its_threshold(
         sim_server: StartSim, tmp_path: Path) -> None:
     """The sim profile's 60 questions and threshold (0.9) fail a server a quarter wrong (exactly
