@@ -156,7 +156,7 @@ def task_yaml(task: str, test_file: Path, train_file: Path, shots: int) -> str:
     return json.dumps(config, indent=2) + "\n"
 
 
-def model_of(api: Api, base_url: str, served: str) -> tuple[str, str]:
+def model_of(api: Api, base_url: str, served: str, timeout_s: float) -> tuple[str, str]:
     """(lm-eval's model type, its model_args) for the served model at `base_url`."""
     kind, path = (("local-chat-completions", "/v1/chat/completions") if api == "chat"
                   else ("local-completions", "/v1/completions"))
@@ -164,7 +164,8 @@ def model_of(api: Api, base_url: str, served: str) -> tuple[str, str]:
         raise UsageError(f"served model name {served!r} cannot be passed in lm-eval's "
                          "comma-separated model_args", hint="serve it under a plain name")
     args = (f"model={served},base_url={base_url.rstrip('/')}{path},tokenizer_backend=None,"
-            f"tokenized_requests=False,num_concurrent={PARALLEL},max_retries=1,timeout=")
+            f"tokenized_requests=False,num_concurrent={PARALLEL},max_retries=1,"
+            f"timeout={max(1, int(timeout_s))}")
     return kind, args
 
 
@@ -191,8 +192,8 @@ async def run_lm_eval(plan: LmEvalPlan, target: Target, timeout_s: float,
         (root / "tasks").mkdir()
         (root / "tasks" / f"{task_name(plan.task)}.yaml").write_text(
             task_yaml(plan.task, root / "test.jsonl", root / "train.jsonl", plan.shots))
-        kind, model_args = model_of(target.api, target.base_url, target.model)
-        model_args += f"{max(1, int(target.request_timeout_s))}"
+        kind, model_args = model_of(target.api, target.base_url, target.model,
+                                    target.request_timeout_s)
         argv = [python, "-m", "lm_eval", "run", "--model", kind, "--model_args", model_args,
                 "--tasks", task_name(plan.task), "--include_path", str(root / "tasks"),
                 "--output_path", str(root / "out"), "--log_samples", "--seed", "0"]
