@@ -204,19 +204,23 @@ def bench(
                                             output_len=request.output_tokens)
     if spec.turns > 1:  # as many sessions side by side as the largest level keeps in flight
         spec = replace(spec, session_width=max(request.concurrency))
-    served_tokenizer = None
+    served_tokenizer, unmapped = None, None
     if driver is None and loaded is not None and spec.name == "random" and spec.tokenizer is None:
         served_tokenizer = _served_tokenizer(loaded, request.variants)
         try:
             spec = replace(spec, tokenizer=local_tokenizer(served_tokenizer,
                                                            loaded.model.container_path,
                                                            loaded.model.host_path))
-        except UsageError:
+        except UsageError as exc:
             if not spec.defaulted:  # asked for by name: the missing tokenizer is the error
                 raise
-            served_tokenizer = None  # the default: word prompts, and the note says why
+            served_tokenizer, unmapped = None, exc.message  # the default: words, and why
     workload = (driver.workload(spec, request.api, request.requests_per_level, request.duration_s)
                 if driver else build(spec))  # a bad dataset or tokenizer: exit 2 before any launch
+    if unmapped is not None and workload.name == "words":
+        workload.note = (f"no tokenizer found ({unmapped}): word prompts, about one token per "
+                         "word; token-exact `random` needs --tokenizer or the profile's "
+                         "model.host_path")
     if spec.turns > 1:
         workload.note = ((workload.note + "; ") if workload.note else "") + (
             f"multi-turn chat: sessions of {spec.turns} turns, {spec.session_width} side by "

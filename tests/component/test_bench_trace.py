@@ -233,3 +233,34 @@ def test_what_a_replay_cannot_do_is_refused_in_one_line(
                   "--out", str(tmp_path / "out"), "--dataset-path", str(trace), *args)
     assert done.returncode == 2, done.stdout + done.stderr
     assert says in done.stdout + done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("mounted", [True, False])
+def test_the_default_through_bench_uses_the_profiles_tokenizer_when_it_is_mounted(
+        sim_server: StartSim, tmp_path: Path, mounted: bool) -> None:
+    """No --dataset-name: token-exact with the profile's model mount; without a mount, words,
+    where naming `random` would have been exit 2."""
+    from benchprofile import bench_request, sim_profile
+    from tinymodel import build_tiny_tokenizer
+
+    from opsctl.traffic import app as traffic
+    from opsctl.traffic.client import make_client
+
+    weights = build_tiny_tokenizer(tmp_path / "weights") if mounted else None
+    url = sim_server(env={"OPSCTL_SIM_TTFT_MS": "1", "OPSCTL_SIM_ITL_MS": "1"},
+                     args=["--served-model-name", "glm-5"]).url
+    spec = WorkloadSpec(name="random", defaulted=True, input_len=7, output_len=2)
+    request = bench_request(sim_profile(tmp_path, weights), url, out_dir=tmp_path / "out",
+                            workload=spec)
+    result = traffic.bench(request, launcher=lambda profile: None,  # type: ignore[arg-type,return-value]
+                           push=lambda *a: None, plot=lambda report, out: [],
+                           client_factory=make_client)
+    assert result.error is None, result.error
+    config = result.report.config
+    if mounted:
+        assert config.dataset_name == "random"
+        assert f"tokenizer {weights / 'tokenizer.json'}" in (config.workload_note or "")  # type: ignore[operator]
+    else:
+        assert config.dataset_name == "words"
+        assert "no tokenizer found" in (config.workload_note or "")
+        assert "model.host_path" in (config.workload_note or "")
