@@ -272,15 +272,17 @@ class GateSmoke:
     def _request(self, ask: SmokeAsk) -> SmokeRequest:
         from opsctl.core.redact import api_key_from_env
         from opsctl.traffic.app import SmokeRequest
-        from opsctl.traffic.smoke_evals import eval_request
+        from opsctl.traffic.smoke_evals import EvalRequest
 
+        task = ask.deployment.profile.eval.lm_eval
         return SmokeRequest(
             profile=self.profile or ask.deployment.profile.name, variant=ask.deployment.variant,
             base_url=ask.base_url, model=None, api="completions", api_key=api_key_from_env(),
             json_path=ask.report, compare_with=ask.compare_with,
             request_timeout_s=self.REQUEST_TIMEOUT_S, overall_timeout_s=self.OVERALL_TIMEOUT_S,
             gateway=self.gateway,
-            evals=eval_request("gsm8k" if ask.gsm8k else None, long_context=ask.long_context),
+            evals=EvalRequest(gsm8k=ask.gsm8k, long_context=ask.long_context,
+                              lm_eval=task.task if ask.lm_eval and task else None),
         )
 
     def check(self, ask: SmokeAsk) -> None:

@@ -67,7 +67,8 @@ def smoke(
     pushgateway: PushOpt = None,
     eval_name: Annotated[str | None, typer.Option(
         "--eval", help="After the checks, run this accuracy eval ('gsm8k': few-shot, greedy, "
-        "on the profile's pinned local dataset); below its threshold exits 5.")] = None,
+        "on the profile's pinned local dataset; 'lm-eval:gsm8k': the same through "
+        "lm-evaluation-harness, the [lmeval] extra); below its threshold exits 5.")] = None,
     eval_questions: Annotated[int | None, typer.Option(
         "--eval-questions", min=1, max=1_000_000, help="Ask the first N questions (default: the profile's).",
     )] = None,
@@ -79,6 +80,11 @@ def smoke(
     eval_threshold: Annotated[float | None, typer.Option(
         "--eval-threshold", callback=within(0, 1), help="Least accuracy that passes, as a "
         "share (default: the profile's eval.gsm8k.threshold).")] = None,
+    eval_score_thinking: Annotated[bool | None, typer.Option(
+        "--eval-score-thinking/--eval-score-answer", help="Score the thinking a reasoning parser "
+        "split off, then the answer (as without a parser), or the answer alone (default: the "
+        "profile's eval.gsm8k.score_thinking, else the answer); the report's `scored` says "
+        "which.")] = None,
     long_context: Annotated[bool, typer.Option(
         "--long-context", help="After the checks, send pass-key probes at the profile's "
         "eval.long_context sizes and a prefix-cached pair; a miss exits 5.")] = False,
@@ -113,7 +119,8 @@ def smoke(
         check_output_path(REPORTS_DIR, "the report directory", directory=True)
     evals = eval_request(eval_name, questions=eval_questions,
                          dataset=Path(eval_dataset) if eval_dataset else None,
-                         sha256=eval_sha256, threshold=eval_threshold, long_context=long_context)
+                         sha256=eval_sha256, threshold=eval_threshold, long_context=long_context,
+                         score_thinking=eval_score_thinking)
     request = traffic.SmokeRequest(
         profile=profile, variant=variant, base_url=base_url, model=model, api=parse_api(api),
         api_key=api_key_from_env(), json_path=Path(json_path) if json_path else None,
@@ -164,11 +171,23 @@ def bench(
     ignore_eos: Annotated[bool, typer.Option(
         "--ignore-eos/--no-ignore-eos", help="Send sglang/vLLM's ignore_eos so every answer is "
         "--output-tokens long (--no-ignore-eos for servers that refuse it).")] = True,
-    dataset_name: Annotated[str, typer.Option(
-        "--dataset-name", help="words | random (token-exact with --tokenizer) | sharegpt "
-        "(--dataset-path) | generated-shared-prefix.")] = "words",
+    dataset_name: Annotated[str | None, typer.Option(
+        "--dataset-name", help="words | random (token-exact with --tokenizer or the profile's "
+        "model mount) | sharegpt (--dataset-path) | generated-shared-prefix | mooncake-trace "
+        "(--dataset-path: replayed at its timestamps, prompts sharing its hash_ids' 512-token "
+        "blocks). Default: random, "
+        "token-exact whenever a tokenizer is found, else words (the report's note says why).")
+    ] = None,
     dataset_path: Annotated[str | None, typer.Option(
-        "--dataset-path", help="ShareGPT-format JSON file (local).")] = None,
+        "--dataset-path", help="ShareGPT-format JSON file, or a Mooncake trace JSONL for "
+        "--dataset-name mooncake-trace (local).")] = None,
+    multi_turn: Annotated[int, typer.Option(
+        "--multi-turn", min=1, max=1000, help="Chat sessions of N turns (--api chat): each "
+        "turn sends the session's history, its earlier prompts and the server's answers, "
+        "before its own prompt (seeded like the prompts). 1: single requests.")] = 1,
+    trace_scale: Annotated[float, typer.Option(
+        "--trace-scale", callback=within(1e-6, 1e6), help="mooncake-trace: send each request "
+        "at its timestamp x this (0.5: twice as fast).")] = 1.0,
     tokenizer: Annotated[str | None, typer.Option(
         "--tokenizer", help="Host path of the served model's tokenizer.json or model "
         "directory (where /model_info's tokenizer path lives on this host).")] = None,
@@ -225,10 +244,12 @@ def bench(
     gateway = gateway_from(pushgateway)
     check_output_path(Path(out) if out else REPORTS_DIR, "--out", directory=True)
     workload = WorkloadSpec(
-        name=parse_dataset_name(dataset_name), input_len=input_words, output_len=output_tokens,
+        name=parse_dataset_name(dataset_name or "random"), defaulted=dataset_name is None,
+        input_len=input_words, output_len=output_tokens,
         seed=seed, tokenizer=Path(tokenizer) if tokenizer else None,
         dataset_path=Path(dataset_path) if dataset_path else None, groups=gsp_groups,
         prompts_per_group=gsp_prompts_per_group, prefix_len=gsp_prefix_len,
+        trace_scale=trace_scale, turns=multi_turn,
     )
     request = traffic.BenchRequest(
         profile=profile, variants=parse_variants(variants), base_urls=tuple(base_url or ()),

@@ -5,7 +5,9 @@ downloaded and no dataset or pin is ever filled in by opsctl: a profile without 
 cannot run `smoke --eval gsm8k` until the user adds one (or passes `--eval-dataset` and
 `--eval-sha256`). `long_context` sets the sizes of the pass-key probes and the shared-prefix pair
 that `smoke --long-context` sends; its defaults are the probes' own (traffic/evals/probes.py says
-why those sizes). Relative paths are resolved against the project root, like `dockerfile`.
+why those sizes). `lm_eval` runs lm-evaluation-harness's task over the same pinned files (its
+task file is written by opsctl, traffic/evals/lmeval.py). Relative paths are resolved against
+the project root, like `dockerfile`.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ class Gsm8kConfig(_Strict):
     questions: int = Field(DEFAULT_QUESTIONS, ge=1, description="First N questions asked.")
     shots: int = Field(DEFAULT_SHOTS, ge=0, description="Few-shot examples per prompt.")
     threshold: float = Field(gt=0.0, le=1.0, description="Least accuracy that passes (a share).")
+    score_thinking: bool = Field(False, description="Score the thinking a reasoning parser "
+                                 "split off (`reasoning_content`) followed by the answer, as "
+                                 "if no parser ran; false: the answer (`content`) alone. The "
+                                 "report's `scored` says which.")
 
     _pins = field_validator("sha256", "shots_sha256")(_pin)
 
@@ -83,6 +89,35 @@ class LongContextConfig(_Strict):
         return value
 
 
+# The lm-evaluation-harness tasks opsctl writes a task file for, over the profile's own pinned
+# data (task -> the eval section whose files it reads); the harness's built-in tasks would
+# download theirs.
+LM_EVAL_TASKS = {"gsm8k": "gsm8k"}
+
+
+class LmEvalConfig(_Strict):
+    task: str = Field("gsm8k", description="lm-evaluation-harness task, run over the pinned "
+                      "files of the eval section of the same name (gsm8k: eval.gsm8k).")
+    threshold: float | None = Field(None, gt=0.0, le=1.0, description="Least accuracy that "
+                                    "passes; null: that section's threshold.")
+
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, value: str) -> str:
+        if value not in LM_EVAL_TASKS:
+            raise ValueError(f"must be one of {', '.join(LM_EVAL_TASKS)}")
+        return value
+
+
 class EvalConfig(_Strict):
     gsm8k: Gsm8kConfig | None = None
     long_context: LongContextConfig = LongContextConfig()
+    lm_eval: LmEvalConfig | None = Field(None, description="`lm-eval:TASK` through "
+                                         "lm-evaluation-harness (the optional [lmeval] extra).")
+
+    @model_validator(mode="after")
+    def _lm_eval_data(self) -> EvalConfig:
+        if self.lm_eval is not None and getattr(self, LM_EVAL_TASKS[self.lm_eval.task]) is None:
+            raise ValueError(f"lm_eval.task {self.lm_eval.task} reads the pinned files of "
+                             f"eval.{LM_EVAL_TASKS[self.lm_eval.task]}: add that section")
+        return self

@@ -30,7 +30,9 @@ container's environment; a bad value answers HTTP 500 naming the variable):
                                            with --reasoning-parser (``reasoning_content`` first):
                                            ``decoy`` a wrong final number in the thinking and the
                                            key's answer in ``content``; ``swap`` the key's answer
-                                           in the thinking and a wrong number in ``content``
+                                           in the thinking and a wrong number in ``content``;
+                                           ``trace`` the key's answer in the thinking and a
+                                           sentence without a number in ``content``
 ================================  =======  ======================================================
 """
 
@@ -53,6 +55,7 @@ WRONG_SHARE_ENV = "OPSCTL_SIM_EVAL_WRONG_SHARE"
 SEED_ENV = "OPSCTL_SIM_EVAL_SEED"
 REASONING_ENV = "OPSCTL_SIM_EVAL_REASONING"
 NEEDLE_MAX_TOKENS_ENV = "OPSCTL_SIM_NEEDLE_MAX_TOKENS"
+REASONING_MODES = ("none", "decoy", "swap", "trace")
 
 # The probe's wording (opsctl/traffic/evals/probes.py builds it; the two must agree).
 NEEDLE_RE = re.compile(r"The pass key is (\d+)\. Remember it\.")
@@ -101,7 +104,7 @@ class EvalKey:
 class EvalSettings:
     key: EvalKey | None
     needle_max_tokens: int | None
-    reasoning: str = "none"  # none | decoy | swap (OPSCTL_SIM_EVAL_REASONING)
+    reasoning: str = "none"  # one of REASONING_MODES (OPSCTL_SIM_EVAL_REASONING)
 
 
 def eval_plan(prompt: Any, max_new_tokens: int | None,
@@ -117,11 +120,18 @@ def eval_plan(prompt: Any, max_new_tokens: int | None,
         known = settings.key.answers.get(question) if question is not None else None
         answer = None if known is None else " " + known  # continues "Answer:" as a model would
         if answer is not None and isinstance(prompt, list) and settings.reasoning != "none":
-            wrong = " " + _wrong(known or "")
-            thinking, answer = ((wrong, answer) if settings.reasoning == "decoy"
-                                else (answer, wrong))
+            thinking, answer = _reasoned(settings.reasoning, answer, " " + _wrong(known or ""))
             return AnswerPlan.of_text(prompt, answer, max_new_tokens, thinking=thinking)
     return None if answer is None else AnswerPlan.of_text(prompt, answer, max_new_tokens)
+
+
+def _reasoned(mode: str, right: str, wrong: str) -> tuple[str, str]:
+    """(thinking, content) of a reasoning mode's answer."""
+    if mode == "decoy":
+        return wrong, right
+    if mode == "swap":
+        return right, wrong
+    return right, " The answer is the last line of my reasoning."  # trace
 
 
 def _prompt_text(prompt: Any) -> str | None:
@@ -181,8 +191,9 @@ def settings_from_env(environ: Mapping[str, str]) -> EvalSettings:
             raise ValueError(f"{KEY_ENV}={path!r}: {exc.strerror}") from None
         key = load_key(path, stat.st_mtime_ns, stat.st_size, share, seed)
     reasoning = environ.get(REASONING_ENV, "").strip() or "none"
-    if reasoning not in ("none", "decoy", "swap"):
-        raise ValueError(f"{REASONING_ENV} must be none, decoy or swap, got {reasoning!r}")
+    if reasoning not in REASONING_MODES:
+        raise ValueError(f"{REASONING_ENV} must be one of {', '.join(REASONING_MODES)}, got "
+                         f"{reasoning!r}")
     return EvalSettings(key=key, needle_max_tokens=needle_max, reasoning=reasoning)
 
 

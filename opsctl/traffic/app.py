@@ -202,27 +202,58 @@ def bench(
     loaded, targets, active = _bench_plan(request, launcher)
     spec = request.workload or WorkloadSpec(input_len=request.input_words,
                                             output_len=request.output_tokens)
-    served_tokenizer = None
+    if spec.turns > 1:  # as many sessions side by side as the largest level keeps in flight
+        spec = replace(spec, session_width=max(request.concurrency))
+    served_tokenizer, unmapped = None, None
     if driver is None and loaded is not None and spec.name == "random" and spec.tokenizer is None:
         served_tokenizer = _served_tokenizer(loaded, request.variants)
-        spec = replace(spec, tokenizer=local_tokenizer(served_tokenizer,
-                                                       loaded.model.container_path,
-                                                       loaded.model.host_path))
+        try:
+            spec = replace(spec, tokenizer=local_tokenizer(served_tokenizer,
+                                                           loaded.model.container_path,
+                                                           loaded.model.host_path))
+        except UsageError as exc:
+            if not spec.defaulted:  # asked for by name: the missing tokenizer is the error
+                raise
+            served_tokenizer, unmapped = None, exc.message  # the default: words, and why
     workload = (driver.workload(spec, request.api, request.requests_per_level, request.duration_s)
                 if driver else build(spec))  # a bad dataset or tokenizer: exit 2 before any launch
+    if unmapped is not None and workload.name == "words":
+        workload.note = (f"no tokenizer found ({unmapped}): word prompts, about one token per "
+                         "word; token-exact `random` needs --tokenizer or the profile's "
+                         "model.host_path")
+    if spec.turns > 1:
+        workload.note = ((workload.note + "; ") if workload.note else "") + (
+            f"multi-turn chat: sessions of {spec.turns} turns, {spec.session_width} side by "
+            "side, each turn sent after its session's history (one client process)")
+    if workload.name != "random":
+        served_tokenizer = None  # the default fell back to words (the note says why)
     if served_tokenizer is not None:
         workload.note = (f"tokenizer {spec.tokenizer}: this host's side of the server's "
                          f"{served_tokenizer} (the profile's model mount)")
+    if workload.arrivals_s is not None and request.request_rate is not None:
+        raise UsageError("--request-rate with --dataset-name mooncake-trace: the trace's "
+                         "timestamps are the arrivals", hint="drop --request-rate; "
+                         "--trace-scale speeds the trace up or slows it down")
+    if spec.turns > 1 and request.api != "chat":
+        raise UsageError(f"--multi-turn {spec.turns}: a session's history is chat messages",
+                         hint="add --api chat")
+    one_process = workload.arrivals_s is not None or spec.turns > 1
+    if one_process and (request.client_workers or 1) > 1:
+        raise UsageError("--client-workers: a trace's arrivals and multi-turn sessions are kept "
+                         "by one client process", hint="drop --client-workers")
+    # A trace is replayed whole per level unless --requests says otherwise.
+    per_level = request.requests_per_level or (len(workload.items or ())
+                                               if workload.arrivals_s is not None else None)
     options = BenchOptions(
-        concurrency=request.concurrency, requests_per_level=request.requests_per_level,
+        concurrency=request.concurrency, requests_per_level=per_level,
         input_words=request.input_words, output_tokens=request.output_tokens, api=request.api,
         request_timeout_s=request.request_timeout_s, api_key=request.api_key,
         model=request.model, profile_alias=loaded.model.served_name if loaded else None,
         deadline_s=request.deadline_s, ignore_eos=request.ignore_eos,
         arrival=Arrival(rate=request.request_rate, duration_s=request.duration_s,
-                        seed=spec.seed),
+                        seed=spec.seed, schedule_s=workload.arrivals_s),
         slo=request.slo or (loaded.slo if loaded else None), workload=workload, driver=driver,
-        client_workers=request.client_workers,
+        client_workers=1 if one_process else request.client_workers,
     )
     out = request.out_dir or default_bench_dir()
     with progress() if progress else nullcontext(None) as on_progress:

@@ -1,10 +1,12 @@
-"""When bench sends its requests: a closed loop, or Poisson arrivals under a concurrency cap.
+"""When bench sends its requests: a closed loop, Poisson arrivals or a trace's recorded arrival
+times, under a concurrency cap.
 
 Closed loop: `concurrency` workers each keep one request in flight until the work runs out.
 Poisson (`rate` requests/s): arrival times are drawn from a seeded exponential distribution,
 so two runs with the same seed send on the same schedule; a request whose time has come waits
 while `concurrency` requests are in flight (the cap), as sglang.bench_serving's
-`--max-concurrency` does. Either way `duration_s`, when given, stops sending once that many
+`--max-concurrency` does. A trace (`--dataset-name mooncake-trace`) sends each request at its
+recorded time, also under the cap. Either way `duration_s`, when given, stops sending once that many
 seconds have passed since the phase began; requests already sent are awaited and counted.
 
 The TTFT clock of each request starts when it is sent (inside `send`), never at its scheduled
@@ -40,11 +42,26 @@ class Arrival:
     rate: float | None = None
     duration_s: float | None = None
     seed: int = 0
+    # A trace's arrival times (seconds after its first request): request i goes
+    # schedule_s[i % n] - schedule_s[first % n] after the phase began (wrapping past the end
+    # with no gap), under the concurrency cap. None: closed loop or Poisson.
+    schedule_s: tuple[float, ...] | None = None
 
     def describe(self) -> str:
-        how = (f"Poisson arrivals at {self.rate:g} req/s (seed {self.seed}) under the "
-               "concurrency cap" if self.rate else "closed loop")
+        if self.schedule_s:
+            how = (f"trace replay: {len(self.schedule_s)} recorded arrivals over "
+                   f"{self.schedule_s[-1]:g} s under the concurrency cap")
+        else:
+            how = (f"Poisson arrivals at {self.rate:g} req/s (seed {self.seed}) under the "
+                   "concurrency cap" if self.rate else "closed loop")
         return how + (f", {self.duration_s:g} s per level" if self.duration_s else "")
+
+    def gap_after(self, index: int, poisson: Iterator[float]) -> float:
+        """Seconds from request `index` to the next one."""
+        if not self.schedule_s:
+            return next(poisson)
+        times, after = self.schedule_s, (index + 1) % len(self.schedule_s)
+        return 0.0 if after == 0 else times[after] - times[after - 1]
 
 
 def poisson_gaps(rate: float, seed: int) -> Iterator[float]:
@@ -76,7 +93,7 @@ async def drive(
             on_done()
 
     pending = iter(indexes)
-    if arrival.rate is None:
+    if arrival.rate is None and not arrival.schedule_s:
         async def worker() -> None:
             for index in pending:  # a shared iterator: each index is taken by exactly one worker
                 if not time_left():
@@ -93,13 +110,14 @@ async def drive(
             await one(index)
 
     next_at = start  # the first request goes at once, each later one after its gap
+    poisson = poisson_gaps(arrival.rate, arrival.seed) if arrival.rate else iter(())
     try:
-        for index, gap in zip(pending, poisson_gaps(arrival.rate, arrival.seed), strict=False):
+        for index in pending:
             await asyncio.sleep(max(0.0, next_at - clock()))
             if not time_left():
                 break
             tasks.append(asyncio.create_task(capped(index)))
-            next_at += gap
+            next_at += arrival.gap_after(index, poisson)
         await asyncio.gather(*tasks)
     finally:
         for task in tasks:

@@ -15,6 +15,7 @@ appends what finished, marked `CUT_SHORT` (the caller says by what).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import itertools
 import math
@@ -71,12 +72,49 @@ class RequestSpec:
     timeout_s: float
     workload: Workload
 
+    sessions: Sessions = field(default_factory=lambda: Sessions(), compare=False)
+
     async def send(self, client: TrafficClient, index: int) -> RequestResult:
         item = self.workload.item(index)
         body = request_body(self.api, self.model, item.prompt, max_tokens=item.output_tokens,
                             stream=True, temperature=self.temperature,
                             ignore_eos=self.ignore_eos)
-        return await stream_generate(client, self.api, body, timeout_s=self.timeout_s)
+        if self.workload.spec.turns <= 1:
+            return await stream_generate(client, self.api, body, timeout_s=self.timeout_s)
+        session, turn = self.workload.session_turn(index)
+        history = await self.sessions.before(session, turn)
+        body["messages"] = history + body["messages"]
+        result = RequestResult(ok=False)  # what the next turn sees if this one is cancelled
+        try:
+            result = await stream_generate(client, self.api, body, timeout_s=self.timeout_s)
+        finally:  # the next turn goes on, with this turn's answer (empty when it failed)
+            self.sessions.after(session, turn, history + body["messages"][-1:] + [
+                {"role": "assistant", "content": result.text}], self.workload.spec.turns)
+        return result
+
+
+class Sessions:
+    """Multi-turn histories of one client process: a turn waits for its session's previous
+    turn (sent earlier, bounded by its own timeout) and takes the history it left."""
+
+    def __init__(self) -> None:
+        self._history: dict[int, list[dict[str, str]]] = {}
+        self._done: dict[tuple[int, int], asyncio.Event] = {}
+
+    def _event(self, session: int, turn: int) -> asyncio.Event:
+        return self._done.setdefault((session, turn), asyncio.Event())
+
+    async def before(self, session: int, turn: int) -> list[dict[str, str]]:
+        if turn == 0:
+            return []
+        await self._event(session, turn - 1).wait()
+        self._done.pop((session, turn - 1), None)
+        return self._history.pop(session, [])
+
+    def after(self, session: int, turn: int, history: list[dict[str, str]], turns: int) -> None:
+        if turn + 1 < turns:  # the last turn's history is not kept
+            self._history[session] = history
+        self._event(session, turn).set()
 
 
 @dataclass(frozen=True)

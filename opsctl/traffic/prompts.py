@@ -28,3 +28,8 @@ def make_prompt(index: int, words: int, seed: int = 0) -> str:
     rng = random.Random(seed * 1_000_003 + index)
     body = " ".join(rng.choice(_WORDS) for _ in range(max(0, words - 2)))
     return f"Request {index}: {body}"
+
+
+def random_words(count: int, rng: random.Random) -> list[str]:
+    """`count` words of the fixed vocabulary drawn from `rng` (about one token each)."""
+    return [rng.choice(_WORDS) for _ in range(count)]

@@ -84,6 +84,8 @@ def shares(total: int, weights: list[int]) -> list[int]:
 
 def split(plan: PhasePlan, workers: int) -> list[PhasePlan]:
     """One plan per worker (at most one per stream); see the module docstring."""
+    if plan.arrival.schedule_s:  # a trace's times are one sequence: one process replays it
+        return [plan]
     streams = shares(plan.concurrency, [1] * max(1, min(workers, plan.concurrency)))
     count = len(streams)
     arrival = plan.arrival

@@ -1,11 +1,13 @@
 """What bench asks: the prompt and output length of request number i, from a fixed seed.
 
-- `words` (the default): prompts over a fixed word list, about one token per word, unique per
+- `words`: prompts over a fixed word list, about one token per word, unique per
   request (opsctl.traffic.prompts); no tokenizer, nothing shared between prompts.
-- `random`: token-exact prompts of `input_len` tokens, random token ids decoded with the served
-  model's own tokenizer (a local tokenizer.json read with the `tokenizers` library, never a hub
-  download), re-encoded and trimmed until the count is exact. Without a tokenizer it falls back
-  to `words` and says so in `note`.
+- `random` (the default when `--dataset-name` is not given): token-exact prompts of `input_len`
+  tokens, random token ids decoded with the served model's own tokenizer (a local
+  tokenizer.json read with the `tokenizers` library, never a hub download), re-encoded and
+  trimmed until the count is exact, so ISL/OSL figures compare with published 1k/1k and 8k/1k
+  runs. Without a tokenizer it falls back to `words` and says so in `note` (as the default,
+  also when the tokenizer or the `tokenizers` package is not there: never an error).
 - `sharegpt`: a ShareGPT-format JSON file (a list of `{"conversations": [{"from", "value"}]}`):
   the first human turn is the prompt and the following gpt turn's length is the output length
   (in tokens with a tokenizer, else in words, noted); shuffled with the seed.
@@ -14,6 +16,11 @@
   `input_len`, so the prefix cache is exercised as a variant would exercise it.
 
 A workload that has fewer prompts than asked repeats from its start.
+
+Multi-turn (`turns` > 1, any of the above): request i is turn t of session s (`session_turn`);
+its prompt is the workload's item i, sent after the session's history of earlier prompts and the
+server's own answers to them (levels.RequestSpec keeps it), so each turn's prompt grows and the
+server's prefix cache sees what a chat session gives it.
 """
 
 from __future__ import annotations
@@ -26,10 +33,13 @@ from typing import Any, Literal, Protocol
 
 from opsctl.core.errors import UsageError
 from opsctl.core.files import read_bounded
-from opsctl.traffic.prompts import make_prompt
+from opsctl.traffic.prompts import make_prompt, random_words
 
-DatasetName = Literal["words", "random", "sharegpt", "generated-shared-prefix"]
-DATASET_NAMES: tuple[DatasetName, ...] = ("words", "random", "sharegpt", "generated-shared-prefix")
+DatasetName = Literal["words", "random", "sharegpt", "generated-shared-prefix", "mooncake-trace"]
+DATASET_NAMES: tuple[DatasetName, ...] = ("words", "random", "sharegpt", "generated-shared-prefix",
+                                          "mooncake-trace")
+TRACE_BLOCK_TOKENS = 512  # what one of a Mooncake trace's hash_ids stands for
+MAX_TRACE_REQUESTS = 1_000_000
 MAX_DATASET_BYTES = 1 << 30  # ShareGPT's cleaned split is about 650 MB
 MAX_WORKLOAD_WORDS = 20_000_000  # sglang's default shared-prefix set is about 2.2 million
 _EXACT_TRIES = 8  # re-encode rounds before the nearest count is accepted
@@ -62,14 +72,35 @@ class WorkloadSpec:
     groups: int = 8
     prompts_per_group: int = 8
     prefix_len: int = 512
+    # --dataset-name not given: `random`, token-exact when a tokenizer is found (--tokenizer,
+    # or the profile's model mount), else `words` with a note saying why; never an error.
+    defaulted: bool = False
+    trace_scale: float = 1.0  # mooncake-trace: each arrival at timestamp x scale (0.5: twice as fast)
+    # Multi-turn chat: sessions of `turns` requests, each sending the session's whole history
+    # (its earlier prompts and the server's answers) before its next prompt; `session_width`
+    # sessions side by side (bench sets it to the largest concurrency level).
+    turns: int = 1
+    session_width: int = 64
 
 
 class Workload:
     """The built workload: `item(i)` for any i >= 0, and what a reader should know about it."""
 
     def __init__(self, name: str, items: list[WorkItem] | None, spec: WorkloadSpec,
-                 note: str | None = None) -> None:
+                 note: str | None = None, arrivals_s: tuple[float, ...] | None = None) -> None:
         self.name, self.items, self.spec, self.note = name, items, spec, note
+        # A trace's arrival times (seconds after its first request, one per item); None: the
+        # arrival process is bench's own (closed loop or Poisson).
+        self.arrivals_s = arrivals_s
+
+    def session_turn(self, index: int) -> tuple[int, int]:
+        """(session, turn) of request `index`: `session_width` sessions take their turn t one
+        after another, then their turn t + 1, so a session's next turn comes `session_width`
+        requests after its previous one (already answered at any lower concurrency)."""
+        width, turns = max(1, self.spec.session_width), max(1, self.spec.turns)
+        block, offset = divmod(index, width * turns)
+        turn, column = divmod(offset, width)
+        return block * width + column, turn
 
     def item(self, index: int) -> WorkItem:
         if self.items is None:
@@ -105,12 +136,26 @@ def load_tokenizer(path: Path) -> Tokens:
     return loaded
 
 
+def _tokens(spec: WorkloadSpec) -> tuple[Tokens | None, str | None]:
+    """The tokenizer, and when the default `random` could not have one, why (else None)."""
+    if spec.tokenizer is None:
+        return None, None
+    try:
+        return load_tokenizer(spec.tokenizer), None
+    except UsageError as exc:
+        if not spec.defaulted:
+            raise
+        return None, exc.message
+
+
 def build(spec: WorkloadSpec) -> Workload:
-    tokens = load_tokenizer(spec.tokenizer) if spec.tokenizer else None
+    tokens, unusable = _tokens(spec)
     if spec.name == "sharegpt":
         return _sharegpt(spec, tokens)
     if spec.name == "generated-shared-prefix":
         return _shared_prefix(spec, tokens)
+    if spec.name == "mooncake-trace":
+        return _mooncake(spec, tokens)
     if spec.name == "random" and tokens is not None:
         rng = random.Random(spec.seed)
         count = max(64, spec.groups * spec.prompts_per_group)
@@ -118,6 +163,10 @@ def build(spec: WorkloadSpec) -> Workload:
         return Workload("random", items, spec)
     note = ("no --tokenizer: word prompts, about one token per word" if spec.name == "random"
             else None)
+    if spec.defaulted:
+        note = ("no tokenizer found (" + (unusable or "no --tokenizer, and the profile mounts "
+                "none") + "): word prompts, about one token per word; token-exact `random` "
+                "needs --tokenizer or the profile's model.host_path")
     return Workload("words", None, spec, note)
 
 
@@ -203,3 +252,120 @@ def _shared_prefix(spec: WorkloadSpec, tokens: Tokens | None) -> Workload:
                   for _ in range(spec.prompts_per_group)]
     note = None if tokens else "no --tokenizer: prefix and questions in words, about one token each"
     return Workload("generated-shared-prefix", items, spec, note)
+
+
+# --- mooncake-trace: a recorded workload replayed ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class TraceEntry:
+    timestamp_ms: float
+    input_length: int
+    output_length: int
+    hash_ids: tuple[int, ...]
+
+
+def read_trace(path: Path) -> list[TraceEntry]:
+    """The Mooncake trace format (kvcache-ai/Mooncake's traces, also read by aiperf and NVIDIA
+    Dynamo): JSONL, one request a line, `timestamp` (ms after the first request),
+    `input_length` and `output_length` (tokens), `hash_ids` (one id per 512-token block of the
+    prompt; requests that start with the same ids share that prefix). UsageError naming the
+    line for anything else."""
+    try:
+        text = read_bounded(path, "--dataset-path", MAX_DATASET_BYTES).decode("utf-8")
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--dataset-path {path}: {exc}") from None
+    entries: list[TraceEntry] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            entries.append(_trace_entry(path, number, line))
+        if len(entries) > MAX_TRACE_REQUESTS:
+            raise UsageError(f"--dataset-path {path}: more than {MAX_TRACE_REQUESTS:,} requests")
+    if not entries:
+        raise UsageError(f"--dataset-path {path}: no requests (Mooncake trace JSONL: "
+                         '{"timestamp", "input_length", "output_length", "hash_ids"} a line)')
+    return entries
+
+
+def _trace_entry(path: Path, number: int, line: str) -> TraceEntry:
+    where = f"--dataset-path {path}:{number}"
+    try:
+        record = json.loads(line)
+    except ValueError as exc:
+        raise UsageError(f"{where}: not JSON ({exc})") from None
+    if not isinstance(record, dict):
+        raise UsageError(f"{where}: not a JSON object")
+    stamp, hashes = record.get("timestamp", 0), record.get("hash_ids", [])
+    lengths = record.get("input_length"), record.get("output_length")
+    if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not 0 <= stamp < 1e15:
+        raise UsageError(f"{where}: timestamp must be milliseconds >= 0")
+    if any(isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 10_000_000
+           for n in lengths):
+        raise UsageError(f"{where}: input_length and output_length must be token counts >= 1")
+    if not isinstance(hashes, list) or any(isinstance(h, bool) or not isinstance(h, int)
+                                           or h < 0 for h in hashes):
+        raise UsageError(f"{where}: hash_ids must be a list of block ids >= 0")
+    return TraceEntry(float(stamp), int(lengths[0]), int(lengths[1]),  # type: ignore[arg-type]
+                      tuple(hashes))
+
+
+class _Blocks:
+    """The text of each prompt block, made once per block id: TRACE_BLOCK_TOKENS random token
+    ids decoded (with a tokenizer) or words (without), seeded by the block id, so equal ids
+    give equal text and a shorter use of a block is a prefix of its full text."""
+
+    def __init__(self, tokens: Tokens | None, seed: int) -> None:
+        self.tokens, self.seed = tokens, seed
+        self._made: dict[tuple[str, int, int], str] = {}
+
+    def text(self, kind: str, key: int, length: int) -> str:
+        made = self._made.get((kind, key, length))
+        if made is None:
+            rng = random.Random(f"{self.seed}:{kind}:{key}")
+            size = max(length, TRACE_BLOCK_TOKENS)
+            if self.tokens is None:
+                made = " ".join(random_words(size, rng)[:length]) + " "
+            else:
+                made = self.tokens.decode(_random_ids(self.tokens, size, rng)[:length],
+                                          skip_special_tokens=True)
+            if len(self._made) < 100_000:
+                self._made[(kind, key, length)] = made
+        return made
+
+
+def _mooncake(spec: WorkloadSpec, tokens: Tokens | None) -> Workload:
+    if spec.dataset_path is None:
+        raise UsageError("--dataset-name mooncake-trace needs --dataset-path FILE")
+    if not 0 < spec.trace_scale <= 1e6:
+        raise UsageError(f"--trace-scale {spec.trace_scale:g} must be > 0")
+    entries = read_trace(spec.dataset_path)
+    if sum(e.input_length for e in entries) > MAX_WORKLOAD_WORDS:
+        raise UsageError(f"--dataset-path {spec.dataset_path}: more than "
+                         f"{MAX_WORKLOAD_WORDS:,} prompt tokens in all",
+                         hint="cut the trace: every prompt is built up front")
+    blocks = _Blocks(tokens, spec.seed)
+    items: list[WorkItem] = []
+    for number, entry in enumerate(entries):
+        parts, left = [], entry.input_length
+        for block in entry.hash_ids:
+            if left <= 0:
+                break
+            parts.append(blocks.text("block", block, min(left, TRACE_BLOCK_TOKENS)))
+            left -= TRACE_BLOCK_TOKENS
+        if left > 0:  # what the trace's blocks do not cover is this request's own
+            parts.append(blocks.text("own", number, left))
+        prompt = "".join(parts)
+        counted = (len(tokens.encode(prompt, add_special_tokens=False).ids) if tokens
+                   else None)
+        items.append(WorkItem(prompt, entry.output_length, counted))
+    first = min(e.timestamp_ms for e in entries)
+    arrivals = tuple((e.timestamp_ms - first) / 1000.0 * spec.trace_scale for e in entries)
+    if any(later < earlier for earlier, later in zip(arrivals, arrivals[1:], strict=False)):
+        raise UsageError(f"--dataset-path {spec.dataset_path}: timestamps go back in time",
+                         hint="a Mooncake trace lists requests in arrival order")
+    note = (f"Mooncake trace {spec.dataset_path}: {len(items)} requests over "
+            f"{arrivals[-1]:g} s (timestamps x {spec.trace_scale:g}), prompts from "
+            f"{TRACE_BLOCK_TOKENS}-token blocks by hash_ids ("
+            + ("random token ids per block; input_tokens re-counted" if tokens else
+               "no tokenizer: about one token per word") + ")")
+    return Workload("mooncake-trace", items, spec, note, arrivals)

@@ -123,12 +123,13 @@ def test_prompt_is_sglang_few_shot_format(files: tuple[Dataset, Dataset, Path]) 
 
 
 def evaluate(url: str, test: Dataset, train: Dataset, threshold: float,
-             api: Api = "completions") -> EvalResult:
+             api: Api = "completions", score_thinking: bool = False) -> EvalResult:
     async def go() -> EvalResult:
         async with make_client(url, None) as client:
             return await run_gsm8k(client, model="/models/GLM-5-NVFP4", dataset=test,
                                    shots_from=train, threshold=threshold, num_questions=40,
-                                   api=api, request_timeout_s=20, overall_timeout_s=60)
+                                   api=api, request_timeout_s=20, overall_timeout_s=60,
+                                   score_thinking=score_thinking)
     return asyncio.run(go())
 
 
@@ -204,3 +205,32 @@ def test_a_right_number_in_the_thinking_does_not_pass_a_wrong_answer(
     assert result.score.correct == 0 and not result.score.passed
     assert all(item.reasoning and item.reasoning.rstrip().endswith(f"#### {item.label}")
                for item in result.items)
+
+
+# --- the option that scores the thinking too: stated in the report, the answer still last ---
+
+
+@pytest.mark.parametrize(("mode", "correct"), [("decoy", 40), ("swap", 0), ("trace", 40)])
+def test_scoring_the_thinking_reads_it_before_the_answer(
+        sim_server: StartSim, files: tuple[Dataset, Dataset, Path], mode: str, correct: int
+) -> None:
+    """decoy (wrong thinking, right answer) still passes and swap (right thinking, wrong answer)
+    still fails: the answer's number comes last; trace (right thinking, an answer without a
+    number) passes only with the thinking scored."""
+    test, train, key = files
+    env = {**FAST, "OPSCTL_SIM_EVAL_KEY": str(key), "OPSCTL_SIM_EVAL_REASONING": mode}
+    result = evaluate(sim_server(env=env).url, test, train, threshold=0.9, api="chat",
+                      score_thinking=True)
+    assert result.scored == "thinking+content"
+    assert "thinking scored" in result.score.verdict
+    assert (result.score.correct, result.score.invalid) == (correct, 0), result.score.verdict
+    assert all(item.reasoning for item in result.items)  # still kept apart as evidence
+
+
+def test_an_answer_without_a_number_is_invalid_when_only_the_answer_is_scored(
+        sim_server: StartSim, files: tuple[Dataset, Dataset, Path]) -> None:
+    test, train, key = files
+    env = {**FAST, "OPSCTL_SIM_EVAL_KEY": str(key), "OPSCTL_SIM_EVAL_REASONING": "trace"}
+    result = evaluate(sim_server(env=env).url, test, train, threshold=0.5, api="chat")
+    assert result.scored == "content"
+    assert (result.score.correct, result.score.invalid) == (0, 40)

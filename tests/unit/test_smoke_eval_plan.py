@@ -174,3 +174,45 @@ def test_more_shots_than_the_shots_file_holds_is_refused(tmp_path: Path) -> None
     with pytest.raises(UsageError) as caught:
         plan_evals(eval_request("gsm8k"), config, load_gsm8k)
     assert "9 few-shot examples asked" in caught.value.message
+
+
+def test_scoring_the_thinking_comes_from_the_profile_and_the_command_line_wins(
+        tmp_path: Path) -> None:
+    section = {"gsm8k": {"dataset": str(SIM_TEST), "sha256": sha256(SIM_TEST), "questions": 60,
+                         "threshold": 0.9, "score_thinking": True}}
+    config = load_profile(str(_profile_with_eval(tmp_path, section))).eval
+    by_profile = plan_evals(eval_request("gsm8k"), config, load_gsm8k).gsm8k
+    overridden = plan_evals(eval_request("gsm8k", score_thinking=False), config, load_gsm8k).gsm8k
+    default = plan_evals(eval_request("gsm8k"), load_profile("sim").eval, load_gsm8k).gsm8k
+    assert by_profile is not None and overridden is not None and default is not None
+    assert (by_profile.score_thinking, overridden.score_thinking, default.score_thinking) == (
+        True, False, False)
+    with pytest.raises(UsageError, match="applies to --eval gsm8k"):
+        plan_evals(EvalRequest(score_thinking=True), None, _refuse)
+
+
+def test_the_gates_smoke_asks_for_the_profiles_lm_eval_task(tmp_path: Path) -> None:
+    """`up --gate` and `decide` run the harness when the profile has eval.lm_eval."""
+    from opsctl.cli.deploy import GateSmoke
+    from opsctl.config.evalconfig import LmEvalConfig
+    from opsctl.gate.gate import SmokeAsk
+
+    profile = load_profile("sim")
+    harness = profile.model_copy(update={"eval": profile.eval.model_copy(
+        update={"lm_eval": LmEvalConfig()})})
+    deployment = harness.resolve(next(iter(harness.variants)))
+    ask = SmokeAsk(deployment=deployment, base_url="http://127.0.0.1:1", report=tmp_path / "r",
+                   compare_with=None, gsm8k=True, long_context=False, lm_eval=True)
+    evals = GateSmoke("sim", None)._request(ask).evals
+    assert (evals.gsm8k, evals.lm_eval) == (True, "gsm8k")
+    off = GateSmoke("sim", None)._request(SmokeAsk(
+        deployment=deployment, base_url="http://127.0.0.1:1", report=tmp_path / "r",
+        compare_with=None, gsm8k=False, long_context=False)).evals
+    assert off.lm_eval is None
+
+
+def test_lm_eval_needs_the_section_whose_files_it_reads() -> None:
+    with pytest.raises(ValueError, match="add that section"):
+        EvalConfig.model_validate({"lm_eval": {"task": "gsm8k"}})
+    with pytest.raises(ValueError, match="must be one of gsm8k"):
+        EvalConfig.model_validate({"lm_eval": {"task": "mmlu"}})

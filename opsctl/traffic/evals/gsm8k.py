@@ -15,6 +15,10 @@ What is matched, with the file:line it comes from (the code here is opsctl's own
   by default (``:156,158``);
 - scoring: the last integer of the output and of the reference answer (extract.py), accuracy =
   share of equal pairs over all questions, invalid = share without a number (``:120-129``).
+  The output scored is the answer (a chat reply's ``content``); the thinking a reasoning parser
+  split off is kept as evidence. ``score_thinking`` scores the thinking, a newline, then the
+  answer (the text as it reads without a parser, so the answer's last number still wins when
+  it has one); the report's ``scored`` says which was scored.
 Requests run ``parallel`` at a time (sglang: 128 threads, ``:160``); one that fails counts as
 wrong and is reported as an error, and any error fails the gate.
 """
@@ -37,6 +41,7 @@ from opsctl.traffic.evals.score import Score, check_threshold, score
 
 STOP = ("Question", "Assistant:", "<|separator|>")
 DEFAULT_MAX_TOKENS = 512
+Scored = Literal["content", "thinking+content"]  # what the report's `scored` can say
 
 
 def format_example(item: Gsm8kItem, include_answer: bool) -> str:
@@ -60,9 +65,10 @@ class EvalItem(BaseModel):
     label: int
     predicted: int | None = None  # None: no integer in the output (sglang's INVALID)
     correct: bool = False
-    text: str | None = None  # the answer that was scored (a chat reply's `content`)
-    # The thinking a reasoning parser split off (`reasoning_content`): kept as evidence, never
-    # scored, so a number in the trace cannot pass for the answer.
+    text: str | None = None  # the answer (a chat reply's `content`)
+    # The thinking a reasoning parser split off (`reasoning_content`): kept as evidence and not
+    # scored unless the run's `scored` is "thinking+content", so a number in the trace cannot
+    # pass for the answer.
     reasoning: str | None = None
     finish_reason: str | None = None
     completion_tokens: int | None = None
@@ -81,7 +87,8 @@ class EvalResult(BaseModel):
     max_tokens: int
     stop: list[str]
     api: Api
-    scored: Literal["content"] = "content"  # what is scored: the answer, never the thinking
+    # What was scored: the answer alone (the default), or the thinking then the answer.
+    scored: Scored = "content"
     duration_s: float
     score: Score
     items: list[EvalItem]
@@ -115,6 +122,7 @@ async def run_gsm8k(
     parallel: int = 16,
     request_timeout_s: float = 300.0,
     overall_timeout_s: float = 3600.0,
+    score_thinking: bool = False,
 ) -> EvalResult:
     """Ask the first ``num_questions`` questions greedily and score them against the gate."""
     check_threshold(threshold)
@@ -137,22 +145,34 @@ async def run_gsm8k(
                 return EvalItem(index=index, line=item.line, label=item.label,
                                 error=f"not sent: the eval's {overall_timeout_s:g}s ran out")
             result = await generate(client, api, body, timeout_s=budget)
-        return judge(index, item, result)
+        return judge(index, item, result, score_thinking)
 
     items = await asyncio.gather(*(ask(i, item) for i, item in enumerate(questions)))
     correct = sum(item.correct for item in items)
     errors = sum(item.error is not None for item in items)
     invalid = sum(item.error is None and item.predicted is None for item in items)
+    verdict = score(correct, invalid, errors, len(items), threshold)
+    if score_thinking:
+        verdict = verdict.model_copy(update={"verdict": verdict.verdict + "; thinking scored"})
     return EvalResult(
         dataset=str(dataset.path), dataset_sha256=dataset.sha256,
         shots_source=str(shots_from.path), shots_sha256=shots_from.sha256,
         num_shots=len(shots), max_tokens=max_tokens, stop=list(STOP), api=api,
+        scored="thinking+content" if score_thinking else "content",
         duration_s=round(time.monotonic() - start, 3),
-        score=score(correct, invalid, errors, len(items), threshold), items=list(items),
+        score=verdict, items=list(items),
     )
 
 
-def judge(index: int, item: Gsm8kItem, result: RequestResult) -> EvalItem:
+def scored_text(result: RequestResult, score_thinking: bool) -> str:
+    """The text whose last integer is the answer: `content`, or the thinking then `content`."""
+    if score_thinking and result.reasoning:
+        return result.reasoning + "\n" + result.text
+    return result.text
+
+
+def judge(index: int, item: Gsm8kItem, result: RequestResult,
+          score_thinking: bool = False) -> EvalItem:
     """Score one response; an empty completion is an invalid answer, not a request error."""
     record = EvalItem(index=index, line=item.line, label=item.label, text=result.text,
                       reasoning=result.reasoning or None, finish_reason=result.finish_reason,
@@ -161,6 +181,6 @@ def judge(index: int, item: Gsm8kItem, result: RequestResult) -> EvalItem:
     if not result.ok and result.error_kind != "empty":
         record.error = f"{result.error_kind}: {result.error}"
         return record
-    record.predicted = extract_answer(result.text)
+    record.predicted = extract_answer(scored_text(result, score_thinking))
     record.correct = record.predicted == item.label
     return record
