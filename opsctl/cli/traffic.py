@@ -1,36 +1,18 @@
 """Commands of the traffic room: smoke and bench.
 
-Typer declarations, and the collaborators the traffic app gets from other rooms: the profile's
-running server and its launcher (deploy, engine, image) and the metrics push (observe).
+Typer declarations; the collaborators the traffic app gets from other rooms (the profile's
+running server and its launcher, the metrics push, the client factory) come from the
+composition root (cli/root.py).
 """
 
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, image_ref, within
-
-if TYPE_CHECKING:
-    from opsctl.config.profiles import Profile
-    from opsctl.traffic.app import LocatedServer
-    from opsctl.traffic.driver_sglang import ServingContainer
-
-PUSHGATEWAY_ENV = "OPSCTL_PUSHGATEWAY"
-
-
-def gateway_from(pushgateway: str | None) -> str | None:
-    """--pushgateway or $OPSCTL_PUSHGATEWAY, checked as a URL before any work (exit 2; a bad
-    one was an http.client.InvalidURL traceback after the run)."""
-    from opsctl.core.httpcap import checked_base_url
-
-    gateway = pushgateway or os.environ.get(PUSHGATEWAY_ENV)
-    if gateway:
-        checked_base_url(gateway, "--pushgateway" if pushgateway else f"${PUSHGATEWAY_ENV}")
-    return gateway or None
-
+from opsctl.cli.root import Root, gateway_from
 
 ApiOpt = Annotated[
     str, typer.Option("--api", help="OpenAI endpoint to exercise: 'completions' or 'chat'.")
@@ -97,10 +79,9 @@ def smoke(
     from opsctl.core.httpcap import checked_base_url
     from opsctl.core.redact import api_key_from_env
     from opsctl.core.reports import REPORTS_DIR
-    from opsctl.observe.metrics import push_report
     from opsctl.traffic import app as traffic
     from opsctl.traffic import view
-    from opsctl.traffic.client import make_client, parse_api
+    from opsctl.traffic.client import parse_api
     from opsctl.traffic.evals.dataset import load_gsm8k
     from opsctl.traffic.smoke_evals import eval_request
 
@@ -121,8 +102,9 @@ def smoke(
         request_timeout_s=request_timeout, overall_timeout_s=timeout,
         gateway=gateway, evals=evals,
     )
-    result = traffic.smoke(request, locate=locate_server, push=push_report,
-                           client_factory=make_client, load_dataset=load_gsm8k)
+    root = Root()
+    result = traffic.smoke(request, locate=root.locate_server, push=root.push,
+                           client_factory=root.client_factory, load_dataset=load_gsm8k)
     view.show_smoke(result, console)
     if result.error is not None:
         raise result.error
@@ -207,7 +189,6 @@ def bench(
     from opsctl.core.files import check_output_path
     from opsctl.core.redact import api_key_from_env
     from opsctl.core.reports import REPORTS_DIR
-    from opsctl.observe.metrics import push_report
     from opsctl.traffic import app as traffic
     from opsctl.traffic import view
     from opsctl.traffic.bench import (
@@ -216,7 +197,7 @@ def bench(
         parse_goodput,
         parse_variants,
     )
-    from opsctl.traffic.client import make_client, parse_api
+    from opsctl.traffic.client import parse_api
     from opsctl.traffic.driver_sglang import SglangBench
     from opsctl.traffic.drivers import SGLANG_BENCH, parse_driver
     from opsctl.traffic.workloads import WorkloadSpec, parse_dataset_name
@@ -240,75 +221,12 @@ def bench(
         ignore_eos=ignore_eos, request_rate=request_rate, duration_s=duration, workload=workload,
         client_workers=client_workers, slo=parse_goodput(goodput or []),
     )
-    result = traffic.bench(request, launcher=lambda loaded: ProfileLauncher(loaded, image),
-                           push=push_report,
-                           plot=view.write_plots, client_factory=make_client,
+    root = Root(image)
+    result = traffic.bench(request, launcher=root.variant_launcher, push=root.push,
+                           plot=view.write_plots, client_factory=root.client_factory,
                            progress=lambda: view.live_progress(console),
-                           driver=SglangBench(serving_container) if chosen == SGLANG_BENCH else None)
+                           driver=SglangBench(root.serving_container) if chosen == SGLANG_BENCH
+                           else None)
     view.show_bench(result, console)
     if result.error is not None:
         raise result.error
-
-
-# --- collaborators from the deploy room: where the profile's server runs, and launching it ---
-
-
-def locate_server(profile_name: str) -> LocatedServer:
-    """The profile's running server, found by label: its base URL, the variant it runs and the
-    checkpoint `up` recorded on it (so smoke can warn when compared reports differ in it)."""
-    from opsctl.core import labels
-    from opsctl.deploy import app as deploy_app
-    from opsctl.engine.dockerpy import connect
-    from opsctl.traffic.app import LocatedServer
-
-    engine = connect()
-    url = deploy_app.base_url_for(engine, profile_name)  # LaunchError (exit 4) when none runs
-    servers = [s for s in deploy_app.find_servers(engine, profile_name) if s.status == "running"]
-    if not servers:
-        return LocatedServer(url, None)
-    return LocatedServer(url, servers[0].labels.get(labels.VARIANT),
-                         deploy_app.checkpoint_of(servers[0]))
-
-
-def serving_container(base_url: str) -> ServingContainer:
-    """The opsctl container serving `base_url` (deploy room, by label and published port), with
-    commands run in it through the engine: `bench --driver sglang-bench`'s collaborator."""
-    from opsctl.deploy.urlserver import server_for_url
-    from opsctl.engine.dockerpy import connect
-    from opsctl.traffic.driver_sglang import ServingContainer
-
-    engine = connect()
-    info, inner_url = server_for_url(engine, base_url)
-    return ServingContainer(
-        name=info.name, inner_url=inner_url,
-        run=lambda command, env, timeout_s, max_bytes: engine.exec(
-            info.id, command, env=env, timeout_seconds=timeout_s, max_output_bytes=max_bytes))
-
-
-class ProfileLauncher:
-    """`up` a variant for bench and `down` it afterwards, unless it was already up before."""
-
-    def __init__(self, profile: Profile, image: str | None = None) -> None:
-        self.profile = profile
-        self.image = image  # None: the image `opsctl build` made for each variant
-        self.started: set[str] = set()
-
-    def up(self, variant: str) -> str:
-        from opsctl.deploy import app as deploy_app
-        from opsctl.engine.dockerpy import connect
-        from opsctl.image.plan import expected_image
-
-        image = self.image
-        running = deploy_app.up(self.profile.resolve(variant), engine=connect(),
-                                image_for=(lambda _: image) if image else expected_image)
-        if not running.already_up:
-            self.started.add(variant)
-        return running.base_url
-
-    def down(self, variant: str) -> None:
-        from opsctl.deploy import app as deploy_app
-        from opsctl.engine.dockerpy import connect
-
-        if variant in self.started:
-            deploy_app.down(connect(), self.profile.name)
-            self.started.discard(variant)

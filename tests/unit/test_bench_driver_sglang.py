@@ -12,7 +12,7 @@ import httpx
 import pytest
 from fakes import FakeEngine
 
-from opsctl.cli import traffic as cli_traffic
+from opsctl.cli.root import Root
 from opsctl.core.errors import EXIT_SMOKE, EXIT_USAGE, UsageError
 from opsctl.core.labels import BASE_URL, MANAGED, PROFILE, ROLE, ROLE_SERVER, TRUE
 from opsctl.deploy.urlserver import server_for_url
@@ -221,7 +221,7 @@ def engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
 
 
 def _bench(targets: list[Target], **fields: Any) -> Any:
-    options = _options(driver=SglangBench(cli_traffic.serving_container), **fields)
+    options = _options(driver=SglangBench(Root().serving_container), **fields)
     return run_bench(targets, options, client_factory=_client_factory,  # type: ignore[arg-type]
                      progress=lambda *args: None)
 

@@ -21,6 +21,7 @@ from opsctl.config.runspec import run_spec
 from opsctl.core import labels
 from opsctl.core.errors import EXIT_USAGE, UsageError
 from opsctl.deploy import app as deploy_app
+from opsctl.deploy.launch import Launch
 from opsctl.observe import dashboard
 from opsctl.observe.promnames import slo_rules
 from opsctl.observe.promrules import PRODUCTION_TIMING, alert_rules, recording_rules
@@ -323,7 +324,8 @@ def test_a_failed_write_leaves_the_earlier_render(tmp_path: Path, monkeypatch: p
 def test_up_refuses_a_profile_spanning_hosts() -> None:
     deployment = _deployment(TWO_HOSTS, "gathercast")
     with pytest.raises(UsageError, match="spans 2 hosts"):
-        deploy_app.up(deployment, engine=FakeEngine(), image_for=lambda _: IMAGE)
+        deploy_app.up(deployment, Launch(engine=FakeEngine(), image_for=lambda _: IMAGE,
+                                         verify=None, state=None))
 
 
 def test_nnodes_renders_only_above_one() -> None:
