@@ -168,10 +168,7 @@ class Root:
 
 class TrafficSmoke:
     """The traffic room's smoke (gate.GateSmoke): the server by URL, the evals the profile
-    configures, the last good report as the reference, `opsctl smoke`'s default timeouts."""
-
-    REQUEST_TIMEOUT_S = 120.0
-    OVERALL_TIMEOUT_S = 600.0
+    configures, the last good report as the reference, `opsctl smoke`'s default settings."""
 
     def __init__(self, root: Root, profile: str | None, gateway: str | None) -> None:
         self.root = root
@@ -185,10 +182,8 @@ class TrafficSmoke:
 
         return SmokeRequest(
             profile=self.profile or ask.deployment.profile.name, variant=ask.deployment.variant,
-            base_url=ask.base_url, model=None, api="completions", api_key=api_key_from_env(),
-            json_path=ask.report, compare_with=ask.compare_with,
-            request_timeout_s=self.REQUEST_TIMEOUT_S, overall_timeout_s=self.OVERALL_TIMEOUT_S,
-            gateway=self.gateway,
+            base_url=ask.base_url, api_key=api_key_from_env(), json_path=ask.report,
+            compare_with=ask.compare_with, gateway=self.gateway,
             evals=eval_request("gsm8k" if ask.gsm8k else None, long_context=ask.long_context),
         )
 
@@ -222,16 +217,14 @@ class TrafficSweep:
         from opsctl.core.redact import api_key_from_env
         from opsctl.traffic import app as traffic
         from opsctl.traffic import view
-        from opsctl.traffic.bench import BenchOptions
+        from opsctl.traffic.settings import BenchSettings
 
-        defaults = BenchOptions()
         request = traffic.BenchRequest(
             profile=self.profile or ask.deployment.profile.name,
             variants=(ask.deployment.variant,), base_urls=(ask.base_url,),
-            concurrency=ask.concurrency, requests_per_level=ask.requests_per_level,
-            input_words=defaults.input_words, output_tokens=defaults.output_tokens, model=None,
-            api=defaults.api, api_key=api_key_from_env(),
-            request_timeout_s=defaults.request_timeout_s, out_dir=ask.out_dir, gateway=None,
+            api_key=api_key_from_env(), out_dir=ask.out_dir, gateway=None,
+            settings=BenchSettings(concurrency=ask.concurrency,
+                                   requests_per_level=ask.requests_per_level),
         )
         result = traffic.bench(request, launcher=self.root.variant_launcher, push=self.root.push,
                                plot=view.write_plots, client_factory=self.root.client_factory,

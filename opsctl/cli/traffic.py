@@ -13,6 +13,7 @@ import typer
 
 from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, image_ref, within
 from opsctl.cli.root import Root, gateway_from
+from opsctl.traffic.settings import BENCH_DEFAULTS, SMOKE_DEFAULTS
 
 ApiOpt = Annotated[
     str, typer.Option("--api", help="OpenAI endpoint to exercise: 'completions' or 'chat'.")
@@ -43,9 +44,11 @@ def smoke(
     model: ModelOpt = None,
     api: ApiOpt = "completions",
     request_timeout: Annotated[float, typer.Option(
-        help="Seconds per request.", callback=within(0.01, 86400))] = 120.0,
+        help="Seconds per request.", callback=within(0.01, 86400))
+    ] = SMOKE_DEFAULTS.request_timeout_s,
     timeout: Annotated[float, typer.Option(
-        help="Seconds for the whole smoke run.", callback=within(0.01, 86400))] = 600.0,
+        help="Seconds for the whole smoke run.", callback=within(0.01, 86400))
+    ] = SMOKE_DEFAULTS.overall_timeout_s,
     pushgateway: PushOpt = None,
     eval_name: Annotated[str | None, typer.Option(
         "--eval", help="After the checks, run this accuracy eval ('gsm8k': few-shot, greedy, "
@@ -83,6 +86,7 @@ def smoke(
     from opsctl.traffic import view
     from opsctl.traffic.client import parse_api
     from opsctl.traffic.evals.dataset import load_gsm8k
+    from opsctl.traffic.settings import SmokeSettings
     from opsctl.traffic.smoke_evals import eval_request
 
     if base_url is not None:
@@ -95,12 +99,13 @@ def smoke(
     evals = eval_request(eval_name, questions=eval_questions,
                          dataset=Path(eval_dataset) if eval_dataset else None,
                          sha256=eval_sha256, threshold=eval_threshold, long_context=long_context)
+    settings = SmokeSettings(api=parse_api(api), model=model,
+                             request_timeout_s=request_timeout, overall_timeout_s=timeout)
     request = traffic.SmokeRequest(
-        profile=profile, variant=variant, base_url=base_url, model=model, api=parse_api(api),
-        api_key=api_key_from_env(), json_path=Path(json_path) if json_path else None,
+        profile=profile, variant=variant, base_url=base_url, api_key=api_key_from_env(),
+        json_path=Path(json_path) if json_path else None,
         compare_with=Path(compare_with) if compare_with else None,
-        request_timeout_s=request_timeout, overall_timeout_s=timeout,
-        gateway=gateway, evals=evals,
+        gateway=gateway, settings=settings, evals=evals,
     )
     root = Root()
     result = traffic.smoke(request, locate=root.locate_server, push=root.push,
@@ -125,13 +130,15 @@ def bench(
     requests: Annotated[int | None, typer.Option("--requests", min=1, max=1_000_000, help="Measured requests "
                         "per level (default max(16, 4 x concurrency)).")] = None,
     input_words: Annotated[int, typer.Option(min=1, max=1_000_000, help="Prompt length in words "
-                           "(about one token each).")] = 256,
+                           "(about one token each).")] = BENCH_DEFAULTS.input_words,
     output_tokens: Annotated[int, typer.Option(min=2, max=1_000_000,
-                                               help="Output tokens per request.")] = 256,
+                                               help="Output tokens per request.")
+                             ] = BENCH_DEFAULTS.output_tokens,
     model: ModelOpt = None,
     api: ApiOpt = "completions",
     request_timeout: Annotated[float, typer.Option(
-        help="Seconds per request.", callback=within(0.01, 86400))] = 600.0,
+        help="Seconds per request.", callback=within(0.01, 86400))
+    ] = BENCH_DEFAULTS.request_timeout_s,
     deadline: Annotated[float | None, typer.Option("--deadline", callback=within(1, 7 * 86400),
                         help="Seconds each "
                         "target's sweep may take (default: the most its levels could take at "
@@ -145,7 +152,8 @@ def bench(
         "level (instead of --requests, which then caps it).")] = None,
     ignore_eos: Annotated[bool, typer.Option(
         "--ignore-eos/--no-ignore-eos", help="Send sglang/vLLM's ignore_eos so every answer is "
-        "--output-tokens long (--no-ignore-eos for servers that refuse it).")] = True,
+        "--output-tokens long (--no-ignore-eos for servers that refuse it).")
+    ] = BENCH_DEFAULTS.ignore_eos,
     dataset_name: Annotated[str, typer.Option(
         "--dataset-name", help="words | random (token-exact with --tokenizer) | sharegpt "
         "(--dataset-path) | generated-shared-prefix.")] = "words",
@@ -191,15 +199,11 @@ def bench(
     from opsctl.core.reports import REPORTS_DIR
     from opsctl.traffic import app as traffic
     from opsctl.traffic import view
-    from opsctl.traffic.bench import (
-        DEFAULT_CONCURRENCY,
-        parse_concurrency,
-        parse_goodput,
-        parse_variants,
-    )
+    from opsctl.traffic.bench import parse_concurrency, parse_goodput, parse_variants
     from opsctl.traffic.client import parse_api
     from opsctl.traffic.driver_sglang import SglangBench
     from opsctl.traffic.drivers import SGLANG_BENCH, parse_driver
+    from opsctl.traffic.settings import DEFAULT_CONCURRENCY, BenchSettings
     from opsctl.traffic.workloads import WorkloadSpec, parse_dataset_name
 
     chosen = parse_driver(driver)
@@ -211,15 +215,17 @@ def bench(
         dataset_path=Path(dataset_path) if dataset_path else None, groups=gsp_groups,
         prompts_per_group=gsp_prompts_per_group, prefix_len=gsp_prefix_len,
     )
-    request = traffic.BenchRequest(
-        profile=profile, variants=parse_variants(variants), base_urls=tuple(base_url or ()),
+    settings = BenchSettings(
         concurrency=parse_concurrency(concurrency) if concurrency else DEFAULT_CONCURRENCY,
         requests_per_level=requests, input_words=input_words, output_tokens=output_tokens,
-        model=model, api=parse_api(api), api_key=api_key_from_env(),
-        request_timeout_s=request_timeout, out_dir=Path(out) if out else None,
-        gateway=gateway, deadline_s=deadline,
-        ignore_eos=ignore_eos, request_rate=request_rate, duration_s=duration, workload=workload,
-        client_workers=client_workers, slo=parse_goodput(goodput or []),
+        api=parse_api(api), model=model, request_timeout_s=request_timeout, deadline_s=deadline,
+        ignore_eos=ignore_eos, request_rate=request_rate, duration_s=duration,
+        client_workers=client_workers,
+    )
+    request = traffic.BenchRequest(
+        profile=profile, variants=parse_variants(variants), base_urls=tuple(base_url or ()),
+        api_key=api_key_from_env(), out_dir=Path(out) if out else None, gateway=gateway,
+        settings=settings, workload=workload, slo=parse_goodput(goodput or []),
     )
     root = Root(image)
     result = traffic.bench(request, launcher=root.variant_launcher, push=root.push,
