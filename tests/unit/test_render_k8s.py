@@ -333,13 +333,3 @@ def test_nnodes_renders_only_above_one() -> None:
     assert check_argv(_deployment(TWO_HOSTS, "gathercast")).count("--nnodes") == 1
 
 
-def test_cli_writes_and_warns(opsctl: Any, tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    done = opsctl("render", "k8s", "--profile", "sim", "--out", str(out))
-    assert done.returncode == 0, done.stderr
-    assert "NOT DEPLOYABLE" in done.stderr and "--router-image" in done.stderr
-    assert len(done.stdout.splitlines()) == len(list(out.iterdir()))
-    again = opsctl("render", "k8s", "--profile", "sim", "--out", str(out))
-    assert again.returncode == EXIT_USAGE and "earlier render" in again.stderr
-    bad = opsctl("render", "k8s", "--profile", "sim", "--out", str(tmp_path / "x"), "--replicas", "0")
-    assert bad.returncode == EXIT_USAGE and not (tmp_path / "x").exists()
