@@ -10,6 +10,7 @@ import yaml
 
 from opsctl.core.paths import project_root
 from opsctl.traffic import app as traffic
+from opsctl.traffic.settings import BenchSettings
 from opsctl.traffic.workloads import WorkloadSpec
 
 
@@ -31,4 +32,5 @@ def bench_request(profile: str, url: str, **changes: Any) -> traffic.BenchReques
         request_timeout_s=5.0, out_dir=None, gateway=None,
         workload=WorkloadSpec(name="random", input_len=4, output_len=2))
     values.update(changes)
-    return traffic.BenchRequest(**values)
+    settings = {name: values.pop(name) for name in list(values) if name in BenchSettings.model_fields}
+    return traffic.BenchRequest(**values, settings=BenchSettings(**settings))

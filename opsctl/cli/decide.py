@@ -1,22 +1,17 @@
 """The decide command: every variant through the gates and a sweep, and which one to run.
 
-Typer declarations, and the collaborators decide gets from other rooms: the engine and image
-naming, `up`'s verify check and the gate's smoke (deploy, verify, traffic), the bench sweep
-(traffic).
+Typer declarations; the collaborators (the launch, the gate's smoke, the bench sweep) come from
+the composition root (cli/root.py).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from opsctl.cli.app import ProfileOpt, app, console, image_ref, within
 from opsctl.config.profile_checks import MAX_READINESS_SECONDS
-
-if TYPE_CHECKING:
-    from opsctl.decide.app import BenchAsk
-    from opsctl.traffic.bench_report import BenchReport
 
 
 @app.command()
@@ -57,15 +52,13 @@ def decide(
     """
     from pathlib import Path
 
-    from opsctl.cli.deploy import GateSmoke, _image_for, _verify_server
+    from opsctl.cli.root import Root
     from opsctl.config.profiles import load_profile
     from opsctl.core.files import check_output_path
     from opsctl.core.reports import REPORTS_DIR, default_decide_dir
     from opsctl.decide import app as decide_app
     from opsctl.decide import view
     from opsctl.deploy import view as deploy_view
-    from opsctl.deploy.state import StateDir
-    from opsctl.engine.dockerpy import connect
     from opsctl.traffic.bench import parse_concurrency, parse_variants
 
     check_output_path(Path(out) if out else REPORTS_DIR, "--out", directory=True)
@@ -77,44 +70,12 @@ def decide(
     )
     loaded = load_profile(profile)
     decide_app.chosen(loaded, request.variants)  # bad usage exits 2 before the engine is asked
+    root = Root(image)
     result = decide_app.decide(
-        loaded, request, engine=connect(), image_for=_image_for(image),
-        verify=_verify_server, smoke=GateSmoke(profile, None), bench=SweepBench(profile),
-        state=StateDir.default(), progress=lambda shown: deploy_view.up_progress(console, shown),
+        loaded, request, launch=root.launch(), smoke=root.smoke(profile, None),
+        bench=root.sweep(profile), progress=lambda shown: deploy_view.up_progress(console, shown),
         on_step=view.decide_step(console),
     )
     view.show_decide(console, result)
     if result.error is not None:
         raise result.error
-
-
-class SweepBench:
-    """The traffic room's bench as decide runs it: the ready server by URL, bench's defaults
-    for prompt and output length and timeouts, its files (bench.json, bench.md, plots) written
-    into the variant's folder, no push."""
-
-    def __init__(self, profile: str | None) -> None:
-        self.profile = profile  # as given (a name or a YAML path): bench loads it the same way
-
-    def __call__(self, ask: BenchAsk) -> BenchReport:
-        from opsctl.cli.traffic import ProfileLauncher
-        from opsctl.core.redact import api_key_from_env
-        from opsctl.observe.metrics import push_report
-        from opsctl.traffic import app as traffic
-        from opsctl.traffic import view
-        from opsctl.traffic.bench import BenchOptions
-        from opsctl.traffic.client import make_client
-
-        defaults = BenchOptions()
-        request = traffic.BenchRequest(
-            profile=self.profile or ask.deployment.profile.name,
-            variants=(ask.deployment.variant,), base_urls=(ask.base_url,),
-            concurrency=ask.concurrency, requests_per_level=ask.requests_per_level,
-            input_words=defaults.input_words, output_tokens=defaults.output_tokens, model=None,
-            api=defaults.api, api_key=api_key_from_env(),
-            request_timeout_s=defaults.request_timeout_s, out_dir=ask.out_dir, gateway=None,
-        )
-        result = traffic.bench(request, launcher=ProfileLauncher, push=push_report,
-                               plot=view.write_plots, client_factory=make_client,
-                               progress=lambda: view.live_progress(console))
-        return result.report

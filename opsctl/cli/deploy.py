@@ -13,14 +13,9 @@ from opsctl.cli.app import ProfileOpt, VariantOpt, app, command_group, console, 
 from opsctl.config.profile_checks import MAX_READINESS_SECONDS
 
 if TYPE_CHECKING:
+    from opsctl.cli.root import Root
     from opsctl.config.profiles import Deployment
-    from opsctl.deploy.app import ImageFor
-    from opsctl.deploy.state import StateDir
-    from opsctl.engine.api import Engine
-    from opsctl.gate.gate import SmokeAsk
-    from opsctl.traffic.app import SmokeRequest
-    from opsctl.traffic.smoke_report import SmokeReport
-    from opsctl.verify.app import VerifyResult
+    from opsctl.deploy.launch import Launch
 
 profile_app = command_group("Inspect deployment profiles.")
 app.add_typer(profile_app, name="profile")
@@ -102,19 +97,6 @@ def profile_schema() -> None:
     console.print_json(json.dumps(schema()))
 
 
-def _image_for(image: str | None) -> ImageFor:
-    """`--image` as given, else the tag `opsctl build` makes for the profile."""
-    if image:
-        return lambda _: image
-
-    def expected(deployment: Deployment) -> str:
-        from opsctl.image.plan import expected_image
-
-        return expected_image(deployment)
-
-    return expected
-
-
 def _profile_name(profile: str | None) -> str | None:
     """The name a profile option (a name or a YAML path) stands for; None means every profile."""
     from opsctl.config.profiles import load_profile
@@ -186,14 +168,12 @@ def up(
     --replace) has its whole log saved to out/logs/ first. Another opsctl run changing the same
     profile makes this one refuse at once (exit 4).
     """
+    from opsctl.cli.root import Root, gateway_from
     from opsctl.config.profiles import load_profile
     from opsctl.config.review import summary
     from opsctl.core.errors import UsageError
     from opsctl.deploy import app as deploy_app
     from opsctl.deploy import view
-    from opsctl.deploy.preflight import run_preflight
-    from opsctl.deploy.state import StateDir
-    from opsctl.engine.dockerpy import connect
 
     if gate and (dry_run or no_verify or replace):
         raise UsageError("--gate cannot be combined with --dry-run, --no-verify or --replace",
@@ -202,105 +182,36 @@ def up(
         raise UsageError("--pushgateway applies to --gate only",
                          hint="`opsctl smoke --pushgateway` pushes a smoke run's metrics")
     deployment = load_profile(profile).resolve(variant)
+    root = Root(image)
     if dry_run:
-        plan = deploy_app.dry_run(deployment, _image_for(image), preflight=not skip_preflight)
+        plan = deploy_app.dry_run(deployment, root.image_for, preflight=not skip_preflight)
         console.print(view.dry_run_text(plan), highlight=False, soft_wrap=True, markup=False)
         return
     view.print_warnings(err_console, summary(deployment))
-    engine = connect()
-    state = StateDir.default()
+    launch = root.launch(verify=not no_verify, preflight=not skip_preflight)
     if gate:
-        _run_gate(deployment, profile, engine, image, state, timeout, pushgateway, skip_preflight)
+        _run_gate(root, launch, deployment, profile, timeout, gateway_from(pushgateway))
         return
     with view.up_progress(console, deployment) as on_progress:
-        result = deploy_app.up(deployment, engine=engine, image_for=_image_for(image),
-                               timeout_seconds=timeout, replace=replace, on_progress=on_progress,
-                               verify=None if no_verify else _verify_server, state=state,
-                               on_note=view.note(err_console),
-                               preflight=None if skip_preflight else run_preflight)
+        result = launch.up(deployment, timeout_seconds=timeout, replace=replace,
+                           on_progress=on_progress, on_note=view.note(err_console))
     view.print_up(console, result)
 
 
-def _verify_server(deployment: Deployment, base_url: str, log_text: str) -> VerifyResult:
-    """The verify room's check of a ready server against the variant's flags and its `expect`
-    (the API key from $OPSCTL_API_KEY)."""
-    from opsctl.core.httpcap import capped_client
-    from opsctl.core.redact import api_key_from_env, auth_headers
-    from opsctl.verify.app import run_verify
-
-    with capped_client(headers=auth_headers(api_key_from_env()), base_url=base_url) as client:
-        return run_verify(deployment, client, log_text=log_text, expect=deployment.expect)
-
-
-def _run_gate(deployment: Deployment, profile: str | None, engine: Engine, image: str | None,
-              state: StateDir, timeout: float | None, pushgateway: str | None,
-              skip_preflight: bool) -> None:
-    from opsctl.cli.traffic import gateway_from
+def _run_gate(root: Root, launch: Launch, deployment: Deployment, profile: str | None,
+              timeout: float | None, gateway: str | None) -> None:
     from opsctl.deploy import view
-    from opsctl.deploy.ownership import profile_locks
-    from opsctl.deploy.preflight import run_preflight
     from opsctl.gate import gate
     from opsctl.gate import view as gate_view
-    from opsctl.observe.metrics import push_report
 
-    gateway = gateway_from(pushgateway)
-    # One lock for the whole gate: its down, up and rollback are one change of the profile.
-    with profile_locks(state, [deployment.profile.name], "up --gate"):
-        result = gate.gate(
-            deployment, engine=engine, image_for=_image_for(image), state=state,
-            verify=_verify_server, smoke=GateSmoke(profile, gateway), timeout_seconds=timeout,
-            progress=lambda shown: view.up_progress(console, shown),
-            on_step=gate_view.gate_step(console), push=push_report, gateway=gateway,
-            preflight=None if skip_preflight else run_preflight,
-        )
+    result = gate.gate(
+        deployment, launch=launch, smoke=root.smoke(profile, gateway), timeout_seconds=timeout,
+        progress=lambda shown: view.up_progress(console, shown),
+        on_step=gate_view.gate_step(console), push=root.push, gateway=gateway,
+    )
     gate_view.print_gate(console, result)
     if result.error is not None:
         raise result.error
-
-
-class GateSmoke:
-    """The traffic room's smoke as `up --gate` runs it: the server by URL, the evals the profile
-    configures, the last good report as the reference, `opsctl smoke`'s default timeouts."""
-
-    REQUEST_TIMEOUT_S = 120.0
-    OVERALL_TIMEOUT_S = 600.0
-
-    def __init__(self, profile: str | None, gateway: str | None) -> None:
-        self.profile = profile  # as given (a name or a YAML path): smoke loads it the same way
-        self.gateway = gateway
-
-    def _request(self, ask: SmokeAsk) -> SmokeRequest:
-        from opsctl.core.redact import api_key_from_env
-        from opsctl.traffic.app import SmokeRequest
-        from opsctl.traffic.smoke_evals import EvalRequest
-
-        task = ask.deployment.profile.eval.lm_eval
-        return SmokeRequest(
-            profile=self.profile or ask.deployment.profile.name, variant=ask.deployment.variant,
-            base_url=ask.base_url, model=None, api="completions", api_key=api_key_from_env(),
-            json_path=ask.report, compare_with=ask.compare_with,
-            request_timeout_s=self.REQUEST_TIMEOUT_S, overall_timeout_s=self.OVERALL_TIMEOUT_S,
-            gateway=self.gateway,
-            evals=EvalRequest(gsm8k=ask.gsm8k, long_context=ask.long_context,
-                              lm_eval=task.task if ask.lm_eval and task else None),
-        )
-
-    def check(self, ask: SmokeAsk) -> None:
-        from opsctl.traffic.evals.dataset import load_gsm8k
-        from opsctl.traffic.smoke_evals import plan_evals
-
-        plan_evals(self._request(ask).evals, ask.deployment.profile.eval, load_gsm8k)
-
-    def run(self, ask: SmokeAsk) -> SmokeReport:
-        from opsctl.cli.traffic import locate_server
-        from opsctl.observe.metrics import push_report
-        from opsctl.traffic import app as traffic
-        from opsctl.traffic.client import make_client
-        from opsctl.traffic.evals.dataset import load_gsm8k
-
-        result = traffic.smoke(self._request(ask), locate=locate_server, push=push_report,
-                               client_factory=make_client, load_dataset=load_gsm8k)
-        return result.report
 
 
 @app.command()
@@ -317,15 +228,12 @@ def down(
 ) -> None:
     """Stop and remove opsctl's server containers (found by label; nothing else is touched),
     each one's whole log saved first to out/logs/<profile>-<variant>-<id>-<UTC time>.log."""
-    from opsctl.deploy import app as deploy_app
+    from opsctl.cli.root import Root
     from opsctl.deploy import view
-    from opsctl.deploy.state import StateDir
-    from opsctl.engine.dockerpy import connect
 
-    engine = connect()
-    view.print_down(console, deploy_app.down(engine, _profile_name(profile), grace,
-                                             state=StateDir.default(),
-                                             on_note=view.note(err_console)))
+    launch = Root().launch()
+    view.print_down(console, launch.down(_profile_name(profile), grace_seconds=grace,
+                                         on_note=view.note(err_console)))
 
 
 @app.command()
@@ -333,12 +241,12 @@ def status() -> None:
     """Show opsctl's deployments: profile, variant, image, patch sha, uptime, readiness, the
     health check, restarts by the restart policy (a crash loop says so), the last exit, and
     `up`'s verdict (verified / MISMATCH: fields / not verified)."""
+    from opsctl.cli.root import Root
     from opsctl.deploy import app as deploy_app
     from opsctl.deploy import view
-    from opsctl.deploy.state import StateDir
-    from opsctl.engine.dockerpy import connect
 
-    console.print(view.status_table(deploy_app.status(connect(), state=StateDir.default())))
+    root = Root()
+    console.print(view.status_table(deploy_app.status(root.engine, state=root.state)))
 
 
 @app.command()
@@ -351,12 +259,12 @@ def logs(
     tail: Annotated[int, typer.Option(help="Lines from the end.", min=0, max=1_000_000)] = 100,
 ) -> None:
     """Print the server container's log."""
+    from opsctl.cli.root import Root
     from opsctl.deploy import app as deploy_app
     from opsctl.deploy import view
-    from opsctl.engine.dockerpy import connect
 
-    engine = connect()
-    view.write_logs(deploy_app.logs(engine, _profile_name(profile), follow=follow, tail=tail), sys.stdout)
+    chunks = deploy_app.logs(Root().engine, _profile_name(profile), follow=follow, tail=tail)
+    view.write_logs(chunks, sys.stdout)
 
 
 

@@ -1,36 +1,19 @@
 """Commands of the traffic room: smoke and bench.
 
-Typer declarations, and the collaborators the traffic app gets from other rooms: the profile's
-running server and its launcher (deploy, engine, image) and the metrics push (observe).
+Typer declarations; the collaborators the traffic app gets from other rooms (the profile's
+running server and its launcher, the metrics push, the client factory) come from the
+composition root (cli/root.py).
 """
 
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, image_ref, within
-
-if TYPE_CHECKING:
-    from opsctl.config.profiles import Profile
-    from opsctl.traffic.app import LocatedServer
-    from opsctl.traffic.driver_sglang import ServingContainer
-
-PUSHGATEWAY_ENV = "OPSCTL_PUSHGATEWAY"
-
-
-def gateway_from(pushgateway: str | None) -> str | None:
-    """--pushgateway or $OPSCTL_PUSHGATEWAY, checked as a URL before any work (exit 2; a bad
-    one was an http.client.InvalidURL traceback after the run)."""
-    from opsctl.core.httpcap import checked_base_url
-
-    gateway = pushgateway or os.environ.get(PUSHGATEWAY_ENV)
-    if gateway:
-        checked_base_url(gateway, "--pushgateway" if pushgateway else f"${PUSHGATEWAY_ENV}")
-    return gateway or None
-
+from opsctl.cli.root import Root, gateway_from
+from opsctl.traffic.settings import BENCH_DEFAULTS, SMOKE_DEFAULTS
 
 ApiOpt = Annotated[
     str, typer.Option("--api", help="OpenAI endpoint to exercise: 'completions' or 'chat'.")
@@ -61,9 +44,11 @@ def smoke(
     model: ModelOpt = None,
     api: ApiOpt = "completions",
     request_timeout: Annotated[float, typer.Option(
-        help="Seconds per request.", callback=within(0.01, 86400))] = 120.0,
+        help="Seconds per request.", callback=within(0.01, 86400))
+    ] = SMOKE_DEFAULTS.request_timeout_s,
     timeout: Annotated[float, typer.Option(
-        help="Seconds for the whole smoke run.", callback=within(0.01, 86400))] = 600.0,
+        help="Seconds for the whole smoke run.", callback=within(0.01, 86400))
+    ] = SMOKE_DEFAULTS.overall_timeout_s,
     pushgateway: PushOpt = None,
     eval_name: Annotated[str | None, typer.Option(
         "--eval", help="After the checks, run this accuracy eval ('gsm8k': few-shot, greedy, "
@@ -103,11 +88,11 @@ def smoke(
     from opsctl.core.httpcap import checked_base_url
     from opsctl.core.redact import api_key_from_env
     from opsctl.core.reports import REPORTS_DIR
-    from opsctl.observe.metrics import push_report
     from opsctl.traffic import app as traffic
     from opsctl.traffic import view
-    from opsctl.traffic.client import make_client, parse_api
+    from opsctl.traffic.client import parse_api
     from opsctl.traffic.evals.dataset import load_gsm8k
+    from opsctl.traffic.settings import SmokeSettings
     from opsctl.traffic.smoke_evals import eval_request
 
     if base_url is not None:
@@ -121,15 +106,17 @@ def smoke(
                          dataset=Path(eval_dataset) if eval_dataset else None,
                          sha256=eval_sha256, threshold=eval_threshold, long_context=long_context,
                          score_thinking=eval_score_thinking)
+    settings = SmokeSettings(api=parse_api(api), model=model,
+                             request_timeout_s=request_timeout, overall_timeout_s=timeout)
     request = traffic.SmokeRequest(
-        profile=profile, variant=variant, base_url=base_url, model=model, api=parse_api(api),
-        api_key=api_key_from_env(), json_path=Path(json_path) if json_path else None,
+        profile=profile, variant=variant, base_url=base_url, api_key=api_key_from_env(),
+        json_path=Path(json_path) if json_path else None,
         compare_with=Path(compare_with) if compare_with else None,
-        request_timeout_s=request_timeout, overall_timeout_s=timeout,
-        gateway=gateway, evals=evals,
+        gateway=gateway, settings=settings, evals=evals,
     )
-    result = traffic.smoke(request, locate=locate_server, push=push_report,
-                           client_factory=make_client, load_dataset=load_gsm8k)
+    root = Root()
+    result = traffic.smoke(request, locate=root.locate_server, push=root.push,
+                           client_factory=root.client_factory, load_dataset=load_gsm8k)
     view.show_smoke(result, console)
     if result.error is not None:
         raise result.error
@@ -150,13 +137,15 @@ def bench(
     requests: Annotated[int | None, typer.Option("--requests", min=1, max=1_000_000, help="Measured requests "
                         "per level (default max(16, 4 x concurrency)).")] = None,
     input_words: Annotated[int, typer.Option(min=1, max=1_000_000, help="Prompt length in words "
-                           "(about one token each).")] = 256,
+                           "(about one token each).")] = BENCH_DEFAULTS.input_words,
     output_tokens: Annotated[int, typer.Option(min=2, max=1_000_000,
-                                               help="Output tokens per request.")] = 256,
+                                               help="Output tokens per request.")
+                             ] = BENCH_DEFAULTS.output_tokens,
     model: ModelOpt = None,
     api: ApiOpt = "completions",
     request_timeout: Annotated[float, typer.Option(
-        help="Seconds per request.", callback=within(0.01, 86400))] = 600.0,
+        help="Seconds per request.", callback=within(0.01, 86400))
+    ] = BENCH_DEFAULTS.request_timeout_s,
     deadline: Annotated[float | None, typer.Option("--deadline", callback=within(1, 7 * 86400),
                         help="Seconds each "
                         "target's sweep may take (default: the most its levels could take at "
@@ -170,7 +159,8 @@ def bench(
         "level (instead of --requests, which then caps it).")] = None,
     ignore_eos: Annotated[bool, typer.Option(
         "--ignore-eos/--no-ignore-eos", help="Send sglang/vLLM's ignore_eos so every answer is "
-        "--output-tokens long (--no-ignore-eos for servers that refuse it).")] = True,
+        "--output-tokens long (--no-ignore-eos for servers that refuse it).")
+    ] = BENCH_DEFAULTS.ignore_eos,
     dataset_name: Annotated[str | None, typer.Option(
         "--dataset-name", help="words | random (token-exact with --tokenizer or the profile's "
         "model mount) | sharegpt (--dataset-path) | generated-shared-prefix | mooncake-trace "
@@ -226,18 +216,13 @@ def bench(
     from opsctl.core.files import check_output_path
     from opsctl.core.redact import api_key_from_env
     from opsctl.core.reports import REPORTS_DIR
-    from opsctl.observe.metrics import push_report
     from opsctl.traffic import app as traffic
     from opsctl.traffic import view
-    from opsctl.traffic.bench import (
-        DEFAULT_CONCURRENCY,
-        parse_concurrency,
-        parse_goodput,
-        parse_variants,
-    )
-    from opsctl.traffic.client import make_client, parse_api
+    from opsctl.traffic.bench import parse_concurrency, parse_goodput, parse_variants
+    from opsctl.traffic.client import parse_api
     from opsctl.traffic.driver_sglang import SglangBench
     from opsctl.traffic.drivers import SGLANG_BENCH, parse_driver
+    from opsctl.traffic.settings import DEFAULT_CONCURRENCY, BenchSettings
     from opsctl.traffic.workloads import WorkloadSpec, parse_dataset_name
 
     chosen = parse_driver(driver)
@@ -251,85 +236,24 @@ def bench(
         prompts_per_group=gsp_prompts_per_group, prefix_len=gsp_prefix_len,
         trace_scale=trace_scale, turns=multi_turn,
     )
-    request = traffic.BenchRequest(
-        profile=profile, variants=parse_variants(variants), base_urls=tuple(base_url or ()),
+    settings = BenchSettings(
         concurrency=parse_concurrency(concurrency) if concurrency else DEFAULT_CONCURRENCY,
         requests_per_level=requests, input_words=input_words, output_tokens=output_tokens,
-        model=model, api=parse_api(api), api_key=api_key_from_env(),
-        request_timeout_s=request_timeout, out_dir=Path(out) if out else None,
-        gateway=gateway, deadline_s=deadline,
-        ignore_eos=ignore_eos, request_rate=request_rate, duration_s=duration, workload=workload,
-        client_workers=client_workers, slo=parse_goodput(goodput or []),
+        api=parse_api(api), model=model, request_timeout_s=request_timeout, deadline_s=deadline,
+        ignore_eos=ignore_eos, request_rate=request_rate, duration_s=duration,
+        client_workers=client_workers,
     )
-    result = traffic.bench(request, launcher=lambda loaded: ProfileLauncher(loaded, image),
-                           push=push_report,
-                           plot=view.write_plots, client_factory=make_client,
+    request = traffic.BenchRequest(
+        profile=profile, variants=parse_variants(variants), base_urls=tuple(base_url or ()),
+        api_key=api_key_from_env(), out_dir=Path(out) if out else None, gateway=gateway,
+        settings=settings, workload=workload, slo=parse_goodput(goodput or []),
+    )
+    root = Root(image)
+    result = traffic.bench(request, launcher=root.variant_launcher, push=root.push,
+                           plot=view.write_plots, client_factory=root.client_factory,
                            progress=lambda: view.live_progress(console),
-                           driver=SglangBench(serving_container) if chosen == SGLANG_BENCH else None)
+                           driver=SglangBench(root.serving_container) if chosen == SGLANG_BENCH
+                           else None)
     view.show_bench(result, console)
     if result.error is not None:
         raise result.error
-
-
-# --- collaborators from the deploy room: where the profile's server runs, and launching it ---
-
-
-def locate_server(profile_name: str) -> LocatedServer:
-    """The profile's running server, found by label: its base URL, the variant it runs and the
-    checkpoint `up` recorded on it (so smoke can warn when compared reports differ in it)."""
-    from opsctl.core import labels
-    from opsctl.deploy import app as deploy_app
-    from opsctl.engine.dockerpy import connect
-    from opsctl.traffic.app import LocatedServer
-
-    engine = connect()
-    url = deploy_app.base_url_for(engine, profile_name)  # LaunchError (exit 4) when none runs
-    servers = [s for s in deploy_app.find_servers(engine, profile_name) if s.status == "running"]
-    if not servers:
-        return LocatedServer(url, None)
-    return LocatedServer(url, servers[0].labels.get(labels.VARIANT),
-                         deploy_app.checkpoint_of(servers[0]))
-
-
-def serving_container(base_url: str) -> ServingContainer:
-    """The opsctl container serving `base_url` (deploy room, by label and published port), with
-    commands run in it through the engine: `bench --driver sglang-bench`'s collaborator."""
-    from opsctl.deploy.urlserver import server_for_url
-    from opsctl.engine.dockerpy import connect
-    from opsctl.traffic.driver_sglang import ServingContainer
-
-    engine = connect()
-    info, inner_url = server_for_url(engine, base_url)
-    return ServingContainer(
-        name=info.name, inner_url=inner_url,
-        run=lambda command, env, timeout_s, max_bytes: engine.exec(
-            info.id, command, env=env, timeout_seconds=timeout_s, max_output_bytes=max_bytes))
-
-
-class ProfileLauncher:
-    """`up` a variant for bench and `down` it afterwards, unless it was already up before."""
-
-    def __init__(self, profile: Profile, image: str | None = None) -> None:
-        self.profile = profile
-        self.image = image  # None: the image `opsctl build` made for each variant
-        self.started: set[str] = set()
-
-    def up(self, variant: str) -> str:
-        from opsctl.deploy import app as deploy_app
-        from opsctl.engine.dockerpy import connect
-        from opsctl.image.plan import expected_image
-
-        image = self.image
-        running = deploy_app.up(self.profile.resolve(variant), engine=connect(),
-                                image_for=(lambda _: image) if image else expected_image)
-        if not running.already_up:
-            self.started.add(variant)
-        return running.base_url
-
-    def down(self, variant: str) -> None:
-        from opsctl.deploy import app as deploy_app
-        from opsctl.engine.dockerpy import connect
-
-        if variant in self.started:
-            deploy_app.down(connect(), self.profile.name)
-            self.started.discard(variant)

@@ -1,7 +1,7 @@
 """The tune command: a measured search over a variant's server settings.
 
-Typer declarations, and the collaborators tune gets from other rooms: `up`/`down` (deploy, with
-the verify room's check), the bench (traffic), the engine.
+Typer declarations; the launch (`up`/`down`, verified and locked) and the traffic client come
+from the composition root (cli/root.py), the bench from the traffic room.
 """
 
 from __future__ import annotations
@@ -48,15 +48,12 @@ def tune(
     Exit 0 a best point found, 2 bad usage, 4 the engine or image is missing, 5 no point ran
     successfully, 130 interrupted (the state is kept: --resume).
     """
-    from opsctl.cli.deploy import _image_for, _verify_server
+    from opsctl.cli.root import Root
     from opsctl.config.profiles import load_profile
-    from opsctl.core.clock import SYSTEM_CLOCK
     from opsctl.core.errors import SmokeError, UsageError
     from opsctl.core.files import check_output_path
     from opsctl.core.redact import api_key_from_env
     from opsctl.core.reports import REPORTS_DIR, stamp
-    from opsctl.deploy.state import StateDir
-    from opsctl.engine.dockerpy import connect
     from opsctl.tune import app as tune_app
     from opsctl.tune import view
     from opsctl.tune.runner import DeployRunner
@@ -76,11 +73,11 @@ def tune(
                                    output_tokens=output_tokens, budget_minutes=budget,
                                    out_dir=out_dir, resume=resume)
     tune_app.plan(request, deployment)  # bad knobs or a grid past the limits: exit 2 first
-    runner = DeployRunner(engine=connect(), image_for=_image_for(image), verify=_verify_server,
-                          state=StateDir.default(), input_words=input_words,
+    root = Root(image)
+    runner = DeployRunner(launch=root.launch(), input_words=input_words,
                           output_tokens=output_tokens, request_timeout_s=request_timeout,
-                          api_key=api_key_from_env())
-    result = tune_app.tune(request, deployment, runner=runner, clock=SYSTEM_CLOCK,
+                          api_key=api_key_from_env(), client_factory=root.client_factory)
+    result = tune_app.tune(request, deployment, runner=runner, clock=root.clock,
                            plot=view.write_chart, on_start=view.on_start(console),
                            on_done=view.on_done(console))
     view.show_result(result, console)

@@ -10,8 +10,9 @@ eval decides which), it is evidence. The winner is the qualified variant that re
 highest concurrency without a failed request, then the lower TPOT p50 there, then the higher
 throughput.
 
-Collaborators come in as arguments, in the shapes `up --gate` gets them (the engine, image
-naming, the verify room's check, the traffic room's smoke) plus the bench sweep.
+Collaborators come in as arguments, in the shapes `up --gate` gets them (the launch: engine,
+image naming, the verify room's check, state, HTTP, clock; the traffic room's smoke) plus the
+bench sweep.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from pathlib import Path
 
 from opsctl.config.profiles import Deployment, Profile
 from opsctl.config.review import computes
-from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.errors import (
     EXIT_DAEMON,
     EXIT_USAGE,
@@ -51,10 +51,8 @@ from opsctl.decide.report import (
     write_report,
 )
 from opsctl.decide.verdict import compare_pairs, recommend
-from opsctl.deploy import ownership, readiness
-from opsctl.deploy.app import HttpFactory, ImageFor, Progress, Verifier, down, present_image, up
-from opsctl.deploy.state import StateDir
-from opsctl.engine.api import Engine
+from opsctl.deploy.app import Progress
+from opsctl.deploy.launch import Launch
 from opsctl.gate.gate import GateSmoke, SmokeAsk, UpProgress, attention_kind
 from opsctl.traffic.bench_report import BenchReport, LevelResult
 from opsctl.traffic.smoke_report import SmokeReport
@@ -104,13 +102,9 @@ class DecideResult:
 
 @dataclass(frozen=True)
 class _Ctx:
-    engine: Engine
-    verify: Verifier
+    launch: Launch
     smoke: GateSmoke
     bench: BenchRun
-    state: StateDir | None
-    http: HttpFactory
-    clock: Clock
     progress: UpProgress
     on_step: Callable[[str], None]
     request: DecideRequest
@@ -121,10 +115,9 @@ def _up_quietly(_: Deployment) -> AbstractContextManager[Callable[[Progress], No
 
 
 def decide(
-    profile: Profile, request: DecideRequest, *, engine: Engine, image_for: ImageFor,
-    verify: Verifier, smoke: GateSmoke, bench: BenchRun, state: StateDir | None = None,
-    http: HttpFactory = readiness.http_client, clock: Clock = SYSTEM_CLOCK,
-    progress: UpProgress | None = None, on_step: Callable[[str], None] = lambda line: None,
+    profile: Profile, request: DecideRequest, *, launch: Launch, smoke: GateSmoke,
+    bench: BenchRun, progress: UpProgress | None = None,
+    on_step: Callable[[str], None] = lambda line: None,
 ) -> DecideResult:
     """Every variant through up -> verify -> smoke -> bench -> down; the verdict and its files.
 
@@ -132,25 +125,23 @@ def decide(
     is not on the engine, an eval dataset that is not its pin.
     """
     deployments = chosen(profile, request.variants)
-    images = [image_for(deployment) for deployment in deployments]
-    for deployment, image in zip(deployments, images, strict=True):
-        present_image(engine, deployment, image)
+    images = [launch.image(deployment) for deployment in deployments]
     out = request.out_dir
     records = [_record(deployment, image, index)
                for index, (deployment, image) in enumerate(zip(deployments, images, strict=True))]
     smoke.check(_ask(deployments[0], "", out / records[0].directory, request.skip_eval))
+    clock = launch.clock
     report = DecideReport(started_at=clock.now().isoformat(timespec="seconds"),
                           profile=profile.name, concurrency=list(request.concurrency),
                           requests_per_level=request.requests_per_level,
                           skip_eval=request.skip_eval, variants=records)
-    ctx = _Ctx(engine, verify, smoke, bench, state, http, clock, progress or _up_quietly,
-               on_step, request)
+    ctx = _Ctx(launch, smoke, bench, progress or _up_quietly, on_step, request)
     began = clock.monotonic()
     smoked: dict[str, SmokeReport] = {}
     # One lock for the whole run, taken before anything is touched (each up/down re-enters it):
     # between two variants no other opsctl run may start a server on this profile and skew the
     # comparison, and a busy profile stops decide before it removes anything.
-    with ownership.profile_locks(state, [profile.name], "decide", clock):
+    with launch.locked([profile.name], "decide"):
         running = records[0]
         try:
             for deployment, image, running in zip(deployments, images, records, strict=True):
@@ -211,16 +202,18 @@ def _run_variant(ctx: _Ctx, deployment: Deployment, image: str,
     out, name = ctx.request.out_dir, deployment.variant
     folder = out / record.directory
     # What ran before this run (the previous variant is down already): its log goes to the run.
-    stopped = down(ctx.engine, deployment.profile.name, state=ctx.state, logs_dir=out,
-                   clock=ctx.clock, on_note=ctx.on_step).removed
+    stopped = ctx.launch.down(deployment.profile.name, logs_dir=out, on_note=ctx.on_step).removed
     ctx.on_step(f"{name}: " + (f"stopped {', '.join(stopped)}; " if stopped else "")
                 + f"starting {image}")
+    verify = ctx.launch.verify
+    if verify is None:
+        raise ValueError("decide verifies every variant: its launch needs a verify check")
     verified: list[Path] = []  # verify.json, once the verify room has answered
     verifying: list[bool] = []  # set once the server was ready and verify began
 
     def recording_verify(shown: Deployment, url: str, log_text: str) -> VerifyResult:
         verifying.append(True)
-        result = ctx.verify(shown, url, log_text)
+        result = verify(shown, url, log_text)
         verified.append(_write(folder / VERIFY_FILE, json.dumps(result.to_json(), indent=2)))
         record.resolved = [ResolvedField(field=c.field, expected=c.expected, source=c.source,
                                          served=c.resolved, status=c.status) for c in result.checks]
@@ -228,10 +221,9 @@ def _run_variant(ctx: _Ctx, deployment: Deployment, image: str,
 
     try:
         with ctx.progress(deployment) as on_progress:
-            started = up(deployment, engine=ctx.engine, image_for=lambda _: image, http=ctx.http,
-                         clock=ctx.clock, timeout_seconds=ctx.request.timeout_seconds,
-                         on_progress=on_progress, verify=recording_verify, state=ctx.state,
-                         logs_dir=folder, on_note=ctx.on_step)
+            started = ctx.launch.verifying(recording_verify).up(
+                deployment, image=image, timeout_seconds=ctx.request.timeout_seconds,
+                on_progress=on_progress, logs_dir=folder, on_note=ctx.on_step)
     except OpsctlError as exc:
         if isinstance(exc, Interrupted):  # a Ctrl-C whose clean-up left something behind
             raise
@@ -250,8 +242,8 @@ def _run_variant(ctx: _Ctx, deployment: Deployment, image: str,
         return _smoke_and_bench(ctx, deployment, started.base_url, folder, record)
     finally:
         # The server's whole log is saved into the variant's folder before it is removed.
-        logs = down(ctx.engine, deployment.profile.name, state=ctx.state, logs_dir=folder,
-                    clock=ctx.clock, on_note=ctx.on_step).logs
+        logs = ctx.launch.down(deployment.profile.name, logs_dir=folder,
+                               on_note=ctx.on_step).logs
         record.evidence += [_rel(out, path) for path in logs]
 
 
@@ -328,8 +320,7 @@ def _rel(out: Path, path: Path) -> str:
 def _remove_quietly(ctx: _Ctx, profile_name: str) -> None:
     """After Ctrl-C or a bug: remove this run's server; a failure here must not hide why."""
     try:
-        removed = down(ctx.engine, profile_name, state=ctx.state, logs_dir=ctx.request.out_dir,
-                       clock=ctx.clock).removed
+        removed = ctx.launch.down(profile_name, logs_dir=ctx.request.out_dir).removed
     except OpsctlError as exc:
         ctx.on_step(f"could not remove the server: {exc.message}")
         return

@@ -1,8 +1,9 @@
 """The deploy room's commands: `up`, `down`, `status`, `logs` and `up --dry-run`.
 
-Each function takes what it works with as arguments (the engine, how to name the image, an HTTP
-client factory, a clock, a progress callback, the verify room's check, the state directory,
-where removed servers' logs go) and returns a result object; `view.py` renders it. Servers are
+Each function takes what it works with as arguments (`up`: the launch, opsctl.deploy.launch,
+with the engine, how to name the image, an HTTP client factory, a clock, the verify room's
+check and the state directory; a progress callback, where removed servers' logs go) and
+returns a result object; `view.py` renders it. Servers are
 found by opsctl's labels only, so nothing opsctl did not create is ever touched; a run holds the
 profile's lock while it changes its containers, cleans up only what it created itself, and no
 server leaves without its log saved (opsctl.deploy.ownership, custody, logsave).
@@ -15,6 +16,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -33,7 +35,6 @@ from opsctl.deploy import ownership, readiness
 from opsctl.deploy.custody import CLEANUP_GRACE_SECONDS as CLEANUP_GRACE_SECONDS
 from opsctl.deploy.custody import Custody, Note, RunRecord, after_cleanup
 from opsctl.deploy.logsave import LOGS_DIR
-from opsctl.deploy.preflight import Preflight, run_preflight
 from opsctl.deploy.preflight import describe as describe_preflight
 from opsctl.deploy.serverstatus import ServerStatus as ServerStatus
 from opsctl.deploy.serverstatus import StatusResult as StatusResult
@@ -42,6 +43,9 @@ from opsctl.deploy.serverstatus import uptime as uptime
 from opsctl.deploy.state import CheckpointRecord, StateDir, Verdict, host_checkpoint
 from opsctl.engine.api import ContainerInfo, Engine, RunSpec
 from opsctl.verify.app import VerifyMismatch, VerifyResult, raise_on_mismatch
+
+if TYPE_CHECKING:
+    from opsctl.deploy.launch import Launch
 
 ImageFor = Callable[[Deployment], str]
 HttpFactory = Callable[[], httpx.Client]
@@ -98,25 +102,22 @@ class LogsResult:
 
 def up(
     deployment: Deployment,
+    launch: Launch,
     *,
-    engine: Engine,
-    image_for: ImageFor,
-    http: HttpFactory = readiness.http_client,
-    clock: Clock = SYSTEM_CLOCK,
     timeout_seconds: float | None = None,
     replace: bool = False,
     on_progress: Callable[[Progress], None] = lambda progress: None,
-    verify: Verifier | None = None,
-    state: StateDir | None = None,
     logs_dir: Path = LOGS_DIR,
     on_note: Note = _quiet,
-    preflight: Preflight | None = run_preflight,
+    preflight: bool = True,
 ) -> UpResult:
-    """Start the deployment, wait until it truly serves, then verify it (unless `verify` is
-    None) and record the verdict and checkpoint in `state`.
+    """Start the deployment with the launch's collaborators (opsctl.deploy.launch: the engine,
+    image naming, HTTP, clock), wait until it truly serves, then verify it (unless the launch's
+    `verify` is None) and record the verdict and checkpoint in its state directory.
 
-    First (unless `preflight` is None) the image loads the mounted checkpoint in a throwaway
-    container (opsctl.deploy.preflight); a failure raises before anything is replaced or started.
+    First (unless `preflight` is False or the launch has none) the image loads the mounted
+    checkpoint in a throwaway container (opsctl.deploy.preflight); a failure raises before
+    anything is replaced or started.
 
     Holds the profile's lock throughout (ProfileBusy when another run holds it). On failure,
     timeout, mismatch or Ctrl-C it removes what this run created, found by its run id, saving
@@ -127,7 +128,8 @@ def up(
         raise UsageError(f"profile {deployment.profile.name!r} spans {nnodes} hosts; `up` runs "
                          "one", hint="deploy it to a cluster: `opsctl render k8s` "
                          "(docs/kubernetes.md)")
-    image = image_for(deployment)
+    engine, state, clock = launch.engine, launch.state, launch.clock
+    image = launch.image_for(deployment)
     image_labels = present_image(engine, deployment, image)
     check_output_path(logs_dir, "server log directory", directory=True)
     checkpoint = host_checkpoint(deployment.profile.model.host_path)
@@ -149,16 +151,16 @@ def up(
                     f"(variant {info.labels.get(labels.VARIANT)!r})",
                     hint="pass --replace to swap it, or `opsctl down` first",
                 )
-        if preflight is not None:  # before what runs is replaced: a failure leaves it serving
-            on_note(preflight(deployment, engine, image).summary())
+        # Before what runs is replaced: a failure leaves it serving.
+        if preflight and launch.preflight is not None:
+            on_note(launch.preflight(deployment, engine, image).summary())
         for info in found:
             on_note(f"removing {info.name} ({info.status}; saving its log first)")
             custody.retire(info, _grace(info), "replaced by `opsctl up`")
         with ownership.InterruptGuard() as guard:
             try:
-                return _start(deployment, spec, run, engine, url, checkpoint, clock=clock,
-                              http=http, timeout_seconds=timeout_seconds, on_progress=on_progress,
-                              verify=verify, state=state)
+                return _start(launch, deployment, spec, run, url, checkpoint,
+                              timeout_seconds=timeout_seconds, on_progress=on_progress)
             except BaseException as exc:
                 # Failure, timeout, a verify mismatch and Ctrl-C (even one that lands while the
                 # container is being created) all remove what this run created, and only that.
@@ -168,21 +170,19 @@ def up(
                 raise after_cleanup(exc, retired, left) from None
 
 
-def _start(deployment: Deployment, spec: RunSpec, run: RunRecord, engine: Engine, url: str,
-           checkpoint: CheckpointRecord, *, clock: Clock, http: HttpFactory,
-           timeout_seconds: float | None, on_progress: Callable[[Progress], None],
-           verify: Verifier | None, state: StateDir | None) -> UpResult:
+def _start(launch: Launch, deployment: Deployment, spec: RunSpec, run: RunRecord, url: str,
+           checkpoint: CheckpointRecord, *, timeout_seconds: float | None,
+           on_progress: Callable[[Progress], None]) -> UpResult:
     settings = deployment.profile.readiness
-    started = engine.run(spec)
+    started = launch.engine.run(spec)
     run.known[started.id] = started.name
     elapsed = _wait_ready(
-        engine, started.id, url, deployment.profile.model.served_name,
+        launch, started.id, url, deployment.profile.model.served_name,
         timeout_seconds=timeout_seconds or settings.timeout_seconds,
-        poll_seconds=settings.poll_interval_seconds, http=http, clock=clock,
-        on_progress=on_progress,
+        poll_seconds=settings.poll_interval_seconds, on_progress=on_progress,
     )
-    container = engine.inspect(started.id)
-    verdict = _judge(deployment, engine, container, url, checkpoint, verify, state, clock)
+    container = launch.engine.inspect(started.id)
+    verdict = _judge(launch, deployment, container, url, checkpoint)
     return UpResult(container=container, base_url=url, already_up=False,
                     elapsed_seconds=elapsed, verdict=verdict)
 
@@ -205,11 +205,11 @@ def present_image(engine: Engine, deployment: Deployment, image: str) -> dict[st
     return image_labels
 
 
-def _judge(deployment: Deployment, engine: Engine, container: ContainerInfo, url: str,
-           checkpoint: CheckpointRecord, verify: Verifier | None, state: StateDir | None,
-           clock: Clock) -> Verdict:
+def _judge(launch: Launch, deployment: Deployment, container: ContainerInfo, url: str,
+           checkpoint: CheckpointRecord) -> Verdict:
     """Verify the ready server against the profile, record the verdict, raise on a mismatch."""
-    result = verify(deployment, url, engine.logs(container.id)) if verify else None
+    verify, state, clock = launch.verify, launch.state, launch.clock
+    result = verify(deployment, url, launch.engine.logs(container.id)) if verify else None
     checks = result.checks if result else []
     verdict = Verdict(
         container_id=container.id, container=container.name, profile=deployment.profile.name,
@@ -231,17 +231,17 @@ def _judge(deployment: Deployment, engine: Engine, container: ContainerInfo, url
 
 
 def _wait_ready(
-    engine: Engine,
+    launch: Launch,
     container_id: str,
     url: str,
     served_name: str,
     *,
     timeout_seconds: float,
     poll_seconds: float,
-    http: HttpFactory,
-    clock: Clock,
     on_progress: Callable[[Progress], None],
 ) -> float:
+    engine = launch.engine
+
     def exited() -> readiness.Exited | None:
         # A server the restart policy brought back between two polls died too.
         info = engine.inspect(container_id)
@@ -253,16 +253,16 @@ def _wait_ready(
     def progress(state: readiness.Probe, elapsed: float) -> None:
         on_progress(Progress(state, elapsed, _last_log_line(engine, container_id)))
 
-    deadline = clock.monotonic() + timeout_seconds
+    deadline = launch.clock.monotonic() + timeout_seconds
 
     def check(client: httpx.Client) -> readiness.Probe:
-        left = deadline - clock.monotonic()
+        left = deadline - launch.clock.monotonic()
         return readiness.probe(client, url, served_name, timeout_s=readiness.probe_timeout(left))
 
-    with http() as client:
+    with launch.http() as client:
         return readiness.wait_ready(
             lambda: check(client), exited=exited,
-            timeout_seconds=timeout_seconds, poll_seconds=poll_seconds, clock=clock,
+            timeout_seconds=timeout_seconds, poll_seconds=poll_seconds, clock=launch.clock,
             on_progress=progress, cleanup="",  # the cleanup appends what became of it
         )
 

@@ -26,11 +26,10 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from opsctl.config.profiles import Deployment, Profile
 from opsctl.config.review import computes
 from opsctl.config.runspec import base_url
-from opsctl.core.clock import SYSTEM_CLOCK, Clock
+from opsctl.core.clock import Clock
 from opsctl.core.errors import Interrupted, LaunchError, OpsctlError, SmokeError, UsageError
-from opsctl.deploy import readiness
-from opsctl.deploy.app import HttpFactory, ImageFor, Progress, Verifier, down, present_image, up
-from opsctl.deploy.preflight import Preflight, run_preflight
+from opsctl.deploy.app import Progress
+from opsctl.deploy.launch import Launch
 from opsctl.deploy.state import LastGood, StateDir, Verdict, host_checkpoint
 from opsctl.engine.api import Engine
 from opsctl.verify.app import VerifyMismatch
@@ -102,11 +101,8 @@ class GateResult:
 
 @dataclass(frozen=True)
 class _Ctx:
-    engine: Engine
+    launch: Launch
     state: StateDir
-    verify: Verifier
-    http: HttpFactory
-    clock: Clock
     progress: UpProgress
     on_step: Callable[[str], None]
     timeout_seconds: float | None  # readiness; None: the profile's
@@ -125,22 +121,29 @@ def attention_kind(deployment: Deployment) -> str:
 
 
 def gate(
-    deployment: Deployment, *, engine: Engine, image_for: ImageFor, state: StateDir,
-    verify: Verifier, smoke: GateSmoke, http: HttpFactory = readiness.http_client,
-    clock: Clock = SYSTEM_CLOCK, progress: UpProgress = _no_progress,
-    on_step: Callable[[str], None] = lambda line: None, push: Push | None = None,
-    gateway: str | None = None, timeout_seconds: float | None = None,
-    preflight: Preflight | None = run_preflight,
+    deployment: Deployment, *, launch: Launch, smoke: GateSmoke,
+    progress: UpProgress = _no_progress, on_step: Callable[[str], None] = lambda line: None,
+    push: Push | None = None, gateway: str | None = None, timeout_seconds: float | None = None,
 ) -> GateResult:
     """Stop, start X, verify, smoke, compare; keep X as the last good or bring that one back.
-    X's preflight runs before anything is stopped: a checkpoint X cannot load leaves what runs."""
-    profile, variant = deployment.profile, deployment.variant
+    X's preflight runs before anything is stopped: a checkpoint X cannot load leaves what runs.
+    The launch must verify and keep state (its last good variant); its lock is held throughout:
+    the down, up and rollback are one change of the profile."""
+    ctx = _Ctx(launch, launch.kept_state("the gate"), progress, on_step, timeout_seconds)
+    with launch.locked([deployment.profile.name], "up --gate"):
+        return _gate(ctx, deployment, smoke, push, gateway)
+
+
+def _gate(ctx: _Ctx, deployment: Deployment, smoke: GateSmoke, push: Push | None,
+          gateway: str | None) -> GateResult:
+    launch, state, on_step = ctx.launch, ctx.state, ctx.on_step
+    profile, variant, engine, clock = (deployment.profile, deployment.variant, launch.engine,
+                                       launch.clock)
     last = state.last_good(profile.name)
     back = _rollback_target(profile, last, engine, state)
-    image = image_for(deployment)
-    present_image(engine, deployment, image)
-    if preflight is not None:
-        on_step(preflight(deployment, engine, image).summary())
+    image = launch.image(deployment)
+    if launch.preflight is not None:
+        on_step(launch.preflight(deployment, engine, image).summary())
     compare_with, comparison = _comparison(deployment, last, back)
     eval_config = profile.eval
     ask = SmokeAsk(deployment=deployment, base_url=base_url(deployment),
@@ -149,12 +152,11 @@ def gate(
                    long_context="long_context" in eval_config.model_fields_set,
                    lm_eval=eval_config.lm_eval is not None)
     smoke.check(ask)
-    ctx = _Ctx(engine, state, verify, http, clock, progress, on_step, timeout_seconds)
     if back is not None and last is not None and back.deployment.config_hash() != last.config_hash:
         on_step(f"note: the profile changed since {back.deployment.variant!r} passed; "
                 "a rollback brings it back as the profile says now")
     try:
-        stopped = down(engine, profile.name, state=state).removed
+        stopped = launch.down(profile.name).removed
         on_step(f"stopped {', '.join(stopped)}" if stopped else "nothing was running")
         on_step(comparison)
         failed, verdict, report = _attempt(ctx, deployment, image, ask, smoke)
@@ -250,10 +252,9 @@ def _complete_pass(report: Path) -> bool:
 
 def _launch(ctx: _Ctx, deployment: Deployment, image: str) -> Verdict | None:
     with ctx.progress(deployment) as on_progress:
-        started = up(deployment, engine=ctx.engine, image_for=lambda _: image, http=ctx.http,
-                     clock=ctx.clock, on_progress=on_progress, verify=ctx.verify,
-                     state=ctx.state, timeout_seconds=ctx.timeout_seconds,
-                     preflight=None)  # gate() ran it before stopping what ran
+        started = ctx.launch.up(deployment, image=image, on_progress=on_progress,
+                                timeout_seconds=ctx.timeout_seconds,
+                                preflight=False)  # gate() ran it before stopping what ran
     return started.verdict
 
 
@@ -295,7 +296,7 @@ def _restore(ctx: _Ctx, profile: Profile, back: Rollback | None) -> tuple[str | 
     raised, so the gate's own verdict (or Ctrl-C) stays what the command ends with.
     """
     try:
-        removed = down(ctx.engine, profile.name, state=ctx.state).removed
+        removed = ctx.launch.down(profile.name).removed
         if removed:
             ctx.on_step(f"removed {', '.join(removed)}")
         if back is None:

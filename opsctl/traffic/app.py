@@ -23,19 +23,19 @@ from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import OpsctlError, UsageError
 from opsctl.core.redact import redact_userinfo
 from opsctl.core.reports import default_bench_dir, default_smoke_path
-from opsctl.traffic.arrival import Arrival
 from opsctl.traffic.bench import BenchOptions, Launcher, Progress, Target, parse_targets, run_bench
 from opsctl.traffic.bench_report import BenchReport
 from opsctl.traffic.bench_report import verdict_error as bench_verdict
 from opsctl.traffic.bench_serving import write_report_files
-from opsctl.traffic.client import Api, ClientFactory
+from opsctl.traffic.client import ClientFactory
 from opsctl.traffic.drivers import SweepDriver
 from opsctl.traffic.served import local_tokenizer
+from opsctl.traffic.settings import BENCH_DEFAULTS, SMOKE_DEFAULTS, BenchSettings, SmokeSettings
 from opsctl.traffic.smoke import SmokeOptions, run_smoke
 from opsctl.traffic.smoke_evals import DatasetLoader, EvalRequest, plan_evals
 from opsctl.traffic.smoke_report import SmokeReport, write_report
 from opsctl.traffic.smoke_report import verdict_error as smoke_verdict
-from opsctl.traffic.workloads import WorkloadSpec, build
+from opsctl.traffic.workloads import Workload, WorkloadSpec, build
 
 
 # Raises LaunchError (exit 4) when no server of the profile runs.
@@ -71,17 +71,16 @@ class Pushed:
 
 @dataclass(frozen=True)
 class SmokeRequest:
+    """One smoke run: where, what to write and compare, and its settings (one model)."""
+
     profile: str | None
     variant: str | None
     base_url: str | None
-    model: str | None
-    api: Api
     api_key: str | None
     json_path: Path | None
     compare_with: Path | None
-    request_timeout_s: float
-    overall_timeout_s: float
     gateway: str | None  # push the report here; None: no push
+    settings: SmokeSettings = SMOKE_DEFAULTS
     evals: EvalRequest = EvalRequest()  # accuracy checks after the others; none by default
 
 
@@ -106,25 +105,16 @@ class SmokeTarget:
 
 @dataclass(frozen=True)
 class BenchRequest:
+    """One bench run: the targets, where the files go, and its settings (one model)."""
+
     profile: str | None
     variants: tuple[str, ...]
     base_urls: tuple[str, ...]
-    concurrency: tuple[int, ...]
-    requests_per_level: int | None
-    input_words: int
-    output_tokens: int
-    model: str | None
-    api: Api
     api_key: str | None
-    request_timeout_s: float
     out_dir: Path | None
     gateway: str | None  # push the report here; None: no push
-    deadline_s: float | None = None  # each target's sweep; None: derived (BenchOptions)
-    ignore_eos: bool = True  # False for servers that refuse the extension
-    request_rate: float | None = None  # Poisson arrivals per second; None: closed loop
-    duration_s: float | None = None  # seconds per level instead of a request count
+    settings: BenchSettings = BENCH_DEFAULTS
     workload: WorkloadSpec | None = None  # None: word prompts of input_words/output_tokens
-    client_workers: int | None = None  # client processes per level; None: automatic
     slo: Slo | None = None  # --goodput thresholds; None: the profile's SLO
 
 
@@ -147,14 +137,16 @@ def smoke(
     """
     target = resolve_smoke_target(request.profile, request.variant, request.base_url, locate)
     evals = plan_evals(request.evals, target.eval_config, load_dataset)
+    settings = request.settings
     options = SmokeOptions(
         base_url=target.base_url, profile=target.profile, variant=target.variant,
-        profile_alias=target.profile_alias, api_key=request.api_key, model=request.model,
-        api=request.api, request_timeout_s=request.request_timeout_s,
-        overall_timeout_s=request.overall_timeout_s, compare_with=request.compare_with,
+        profile_alias=target.profile_alias, api_key=request.api_key, model=settings.model,
+        api=settings.api, request_timeout_s=settings.request_timeout_s,
+        overall_timeout_s=settings.overall_timeout_s, compare_with=request.compare_with,
         evals=evals, slo=target.slo, checkpoint=target.checkpoint,
     )
     report = run_smoke(options, client_factory)
+    report.settings = settings
     path = request.json_path or default_smoke_path()
     write_report(report, path)
     pushed = _push(push, "smoke", report, request.gateway)
@@ -200,10 +192,38 @@ def bench(
     """Resolve the targets, sweep each (launching profile variants), write the files, push.
     `driver` sends the load instead of opsctl's client (`--driver`, opsctl.traffic.drivers)."""
     loaded, targets, active = _bench_plan(request, launcher)
-    spec = request.workload or WorkloadSpec(input_len=request.input_words,
-                                            output_len=request.output_tokens)
+    settings, spec, workload, served_tokenizer = _bench_workload(request, loaded, driver)
+    options = BenchOptions.of(
+        settings, arrival_seed=spec.seed, api_key=request.api_key,
+        profile_alias=loaded.model.served_name if loaded else None,
+        slo=request.slo or (loaded.slo if loaded else None), workload=workload, driver=driver,
+    )
+    options = replace(options, arrival=replace(options.arrival, schedule_s=workload.arrivals_s))
+    out = request.out_dir or default_bench_dir()
+    with progress() if progress else nullcontext(None) as on_progress:
+        report = run_bench(targets, options, profile_name=loaded.name if loaded else None,
+                           launcher=active, progress=on_progress, client_factory=client_factory)
+    if served_tokenizer is not None:
+        _check_tokenizer(report, served_tokenizer)
+    written = write_report_files(report, out) + plot(report, out)
+    pushed = _push(push, "bench", report, request.gateway)
+    return BenchResult(report=report, out_dir=out, written=written, pushed=pushed,
+                       error=bench_verdict(report, out))
+
+
+def _bench_workload(request: BenchRequest, loaded: Profile | None,
+                    driver: SweepDriver | None,
+                    ) -> tuple[BenchSettings, WorkloadSpec, Workload, str | None]:
+    """The workload a sweep sends, the settings as it runs them and the served tokenizer
+    its prompts were counted with: a trace is replayed whole
+    per level unless --requests says otherwise, and a trace or multi-turn sessions are kept by
+    one client process. A bad dataset or tokenizer, or options a trace refuses: exit 2 before
+    any launch."""
+    settings = request.settings
+    spec = request.workload or WorkloadSpec(input_len=settings.input_words,
+                                            output_len=settings.output_tokens)
     if spec.turns > 1:  # as many sessions side by side as the largest level keeps in flight
-        spec = replace(spec, session_width=max(request.concurrency))
+        spec = replace(spec, session_width=max(settings.concurrency))
     served_tokenizer, unmapped = None, None
     if driver is None and loaded is not None and spec.name == "random" and spec.tokenizer is None:
         served_tokenizer = _served_tokenizer(loaded, request.variants)
@@ -215,8 +235,24 @@ def bench(
             if not spec.defaulted:  # asked for by name: the missing tokenizer is the error
                 raise
             served_tokenizer, unmapped = None, exc.message  # the default: words, and why
-    workload = (driver.workload(spec, request.api, request.requests_per_level, request.duration_s)
-                if driver else build(spec))  # a bad dataset or tokenizer: exit 2 before any launch
+    workload = (driver.workload(spec, settings.api, settings.requests_per_level,
+                                settings.duration_s)
+                if driver else build(spec))
+    if workload.name != "random":
+        served_tokenizer = None  # the default fell back to words (the note says why)
+    _note_workload(workload, spec, unmapped, served_tokenizer)
+    one_process = _check_replay(workload, spec, settings)
+    # A trace is replayed whole per level unless --requests says otherwise.
+    per_level = settings.requests_per_level or (len(workload.items or ())
+                                                if workload.arrivals_s is not None else None)
+    settings = settings.model_copy(update={
+        "requests_per_level": per_level,
+        "client_workers": 1 if one_process else settings.client_workers})
+    return settings, spec, workload, served_tokenizer
+
+
+def _note_workload(workload: Workload, spec: WorkloadSpec, unmapped: str | None,
+                   served_tokenizer: str | None) -> None:
     if unmapped is not None and workload.name == "words":
         workload.note = (f"no tokenizer found ({unmapped}): word prompts, about one token per "
                          "word; token-exact `random` needs --tokenizer or the profile's "
@@ -225,46 +261,26 @@ def bench(
         workload.note = ((workload.note + "; ") if workload.note else "") + (
             f"multi-turn chat: sessions of {spec.turns} turns, {spec.session_width} side by "
             "side, each turn sent after its session's history (one client process)")
-    if workload.name != "random":
-        served_tokenizer = None  # the default fell back to words (the note says why)
     if served_tokenizer is not None:
         workload.note = (f"tokenizer {spec.tokenizer}: this host's side of the server's "
                          f"{served_tokenizer} (the profile's model mount)")
-    if workload.arrivals_s is not None and request.request_rate is not None:
+
+
+def _check_replay(workload: Workload, spec: WorkloadSpec, settings: BenchSettings) -> bool:
+    """Whether one client process keeps this workload (a trace, multi-turn sessions); the
+    options such a workload refuses are exit 2."""
+    if workload.arrivals_s is not None and settings.request_rate is not None:
         raise UsageError("--request-rate with --dataset-name mooncake-trace: the trace's "
                          "timestamps are the arrivals", hint="drop --request-rate; "
                          "--trace-scale speeds the trace up or slows it down")
-    if spec.turns > 1 and request.api != "chat":
+    if spec.turns > 1 and settings.api != "chat":
         raise UsageError(f"--multi-turn {spec.turns}: a session's history is chat messages",
                          hint="add --api chat")
     one_process = workload.arrivals_s is not None or spec.turns > 1
-    if one_process and (request.client_workers or 1) > 1:
+    if one_process and (settings.client_workers or 1) > 1:
         raise UsageError("--client-workers: a trace's arrivals and multi-turn sessions are kept "
                          "by one client process", hint="drop --client-workers")
-    # A trace is replayed whole per level unless --requests says otherwise.
-    per_level = request.requests_per_level or (len(workload.items or ())
-                                               if workload.arrivals_s is not None else None)
-    options = BenchOptions(
-        concurrency=request.concurrency, requests_per_level=per_level,
-        input_words=request.input_words, output_tokens=request.output_tokens, api=request.api,
-        request_timeout_s=request.request_timeout_s, api_key=request.api_key,
-        model=request.model, profile_alias=loaded.model.served_name if loaded else None,
-        deadline_s=request.deadline_s, ignore_eos=request.ignore_eos,
-        arrival=Arrival(rate=request.request_rate, duration_s=request.duration_s,
-                        seed=spec.seed, schedule_s=workload.arrivals_s),
-        slo=request.slo or (loaded.slo if loaded else None), workload=workload, driver=driver,
-        client_workers=1 if one_process else request.client_workers,
-    )
-    out = request.out_dir or default_bench_dir()
-    with progress() if progress else nullcontext(None) as on_progress:
-        report = run_bench(targets, options, profile_name=loaded.name if loaded else None,
-                           launcher=active, progress=on_progress, client_factory=client_factory)
-    if served_tokenizer is not None:
-        _check_tokenizer(report, served_tokenizer)
-    written = write_report_files(report, out) + plot(report, out)
-    pushed = _push(push, "bench", report, request.gateway)
-    return BenchResult(report=report, out_dir=out, written=written, pushed=pushed,
-                       error=bench_verdict(report, out))
+    return one_process
 
 
 def _served_tokenizer(profile: Profile, variants: tuple[str, ...]) -> str:

@@ -65,16 +65,19 @@ from opsctl.traffic.levels import (
 )
 from opsctl.traffic.served import (
     ModelResolution,
-    choose_served_name,
-    list_models,
+    ModelsUnlisted,
+    NameUnresolved,
     read_model_info,
+    resolve_served_name,
     tokenizer_from_model_info,
 )
 from opsctl.traffic.server_sampler import sample_level
+from opsctl.traffic.settings import BENCH_DEFAULTS as _D
+from opsctl.traffic.settings import DEFAULT_CONCURRENCY as DEFAULT_CONCURRENCY
+from opsctl.traffic.settings import BenchSettings
 from opsctl.traffic.workers import WorkerPool, WorkerSetup
 from opsctl.traffic.workloads import Workload, WorkloadSpec, build
 
-DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
 # A level opens this many connections and sends this many warm-up requests at once: far above
 # what one 8-GPU server admits, so a larger one is a typo (an extra digit), refused up front.
 MAX_CONCURRENCY = 10_000
@@ -92,25 +95,44 @@ class Target:
 
 @dataclass(frozen=True)
 class BenchOptions:
-    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
-    requests_per_level: int | None = None
-    input_words: int = 256
-    output_tokens: int = 256
-    api: Api = "completions"
-    ignore_eos: bool = True
+    """One sweep's options: the user's settings (traffic.settings.BenchSettings, whose
+    defaults these are) and what the run resolved (key, alias, SLO, workload, driver)."""
+
+    concurrency: tuple[int, ...] = _D.concurrency
+    requests_per_level: int | None = _D.requests_per_level
+    input_words: int = _D.input_words
+    output_tokens: int = _D.output_tokens
+    api: Api = _D.api
+    ignore_eos: bool = _D.ignore_eos
     temperature: float = 0.0
-    request_timeout_s: float = 600.0
-    deadline_s: float | None = None  # None: derived, see `deadline`
+    request_timeout_s: float = _D.request_timeout_s
+    deadline_s: float | None = _D.deadline_s  # None: derived, see `deadline`
     prompt_seed: int = 0
     api_key: str | None = None
-    model: str | None = None
+    model: str | None = _D.model
     profile_alias: str | None = None
     arrival: Arrival = Arrival()
     slo: Slo | None = None  # the profile's; goodput is judged by it
     workload: Workload | None = None  # None: word prompts of input_words, output_tokens
-    client_workers: int | None = None  # client processes per level; None: levels.client_workers
+    client_workers: int | None = _D.client_workers  # None: levels.client_workers
     driver: SweepDriver | None = None  # None: opsctl's client (`sweep`)
     server_figures: bool = True  # sample the server's /metrics (and local GPUs) per level
+
+    @classmethod
+    def of(cls, settings: BenchSettings, *, arrival_seed: int = 0, api_key: str | None = None,
+           profile_alias: str | None = None, slo: Slo | None = None,
+           workload: Workload | None = None, driver: SweepDriver | None = None) -> BenchOptions:
+        """The options of a sweep with these settings, and what the run resolved."""
+        return cls(concurrency=settings.concurrency,
+                   requests_per_level=settings.requests_per_level,
+                   input_words=settings.input_words, output_tokens=settings.output_tokens,
+                   api=settings.api, ignore_eos=settings.ignore_eos,
+                   request_timeout_s=settings.request_timeout_s, deadline_s=settings.deadline_s,
+                   model=settings.model, client_workers=settings.client_workers,
+                   arrival=Arrival(rate=settings.request_rate, duration_s=settings.duration_s,
+                                   seed=arrival_seed),
+                   api_key=api_key, profile_alias=profile_alias, slo=slo, workload=workload,
+                   driver=driver)
 
     def work(self) -> Workload:
         return self.workload or build(WorkloadSpec(input_len=self.input_words,
@@ -247,18 +269,15 @@ def _host_port(url: str) -> str:
 async def resolve_model(
     client: httpx.AsyncClient, options: BenchOptions, timeout_s: float
 ) -> ModelResolution:
-    try:
-        listed = await list_models(client, timeout_s)  # ServerUnreachable propagates
-    except ValueError as exc:
+    try:  # ServerUnreachable propagates
+        resolution = await resolve_served_name(client, timeout_s, options.model,
+                                               options.profile_alias)
+    except ModelsUnlisted as exc:
         # Ready means /v1/models lists the model (DESIGN.md); a server that does not is not.
         raise LaunchError(f"{client.base_url}: {exc}",
                           hint=f"check the server, and ${API_KEY_ENV} if it wants a key") from None
-    try:
-        name, source, notes = choose_served_name(listed, options.model, options.profile_alias)
-    except ValueError as exc:
+    except NameUnresolved as exc:
         raise UsageError(str(exc), hint="pass --model NAME (one of the listed names)") from None
-    resolution = ModelResolution(served_name=name, served_name_source=source, listed=listed,
-                                 profile_alias=options.profile_alias, notes=notes)
     info, how = await read_model_info(client, timeout_s)
     if info is None:
         resolution.tokenizer_source = how + "; bench needs no tokenizer"

@@ -95,6 +95,31 @@ async def list_models(client: httpx.AsyncClient, timeout_s: float) -> list[str]:
         raise ValueError(f"GET /v1/models: not a model list: {exc}") from None
 
 
+class ModelsUnlisted(ValueError):
+    """GET /v1/models gave no model list (a timeout, an error status, a bad body)."""
+
+
+class NameUnresolved(ValueError):
+    """/v1/models listed models, but which one to send is not decided (--model, the alias)."""
+
+
+async def resolve_served_name(client: httpx.AsyncClient, timeout_s: float,
+                              requested: str | None, profile_alias: str | None) -> ModelResolution:
+    """The one resolution of the served model name smoke and bench share: /v1/models' list,
+    then `choose_served_name`. Raises ServerUnreachable, ModelsUnlisted or NameUnresolved (each
+    command says what that means for it: a failed check, exit 4 or exit 2)."""
+    try:
+        listed = await list_models(client, timeout_s)
+    except ValueError as exc:
+        raise ModelsUnlisted(str(exc)) from None
+    try:
+        name, source, notes = choose_served_name(listed, requested, profile_alias)
+    except ValueError as exc:
+        raise NameUnresolved(str(exc)) from None
+    return ModelResolution(served_name=name, served_name_source=source, listed=listed,
+                           profile_alias=profile_alias, notes=notes)
+
+
 async def read_model_info(
     client: httpx.AsyncClient, timeout_s: float
 ) -> tuple[dict[str, Any] | None, str]:

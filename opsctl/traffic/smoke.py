@@ -44,11 +44,13 @@ from opsctl.traffic.evals.lmeval import LmEvalResult, Target
 from opsctl.traffic.evals.probes import ProbeResult
 from opsctl.traffic.served import (
     ModelResolution,
-    choose_served_name,
-    list_models,
+    ModelsUnlisted,
+    NameUnresolved,
     read_model_info,
+    resolve_served_name,
     tokenizer_from_model_info,
 )
+from opsctl.traffic.settings import SMOKE_DEFAULTS
 from opsctl.traffic.sglang_metrics import expected_series, missing_series
 from opsctl.traffic.smoke_evals import (
     EvalPlan,
@@ -93,8 +95,8 @@ class SmokeOptions:
     api_key: str | None = None
     model: str | None = None
     api: Api = "completions"
-    request_timeout_s: float = 120.0
-    overall_timeout_s: float = 600.0
+    request_timeout_s: float = SMOKE_DEFAULTS.request_timeout_s
+    overall_timeout_s: float = SMOKE_DEFAULTS.overall_timeout_s
     max_tokens: int = 32
     stream_max_tokens: int = 64
     stream_requests: int = 3
@@ -244,17 +246,13 @@ async def _readiness(run: _Run, client: httpx.AsyncClient) -> tuple[CheckStatus,
 async def _model_listed(run: _Run, client: httpx.AsyncClient) -> tuple[CheckStatus, str]:
     options = run.options
     try:
-        listed = await list_models(client, run.budget())
-    except ValueError as exc:
+        run.model = await resolve_served_name(client, run.budget(), options.model,
+                                              options.profile_alias)
+    except ModelsUnlisted as exc:
         return "fail", str(exc)
-    try:
-        name, source, notes = choose_served_name(listed, options.model, options.profile_alias)
-    except ValueError as exc:
+    except NameUnresolved as exc:
         return "fail", f"{exc}; pass --model NAME"
-    run.model = ModelResolution(
-        served_name=name, served_name_source=source, listed=listed,
-        profile_alias=options.profile_alias, notes=notes,
-    )
+    name, source, notes = run.model.served_name, run.model.served_name_source, run.model.notes
     return "pass", f"model {name!r} ({source})" + "".join(f"; {n}" for n in notes)
 
 

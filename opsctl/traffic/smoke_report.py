@@ -23,6 +23,7 @@ from opsctl.traffic.evals.gsm8k import EvalItem, EvalResult
 from opsctl.traffic.evals.lmeval import LmEvalResult
 from opsctl.traffic.evals.probes import ProbeResult
 from opsctl.traffic.served import ModelResolution
+from opsctl.traffic.settings import SmokeSettings
 
 SCHEMA_VERSION = 2  # 2: slo records objectives by quantile (no p50-only fields)
 MAX_REPORT_BYTES = 256 << 20  # a reference report, GSM8K outputs included
@@ -112,6 +113,7 @@ class SmokeReport(PartialReport):
     # What the server runs, as `up` records it; only `id` is compared, when both reports have it.
     checkpoint: dict[str, Any] | None = None
     warnings: list[str] = []  # printed, never a verdict
+    settings: SmokeSettings | None = None  # what it ran with (traffic.settings); None: older
     passed: bool
 
     def check(self, name: str) -> CheckResult | None:

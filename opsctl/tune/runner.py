@@ -1,5 +1,6 @@
-"""The real PointRunner: the deploy room's `up`/`down` and the traffic room's bench, through
-their public functions; the engine, image naming, verifier and client factory come from the CLI.
+"""The real PointRunner: the deploy room's launch (`up`/`down`, verified, locked) and the
+traffic room's bench, through their public functions; the launch and the client factory come
+from the CLI's composition root.
 """
 
 from __future__ import annotations
@@ -8,10 +9,7 @@ from dataclasses import dataclass
 
 from opsctl.config.profiles import Deployment
 from opsctl.core.errors import Interrupted
-from opsctl.deploy import app as deploy_app
-from opsctl.deploy.app import ImageFor, Verifier
-from opsctl.deploy.state import StateDir
-from opsctl.engine.api import Engine
+from opsctl.deploy.launch import Launch
 from opsctl.traffic.bench import BenchOptions, Target, run_bench
 from opsctl.traffic.client import ClientFactory, make_client
 from opsctl.tune.app import Measure
@@ -21,10 +19,7 @@ LABEL = "tune"
 
 @dataclass
 class DeployRunner:
-    engine: Engine
-    image_for: ImageFor
-    verify: Verifier | None
-    state: StateDir | None
+    launch: Launch
     input_words: int
     output_tokens: int
     request_timeout_s: float
@@ -33,8 +28,7 @@ class DeployRunner:
 
     def up(self, deployment: Deployment) -> str:
         """Stop what runs for the profile, start this point, wait until ready and verified."""
-        started = deploy_app.up(deployment, engine=self.engine, image_for=self.image_for,
-                                replace=True, verify=self.verify, state=self.state)
+        started = self.launch.up(deployment, replace=True)
         return started.base_url
 
     def bench(self, base_url: str, concurrency: int, requests: int) -> Measure:
@@ -61,4 +55,4 @@ class DeployRunner:
             failed_requests=failed, error=error)
 
     def down(self, deployment: Deployment) -> None:
-        deploy_app.down(self.engine, deployment.profile.name, state=self.state)
+        self.launch.down(deployment.profile.name)

@@ -25,6 +25,7 @@ from opsctl.core.errors import EXIT_SMOKE, EXIT_USAGE
 from opsctl.traffic import app, view
 from opsctl.traffic.client import make_client
 from opsctl.traffic.evals.dataset import DatasetError, load_gsm8k
+from opsctl.traffic.settings import SmokeSettings
 from opsctl.traffic.smoke import SmokeOptions, run_smoke
 from opsctl.traffic.smoke_evals import EvalRequest, eval_request
 from opsctl.traffic.smoke_report import SmokeReport, checkpoint_warning
@@ -51,9 +52,9 @@ def _no_push(kind: str, report: dict[str, Any], gateway: str) -> None:
 def smoke(url: str, tmp_path: Path, evals: EvalRequest, compare_with: Path | None = None,
           name: str = "smoke.json", **factory: Any) -> app.SmokeResult:
     request = app.SmokeRequest(
-        profile="sim", variant=None, base_url=url, model=None, api="completions", api_key=None,
-        json_path=tmp_path / name, compare_with=compare_with, request_timeout_s=30,
-        overall_timeout_s=120, gateway=None, evals=evals)
+        profile="sim", variant=None, base_url=url, api_key=None, json_path=tmp_path / name,
+        compare_with=compare_with, gateway=None,
+        settings=SmokeSettings(request_timeout_s=30, overall_timeout_s=120), evals=evals)
     return app.smoke(request, locate=_no_locator, push=_no_push,
                      client_factory=factory.get("client_factory", make_client),
                      load_dataset=load_gsm8k)

@@ -20,6 +20,7 @@ from opsctl.traffic import app, view
 from opsctl.traffic.bench import Launcher
 from opsctl.traffic.client import make_client
 from opsctl.traffic.evals.dataset import load_gsm8k
+from opsctl.traffic.settings import BenchSettings, SmokeSettings
 
 StartSim = Callable[..., SimServer]
 KEY = "sk-push-sentinel-key-5150"
@@ -32,10 +33,10 @@ def _sim(start: StartSim) -> str:
 
 
 def _smoke_request(url: str, tmp_path: Path, gateway: str | None) -> app.SmokeRequest:
-    return app.SmokeRequest(profile=None, variant=None, base_url=url, model=None,
-                            api="completions", api_key=KEY, json_path=tmp_path / "smoke.json",
-                            compare_with=None, request_timeout_s=10, overall_timeout_s=60,
-                            gateway=gateway)
+    return app.SmokeRequest(profile=None, variant=None, base_url=url, api_key=KEY,
+                            json_path=tmp_path / "smoke.json", compare_with=None,
+                            gateway=gateway,
+                            settings=SmokeSettings(request_timeout_s=10, overall_timeout_s=60))
 
 
 def _no_locator(profile_name: str) -> app.LocatedServer:
@@ -62,10 +63,11 @@ def test_reports_are_pushed_with_the_key_masked(sim_server: StartSim, tmp_path: 
                       client_factory=make_client, load_dataset=load_gsm8k)
     view.show_smoke(smoke, console)
     bench = app.bench(
-        app.BenchRequest(profile=None, variants=(), base_urls=(url,), concurrency=(1,),
-                         requests_per_level=2, input_words=8, output_tokens=4, model=None,
-                         api="completions", api_key=KEY, request_timeout_s=10,
-                         out_dir=tmp_path / "bench", gateway=GATEWAY),
+        app.BenchRequest(profile=None, variants=(), base_urls=(url,), api_key=KEY,
+                         out_dir=tmp_path / "bench", gateway=GATEWAY,
+                         settings=BenchSettings(concurrency=(1,), requests_per_level=2,
+                                                input_words=8, output_tokens=4,
+                                                request_timeout_s=10)),
         launcher=_no_launcher,
         push=push, plot=_no_plots, client_factory=make_client,
     )

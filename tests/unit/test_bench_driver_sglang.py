@@ -12,7 +12,7 @@ import httpx
 import pytest
 from fakes import FakeEngine
 
-from opsctl.cli import traffic as cli_traffic
+from opsctl.cli.root import Root
 from opsctl.core.errors import EXIT_SMOKE, EXIT_USAGE, UsageError
 from opsctl.core.labels import BASE_URL, MANAGED, PROFILE, ROLE, ROLE_SERVER, TRUE
 from opsctl.deploy.urlserver import server_for_url
@@ -221,7 +221,7 @@ def engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
 
 
 def _bench(targets: list[Target], **fields: Any) -> Any:
-    options = _options(driver=SglangBench(cli_traffic.serving_container), **fields)
+    options = _options(driver=SglangBench(Root().serving_container), **fields)
     return run_bench(targets, options, client_factory=_client_factory,  # type: ignore[arg-type]
                      progress=lambda *args: None)
 
@@ -317,10 +317,3 @@ def test_the_container_is_the_opsctl_server_publishing_the_urls_port() -> None:
             server_for_url(engine, url)
 
 
-def test_the_cli_refuses_an_unknown_driver_and_what_bench_serving_cannot_do(opsctl) -> None:
-    unknown = opsctl("bench", "--driver", "locust", "--base-url", "http://127.0.0.1:9")
-    assert unknown.returncode == EXIT_USAGE and "--driver 'locust'" in unknown.stderr
-    timed = opsctl("bench", "--driver", "sglang-bench", "--dataset-name", "random",
-                   "--duration", "5", "--base-url", "http://127.0.0.1:9")
-    assert timed.returncode == EXIT_USAGE and "--duration" in timed.stderr
-    assert "Traceback" not in timed.stderr

@@ -63,6 +63,7 @@ def test_markdown_table_shows_each_variant_with_its_delta() -> None:
 
 
 def test_outputs_are_written_fresh(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the plots are the [plot] extra")  # PNGs asserted
     report = _report(_variant("baseline", 0.02), _variant("gathercast", 0.015))
     (tmp_path / "bench.json").write_text("stale content that must disappear")
     written = write_report_files(report, tmp_path) + write_plots(report, tmp_path)

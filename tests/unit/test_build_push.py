@@ -143,19 +143,6 @@ def test_repositories_refused_before_any_build(value: str, hint: str) -> None:
     assert raised.value.exit_code == EXIT_USAGE and hint in raised.value.hint
 
 
-def test_cli_refuses_a_bad_repository_before_building(opsctl: Any) -> None:
-    result = opsctl("build", "--profile", "sim", "--push", "127.0.0.1:5000/opsctl/sim:v1",
-                    DOCKER_HOST="unix:///nonexistent.sock")
-    assert result.returncode == EXIT_USAGE, result.stderr
-    assert "not a repository name" in result.stderr and "Traceback" not in result.stderr
-
-
-def test_dry_run_shows_where_each_image_would_be_pushed(opsctl: Any) -> None:
-    result = opsctl("build", "--profile", "sim", "--dry-run", "--push", REPO)
-    assert result.returncode == 0, result.stderr
-    assert f"push  {REPO}:" in result.stdout
-
-
 # --- the Docker side: the stream the daemon answers a push with ---------------------------------
 
 

@@ -34,6 +34,7 @@ from opsctl.decide import app as decide_app
 from opsctl.decide.app import BenchAsk, DecideRequest, DecideResult
 from opsctl.decide.report import DecideReport, VariantRecord
 from opsctl.deploy.app import ImageFor
+from opsctl.deploy.launch import Launch
 from opsctl.deploy.ownership import ProfileBusy
 from opsctl.deploy.state import StateDir
 from opsctl.engine.api import ContainerInfo, RunSpec
@@ -176,10 +177,11 @@ class Run:
         return decide_app.decide(
             PROFILE, DecideRequest(variants=variants, concurrency=LEVELS, requests_per_level=4,
                                    out_dir=self.out),
-            engine=self.engine, image_for=image_for or (lambda _: IMAGE),
-            verify=verify or FakeVerify(), smoke=smoke or FakeSmoke(), bench=bench or FakeBench({}),
-            http=FakeSglang(PROFILE.model.served_name, ["ready"]).client, clock=FakeClock(),
-            on_step=self.steps.append, state=state)
+            launch=Launch(engine=self.engine, image_for=image_for or (lambda _: IMAGE),
+                          verify=verify or FakeVerify(), state=state,
+                          http=FakeSglang(PROFILE.model.served_name, ["ready"]).client,
+                          clock=FakeClock()),
+            smoke=smoke or FakeSmoke(), bench=bench or FakeBench({}), on_step=self.steps.append)
 
     def running(self) -> list[str]:
         return [c.labels[labels.VARIANT] for c in self.engine.containers.values()]

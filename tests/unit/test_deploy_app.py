@@ -21,6 +21,7 @@ from opsctl.config.runspec import run_spec
 from opsctl.core import labels
 from opsctl.core.errors import EXIT_DAEMON, EXIT_LAUNCH, DaemonUnreachable, LaunchError, ProfileError
 from opsctl.deploy import app
+from opsctl.deploy.launch import Launch
 from opsctl.deploy.readiness import Phase, http_ok, probe
 from opsctl.engine.api import Engine
 from opsctl.engine.dockerpy import DockerEngine
@@ -49,8 +50,10 @@ def launch(engine: FakeEngine, server: FakeSglang, variant: str = "gathercast", 
            clock: FakeClock | None = None, progress: list[app.Progress] | None = None,
            on_progress: Callable[[app.Progress], None] | None = None, **options: Any) -> app.UpResult:
     seen = progress if progress is not None else []
-    return app.up(deployment(variant), engine=engine, image_for=lambda _: IMAGE, http=server.client,
-                  clock=clock or FakeClock(), on_progress=on_progress or seen.append, **options)
+    collaborators = Launch(engine=engine, image_for=lambda _: IMAGE, verify=None, state=None,
+                           http=server.client, clock=clock or FakeClock())
+    return app.up(deployment(variant), collaborators, on_progress=on_progress or seen.append,
+                  **options)
 
 
 def phases(progress: list[app.Progress]) -> list[Phase]:

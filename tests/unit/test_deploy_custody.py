@@ -27,6 +27,7 @@ from opsctl.core.errors import (
     UsageError,
 )
 from opsctl.deploy import app, custody
+from opsctl.deploy.launch import Launch
 from opsctl.deploy.ownership import ProfileBusy, profile_locks
 from opsctl.deploy.state import StateDir
 
@@ -52,10 +53,10 @@ def logs(tmp_path: Path) -> Path:
 
 def launch(engine: FakeEngine, state: StateDir | None, logs: Path, *, phases: tuple[str, ...] = ("ready",),
            clock: FakeClock | None = None, notes: list[str] | None = None, **options: Any) -> app.UpResult:
-    return app.up(PROFILE.resolve("baseline"), engine=engine, image_for=lambda _: IMAGE,
-                  http=FakeSglang(SERVED, list(phases)).client, clock=clock or FakeClock(),
-                  state=state, logs_dir=logs, on_note=(notes if notes is not None else []).append,
-                  **options)
+    collaborators = Launch(engine=engine, image_for=lambda _: IMAGE, verify=None, state=state,
+                           http=FakeSglang(SERVED, list(phases)).client, clock=clock or FakeClock())
+    return app.up(PROFILE.resolve("baseline"), collaborators, logs_dir=logs,
+                  on_note=(notes if notes is not None else []).append, **options)
 
 
 def saved(logs: Path) -> list[str]:

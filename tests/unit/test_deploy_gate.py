@@ -18,6 +18,7 @@ from fakes import Behaviour, FakeClock, FakeEngine, FakeSglang
 from opsctl.config.profiles import Deployment, load_profile
 from opsctl.core import labels
 from opsctl.core.errors import EXIT_INTERRUPTED, EXIT_LAUNCH, EXIT_SMOKE, Interrupted, LaunchError, UsageError
+from opsctl.deploy.launch import Launch
 from opsctl.deploy.state import LastGood, StateDir
 from opsctl.gate import gate as gating
 from opsctl.gate.gate import GateFailed, SmokeAsk
@@ -102,12 +103,15 @@ class Box:
     def gate(self, variant: str, smoke: FakeSmoke | None = None,
              verify: FakeVerify | None = None) -> gating.GateResult:
         return gating.gate(
-            PROFILE.resolve(variant), engine=self.engine, image_for=lambda _: IMAGE,
-            state=self.state, verify=verify or FakeVerify(), smoke=smoke or FakeSmoke(),
-            http=self.server.client, clock=FakeClock(), on_step=self.steps.append,
+            PROFILE.resolve(variant), launch=self.launch(verify or FakeVerify()),
+            smoke=smoke or FakeSmoke(), on_step=self.steps.append,
             push=lambda kind, record, url: self.pushed.append({"kind": kind, **record}),
             gateway="http://pushgateway:9091",
         )
+
+    def launch(self, verify: FakeVerify) -> Launch:
+        return Launch(engine=self.engine, image_for=lambda _: IMAGE, state=self.state,
+                      verify=verify, http=self.server.client, clock=FakeClock())
 
     def running(self) -> list[str]:
         return [c.labels[labels.VARIANT] for c in self.engine.containers.values()
@@ -323,9 +327,7 @@ def test_a_missing_last_good_report_is_not_compared(box: Box) -> None:
 def test_a_profile_without_evals_smokes_without_them(box: Box) -> None:
     bare = PROFILE.model_copy(update={"eval": type(PROFILE.eval)()})
     smoke = FakeSmoke()
-    gating.gate(bare.resolve("baseline"), engine=box.engine, image_for=lambda _: IMAGE,
-                state=box.state, verify=FakeVerify(), smoke=smoke, http=box.server.client,
-                clock=FakeClock())
+    gating.gate(bare.resolve("baseline"), launch=box.launch(FakeVerify()), smoke=smoke)
     assert (smoke.asks[0].gsm8k, smoke.asks[0].long_context) == (False, False)
     assert not smoke.asks[0].lm_eval
 

@@ -5,9 +5,11 @@ restart and health series)."""
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -22,17 +24,22 @@ from opsctl.observe.promnames import slo_rules
 MONITORING = project_root() / "monitoring"
 
 
+@functools.cache
+def _shipped_rules() -> dict[str, Any]:
+    """The shipped profile's alert rules, built once for the module (they are pure)."""
+    return promrules.alert_rules(slo_rules(load_profile(monitoring.SHIPPED_PROFILE)),
+                                 promrules.PRODUCTION_TIMING)
+
+
 def _alert_names() -> set[str]:
-    rules = promrules.alert_rules(slo_rules(load_profile(monitoring.SHIPPED_PROFILE)),
-                                  promrules.PRODUCTION_TIMING)
+    rules = _shipped_rules()
     return {rule["alert"] for group in rules["groups"] for rule in group["rules"]}
 
 
 def _labels_of(name: str) -> set[str]:
     """Labels an alert can carry: its own plus those its expression keeps (by/on clauses; an
     expression without them keeps the target's job and instance and opsctl's profile, variant)."""
-    rules = promrules.alert_rules(slo_rules(load_profile(monitoring.SHIPPED_PROFILE)),
-                                  promrules.PRODUCTION_TIMING)
+    rules = _shipped_rules()
     rule = next(r for g in rules["groups"] for r in g["rules"] if r["alert"] == name)
     kept = set(re.findall(r"\b(?:by|on) \(([^)]*)\)", rule["expr"]))
     if not kept:

@@ -145,6 +145,7 @@ def _prometheus(queries: list[str], value: str | None) -> httpx.Client:
 
 
 def test_report_draws_the_dashboards_queries_with_the_variant_substituted(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the plot is the [plot] extra")  # a PNG asserted
     queries: list[str] = []
     with _prometheus(queries, "0.025") as client:
         result = app.report(client, tmp_path / "decode.png", plot=plot_decode_latency, since_seconds=120,

@@ -19,6 +19,7 @@ from fakes import FakeClock, FakeEngine, FakeSglang, preflight_report
 from opsctl.config.profiles import Deployment, load_profile
 from opsctl.core.errors import EXIT_LAUNCH, LaunchError
 from opsctl.deploy import app, preflight, preflight_probe
+from opsctl.deploy.launch import Launch
 from opsctl.deploy.state import StateDir
 from opsctl.engine.api import Mount
 from opsctl.gate import gate
@@ -117,16 +118,20 @@ def test_a_checkpoint_folder_missing_on_the_host_is_named(tmp_path: Path) -> Non
     assert engine.preflights == []
 
 
+def started_by(engine: FakeEngine, **collaborators: Any) -> Launch:
+    """The launch `up` gets here: the fake engine, a server that is ready, no verify, no state."""
+    return Launch(engine=engine, image_for=lambda _: IMAGE, verify=None, state=None,
+                  http=FakeSglang("glm-5", ["ready"]).client, clock=FakeClock(), **collaborators)
+
+
 def test_up_after_a_failed_preflight_starts_nothing_and_replaces_nothing(tmp_path: Path) -> None:
     (tmp_path / "weights").mkdir()
     engine = FakeEngine(images={IMAGE: {}})
     good = deployment(tmp_path, "baseline")
-    app.up(good, engine=engine, image_for=lambda _: IMAGE, http=FakeSglang("glm-5", ["ready"]).client,
-           clock=FakeClock())
+    app.up(good, started_by(engine))
     engine.preflight_answer = (1, preflight_report(("safetensors", False, "x is missing")))
     with pytest.raises(LaunchError, match=f"^x is missing in {IMAGE}$"):
-        app.up(deployment(tmp_path, "bf16kv"), engine=engine, image_for=lambda _: IMAGE,
-               http=FakeSglang("glm-5", ["ready"]).client, clock=FakeClock(), replace=True)
+        app.up(deployment(tmp_path, "bf16kv"), started_by(engine), replace=True)
     assert [c.labels["opsctl.variant"] for c in engine.containers.values()] == ["baseline"]
     assert engine.stopped == [] and len(engine.specs) == 1
 
@@ -134,16 +139,14 @@ def test_up_after_a_failed_preflight_starts_nothing_and_replaces_nothing(tmp_pat
 def test_skip_preflight_starts_without_it(tmp_path: Path) -> None:
     engine = FakeEngine(images={IMAGE: {}})
     engine.preflight_answer = (1, preflight_report(("safetensors", False, "x is missing")))
-    app.up(deployment(tmp_path), engine=engine, image_for=lambda _: IMAGE,
-           http=FakeSglang("glm-5", ["ready"]).client, clock=FakeClock(), preflight=None)
+    app.up(deployment(tmp_path), started_by(engine, preflight=None))
     assert engine.preflights == [] and len(engine.specs) == 1
 
 
 def test_a_gate_whose_preflight_fails_stops_nothing(tmp_path: Path) -> None:
     (tmp_path / "weights").mkdir()
     engine = FakeEngine(images={IMAGE: {}})
-    app.up(deployment(tmp_path, "baseline"), engine=engine, image_for=lambda _: IMAGE,
-           http=FakeSglang("glm-5", ["ready"]).client, clock=FakeClock())
+    app.up(deployment(tmp_path, "baseline"), started_by(engine))
     engine.preflight_answer = (1, preflight_report(("safetensors", False, "x is missing")))
 
     class NoSmoke:
@@ -154,9 +157,11 @@ def test_a_gate_whose_preflight_fails_stops_nothing(tmp_path: Path) -> None:
             raise AssertionError("smoke must not run")
 
     with pytest.raises(LaunchError, match="x is missing"):
-        gate.gate(deployment(tmp_path, "bf16kv"), engine=engine, image_for=lambda _: IMAGE,
-                  state=StateDir(tmp_path / "state"), verify=lambda *a: None,  # type: ignore[arg-type,return-value]
-                  smoke=NoSmoke(), clock=FakeClock())  # type: ignore[arg-type]
+        gate.gate(deployment(tmp_path, "bf16kv"),
+                  launch=Launch(engine=engine, image_for=lambda _: IMAGE,
+                                state=StateDir(tmp_path / "state"), verify=lambda *a: None,  # type: ignore[arg-type,return-value]
+                                clock=FakeClock()),
+                  smoke=NoSmoke())  # type: ignore[arg-type]
     assert [c.labels["opsctl.variant"] for c in engine.containers.values()] == ["baseline"]
     assert engine.stopped == []
 

@@ -23,6 +23,7 @@ from opsctl.config.runspec import run_spec
 from opsctl.core import labels
 from opsctl.core.errors import EXIT_USAGE, UsageError
 from opsctl.deploy import app as deploy_app
+from opsctl.deploy.launch import Launch
 from opsctl.observe import dashboard
 from opsctl.observe.promnames import slo_rules
 from opsctl.observe.promrules import PRODUCTION_TIMING, alert_rules, recording_rules
@@ -391,34 +392,10 @@ def test_an_interrupted_write_leaves_a_folder_the_next_render_accepts(
 def test_up_refuses_a_profile_spanning_hosts() -> None:
     deployment = _deployment(TWO_HOSTS, "gathercast")
     with pytest.raises(UsageError, match="spans 2 hosts"):
-        deploy_app.up(deployment, engine=FakeEngine(), image_for=lambda _: IMAGE)
+        deploy_app.up(deployment, Launch(engine=FakeEngine(), image_for=lambda _: IMAGE,
+                                         verify=None, state=None))
 
 
 def test_nnodes_renders_only_above_one() -> None:
     assert "--nnodes" not in check_argv(_deployment(GLM, "gathercast"))  # the goldens stay as they were
     assert check_argv(_deployment(TWO_HOSTS, "gathercast")).count("--nnodes") == 1
-
-
-def test_cli_writes_and_warns(opsctl: Any, tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    done = opsctl("render", "k8s", "--profile", "sim", "--out", str(out))
-    assert done.returncode == 0, done.stderr
-    assert "NOT DEPLOYABLE" in done.stderr and "--router-image" in done.stderr
-    assert sorted(Path(line).name for line in done.stdout.splitlines()) == sorted(
-        path.name for path in out.iterdir() if path.name != outdir.RECORD)
-    again = opsctl("render", "k8s", "--profile", "sim", "--out", str(out))
-    assert again.returncode == 0, again.stderr
-    (out / render.KUSTOMIZATION).write_text("edited\n")
-    edited = opsctl("render", "k8s", "--profile", "sim", "--out", str(out))
-    assert edited.returncode == EXIT_USAGE and "kustomization.yaml was edited" in edited.stderr
-    assert (out / render.KUSTOMIZATION).read_text() == "edited\n"
-    assert "Traceback" not in edited.stderr and edited.stderr.count("error:") == 1
-    theirs = tmp_path / "theirs"
-    theirs.mkdir()
-    (theirs / "deployment.yaml").write_text("someone else's\n")
-    foreign = opsctl("render", "k8s", "--profile", "sim", "--out", str(theirs), "--force")
-    assert foreign.returncode == EXIT_USAGE and foreign.stderr.count("error:") == 1
-    assert "did not write (deployment.yaml)" in foreign.stderr and "Traceback" not in foreign.stderr
-    assert [path.name for path in theirs.iterdir()] == ["deployment.yaml"]
-    bad = opsctl("render", "k8s", "--profile", "sim", "--out", str(tmp_path / "x"), "--replicas", "0")
-    assert bad.returncode == EXIT_USAGE and not (tmp_path / "x").exists()

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 from conftest import SimServer
 
-from opsctl.cli.traffic import locate_server
+from opsctl.cli.root import Root
 from opsctl.core.errors import EXIT_LAUNCH, EXIT_USAGE, LaunchError, UsageError
 from opsctl.engine import dockerpy
 from opsctl.engine.api import ContainerInfo
@@ -47,7 +47,7 @@ def test_running_container_is_found_by_label_and_smoked(
     sim = sim_server(env={"OPSCTL_SIM_ITL_MS": "2", "OPSCTL_SIM_TTFT_MS": "5"},
                      args=["--served-model-name", "glm-5", "--enable-metrics"])
     _use(monkeypatch, _Engine([_server(sim.url, "gathercast")]))
-    target = resolve_smoke_target("sim", None, None, locate_server)
+    target = resolve_smoke_target("sim", None, None, Root().locate_server)
     assert (target.base_url, target.profile, target.variant) == (sim.url, "sim", "gathercast")
     assert target.profile_alias == "glm-5"
     assert target.slo is not None and target.slo.tpot is not None  # the profile's SLO travels
@@ -61,7 +61,7 @@ def test_running_container_is_found_by_label_and_smoked(
 def test_another_variant_running_says_which_to_run(monkeypatch: pytest.MonkeyPatch) -> None:
     _use(monkeypatch, _Engine([_server("http://127.0.0.1:1", "baseline")]))
     with pytest.raises(UsageError) as caught:
-        resolve_smoke_target("sim", "gathercast", None, locate_server)
+        resolve_smoke_target("sim", "gathercast", None, Root().locate_server)
     assert caught.value.exit_code == EXIT_USAGE
     assert "runs variant 'baseline'" in caught.value.message
     assert "--variant gathercast" in caught.value.hint
@@ -70,7 +70,7 @@ def test_another_variant_running_says_which_to_run(monkeypatch: pytest.MonkeyPat
 def test_nothing_running_is_a_launch_error(monkeypatch: pytest.MonkeyPatch) -> None:
     _use(monkeypatch, _Engine([_server("http://127.0.0.1:1", "baseline", status="exited")]))
     with pytest.raises(LaunchError) as caught:
-        resolve_smoke_target("sim", None, None, locate_server)
+        resolve_smoke_target("sim", None, None, Root().locate_server)
     assert caught.value.exit_code == EXIT_LAUNCH
 
 

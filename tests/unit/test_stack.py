@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -50,13 +48,6 @@ def test_the_committed_records_say_what_each_release_can_load() -> None:
     old, new = stack.load("0.5.9"), stack.load("0.5.23")
     assert old is not None and old.model_problem("GlmMoeDsaForCausalLM")
     assert new is not None and new.model_problem("GlmMoeDsaForCausalLM") is None
-
-
-def test_cli_refuses_a_bad_version_with_one_line() -> None:
-    done = subprocess.run([sys.executable, "-m", "opsctl", "sglang-args", "stack", "--version", "x;y"],
-                          capture_output=True, text=True, timeout=60, env=dict(os.environ))
-    assert done.returncode == 2
-    assert "Traceback" not in done.stderr and "'x;y' is not a sglang version" in done.stderr
 
 
 @pytest.mark.parametrize("version", ["0.5.9\n", "0.5.23\n", "1" * 65])

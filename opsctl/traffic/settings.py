@@ -1,0 +1,49 @@
+"""The settings of `smoke` and `bench`, one model each, their defaults written here only.
+
+The CLI's option defaults, the gate's and decide's smoke, decide's sweep, `tune`'s bench and
+the runtime options (SmokeOptions, BenchOptions) all read them from these models, and each
+report records the settings it ran with (SmokeReport.settings, BenchReport.config).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from opsctl.traffic.client import Api
+
+# bench's concurrency levels when --concurrency is not given.
+DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SmokeSettings(_Settings):
+    """What smoke sends and how long it waits (`opsctl smoke`, `up --gate`, `decide`)."""
+
+    api: Api = "completions"
+    model: str | None = None  # --model; None: the profile's alias, or the only listed name
+    request_timeout_s: float = 120.0
+    overall_timeout_s: float = 600.0
+
+
+class BenchSettings(_Settings):
+    """What a sweep sends at each level (`opsctl bench`, decide's sweep, `tune`'s points)."""
+
+    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
+    requests_per_level: int | None = None  # None: max(16, 4 x concurrency)
+    input_words: int = 256
+    output_tokens: int = 256
+    api: Api = "completions"
+    model: str | None = None  # --model; None: the profile's alias, or the only listed name
+    request_timeout_s: float = 600.0
+    deadline_s: float | None = None  # each target's sweep; None: derived (BenchOptions)
+    ignore_eos: bool = True  # False for servers that refuse the extension
+    request_rate: float | None = None  # Poisson arrivals per second; None: closed loop
+    duration_s: float | None = None  # seconds per level instead of a request count
+    client_workers: int | None = None  # client processes per level; None: automatic
+
+
+SMOKE_DEFAULTS = SmokeSettings()
+BENCH_DEFAULTS = BenchSettings()
