@@ -195,6 +195,13 @@ def bench(
     image: Annotated[str | None, typer.Option(
         "--image", help="Run every --variants variant on this image instead of the one "
         "`opsctl build` made (as `up --image`).", callback=image_ref)] = None,
+    output_details: Annotated[bool, typer.Option(
+        "--output-details", help="bench_serving.jsonl rows with the per-request arrays "
+        "(input_lens, output_lens, ttfts, itls, generated_texts, errors), as "
+        "sglang.bench_serving's --output-details.")] = False,
+    rescore: Annotated[str | None, typer.Option(
+        "--rescore", help="Re-score the bench run in this directory against --goodput from its "
+        "requests files (nothing is sent); writes DIR/rescored/ (or --out).")] = None,
 ) -> None:
     """Concurrency sweep per variant: TTFT/ITL/TPOT/E2E percentiles, goodput, throughput.
 
@@ -221,6 +228,13 @@ def bench(
     from opsctl.traffic.drivers import SGLANG_BENCH, parse_driver
     from opsctl.traffic.workloads import WorkloadSpec, parse_dataset_name
 
+    if rescore is not None:
+        if out:
+            check_output_path(Path(out), "--out", directory=True)
+        rescored = traffic.rescore(Path(rescore), parse_goodput(goodput or []),
+                                   Path(out) if out else None, view.write_plots)
+        view.show_bench(rescored, console)
+        return
     chosen = parse_driver(driver)
     gateway = gateway_from(pushgateway)
     check_output_path(Path(out) if out else REPORTS_DIR, "--out", directory=True)
@@ -239,6 +253,7 @@ def bench(
         gateway=gateway, deadline_s=deadline,
         ignore_eos=ignore_eos, request_rate=request_rate, duration_s=duration, workload=workload,
         client_workers=client_workers, slo=parse_goodput(goodput or []),
+        output_details=output_details,
     )
     result = traffic.bench(request, launcher=lambda loaded: ProfileLauncher(loaded, image),
                            push=push_report,

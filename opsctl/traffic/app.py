@@ -9,6 +9,7 @@ the CLI raises for its verdict.
 
 from __future__ import annotations
 
+import os
 import posixpath
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -27,6 +28,7 @@ from opsctl.traffic.arrival import Arrival
 from opsctl.traffic.bench import BenchOptions, Launcher, Progress, Target, parse_targets, run_bench
 from opsctl.traffic.bench_report import BenchReport
 from opsctl.traffic.bench_report import verdict_error as bench_verdict
+from opsctl.traffic.bench_requests import rescore_report
 from opsctl.traffic.bench_serving import write_report_files
 from opsctl.traffic.client import Api, ClientFactory
 from opsctl.traffic.drivers import SweepDriver
@@ -126,6 +128,7 @@ class BenchRequest:
     workload: WorkloadSpec | None = None  # None: word prompts of input_words/output_tokens
     client_workers: int | None = None  # client processes per level; None: automatic
     slo: Slo | None = None  # --goodput thresholds; None: the profile's SLO
+    output_details: bool = False  # bench_serving.jsonl rows with the per-request arrays
 
 
 @dataclass(frozen=True)
@@ -230,10 +233,30 @@ def bench(
                            launcher=active, progress=on_progress, client_factory=client_factory)
     if served_tokenizer is not None:
         _check_tokenizer(report, served_tokenizer)
-    written = write_report_files(report, out) + plot(report, out)
+    written = write_report_files(report, out, request.output_details) + plot(report, out)
     pushed = _push(push, "bench", report, request.gateway)
     return BenchResult(report=report, out_dir=out, written=written, pushed=pushed,
                        error=bench_verdict(report, out))
+
+
+RESCORED_DIR = "rescored"
+
+
+def rescore(directory: Path, slo: Slo | None, out_dir: Path | None, plot: PlotWriter
+            ) -> BenchResult:
+    """`bench --rescore DIR`: the run in DIR judged by another SLO from its requests files,
+    written to `out_dir` (default DIR/rescored/); nothing is sent to any server."""
+    if slo is None:
+        raise UsageError("--rescore needs the SLO to judge by",
+                         hint="e.g. --rescore out/bench-... --goodput tpot:80 --goodput ttft:2000")
+    report = rescore_report(directory, slo)
+    out = out_dir or directory / RESCORED_DIR
+    for variant in report.variants:
+        for level in variant.levels:
+            if level.requests_file is not None:
+                level.requests_file = os.path.relpath(directory / level.requests_file, out)
+    written = write_report_files(report, out) + plot(report, out)
+    return BenchResult(report=report, out_dir=out, written=written, pushed=None, error=None)
 
 
 def _served_tokenizer(profile: Profile, variants: tuple[str, ...]) -> str:
