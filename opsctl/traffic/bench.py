@@ -378,7 +378,7 @@ def run_bench(
                 result.levels[-1].aborted = stop_reason(exc)
             break
     failed = sum(r.failed_requests for r in results)
-    kept = _request_files(results)
+    kept = request_files(results)
     report = BenchReport(
         started_at=started_at,
         duration_s=round(time.perf_counter() - start, 3),
@@ -397,7 +397,7 @@ def run_bench(
     return report
 
 
-def _request_files(results: Sequence[VariantResult]) -> list[tuple[str, LevelRecords]]:
+def request_files(results: Sequence[VariantResult]) -> list[tuple[str, LevelRecords]]:
     """Each recorded level's requests file, named in its LevelResult; the records to write."""
     kept: list[tuple[str, LevelRecords]] = []
     taken: set[str] = set()

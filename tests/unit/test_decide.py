@@ -38,13 +38,14 @@ from opsctl.deploy.ownership import ProfileBusy
 from opsctl.deploy.state import StateDir
 from opsctl.engine.api import ContainerInfo, RunSpec
 from opsctl.gate.gate import SmokeAsk
-from opsctl.traffic.bench import BenchOptions
+from opsctl.traffic.bench import BenchOptions, request_files
 from opsctl.traffic.bench_report import (
     BenchReport,
     ClientInfo,
     LevelResult,
     VariantResult,
 )
+from opsctl.traffic.bench_requests import record_level
 from opsctl.traffic.bench_serving import write_report_files
 from opsctl.traffic.client import RequestResult
 from opsctl.traffic.evals.gsm8k import EvalResult
@@ -132,14 +133,21 @@ class FakeSmoke:
 
 
 def _level(concurrency: int, tpot_ms: float, failed: int) -> LevelResult:
+    """Four requests at a TPOT near `tpot_ms` (a little spread, as measured), their records
+    kept; the phase lasts one request's E2E, so throughput falls as TPOT grows."""
     itl = tpot_ms / 1000
 
-    def ok() -> RequestResult:
-        return RequestResult(ok=True, ttft_s=0.1, e2e_s=0.1 + 10 * itl, output_tokens=11,
-                             itl_s=[itl] * 10, token_source="usage", finish_reason="length")
+    def ok(index: int) -> RequestResult:
+        step = itl * (1 + 0.002 * (index - 1.5))
+        return RequestResult(ok=True, ttft_s=0.1, e2e_s=0.1 + 10 * step, output_tokens=11,
+                             itl_s=[step] * 10, token_source="usage", finish_reason="length",
+                             started=0.0)
 
-    return summarize(concurrency, [ok() for _ in range(4)] + [
-        RequestResult(ok=False, error_kind="timeout", error="x")] * failed, [], duration_s=1.0)
+    results = [ok(i) for i in range(4)] + [
+        RequestResult(ok=False, error_kind="timeout", error="x")] * failed
+    level = summarize(concurrency, results, [], duration_s=0.1 + 10 * itl)
+    level._records = record_level(results, 0.0, None)
+    return level
 
 
 class FakeBench:
@@ -159,6 +167,7 @@ class FakeBench:
                              config=BenchOptions(concurrency=ask.concurrency).config(),
                              client=ClientInfo(hostname="h", platform="p", python="3", cpu_count=1),
                              variants=[result], failed_requests=0, passed=True)
+        report._requests = request_files(report.variants)
         write_report_files(report, ask.out_dir)
         return report
 
@@ -202,9 +211,12 @@ def test_the_variant_free_of_failures_at_the_highest_level_wins(tmp_path: Path) 
     assert result.error is None and report.winner == "gathercast"
     assert report.recommendation.startswith(
         "run gathercast: correct on every gate (start, verify, smoke, GSM8K, long-context probes)"
-        " and 21% lower TPOT p50 at 8 than baseline (26.0 vs 33.0 ms;")
-    assert run.engine.started == ["baseline", "gathercast", "native"]
-    assert run.running() == [] and "baseline: stopped opsctl-sim; starting " + IMAGE in run.steps
+        " and 19% higher output throughput at 8 than baseline (122 [")
+    assert "TPOT p50 26.0 vs 33.0 ms" in report.recommendation
+    # Two repeats by default, interleaved: A B C A B C.
+    assert run.engine.started == ["baseline", "gathercast", "native"] * 2
+    assert run.running() == []
+    assert f"baseline: stopped opsctl-sim; starting {IMAGE} (repeat 1 of 2)" in run.steps
     assert len(list(run.out.glob("sim-bf16kv-*.log"))) == 1  # what ran before: its log kept
     records = by_name(report)
     native = records["native"]
@@ -220,14 +232,25 @@ def test_the_variant_free_of_failures_at_the_highest_level_wins(tmp_path: Path) 
     assert [p for p in result.written] == [run.out / "decide.json", run.out / "decide.md"]
     for name in ("smoke.json", "bench.json", "bench.md", "verify.json"):
         assert (run.out / "01-baseline" / name).is_file(), name
-    (log,) = (run.out / "01-baseline").glob("*.log")  # saved by `down` before the removal
-    assert f"01-baseline/{log.name}" in records["baseline"].evidence
+    logs = sorted((run.out / "01-baseline").glob("*.log"))  # saved by `down` before removal
+    assert len(logs) == 2  # one per repeat
+    assert all(f"01-baseline/{log.name}" in records["baseline"].evidence for log in logs)
+    # The second repeat's sweep, with its per-request records, beside the first's.
+    assert (run.out / "01-baseline" / "repeat-2" / "bench.json").is_file()
+    assert (run.out / "01-baseline" / "repeat-2" / "requests" / "01-baseline" / "c8.jsonl").is_file()
+    assert [r.repeat for r in records["baseline"].runs] == [1, 2]
+    pooled = records["gathercast"].level(8)
+    assert pooled is not None and pooled.repeats == 2 and pooled.requests == 8
+    assert pooled.tpot_p50_ci_ms is not None and pooled.output_tokens_per_s_ci is not None
+    low, high = pooled.tpot_p50_ci_ms
+    assert pooled.tpot_p50_ms is not None and low <= pooled.tpot_p50_ms <= high
     saved = DecideReport.model_validate_json((run.out / "decide.json").read_text())
     assert saved.winner == "gathercast" and not saved.partial
     page = (run.out / "decide.md").read_text()
     assert f"**{report.recommendation}**" in page
     assert "[smoke](01-baseline/smoke.json) [bench](01-baseline/bench.json)" in page
-    assert "| native | 8 | 19.00 |" in page
+    assert "| native | 8 | 2 | 12 | 19.00 [18.94-19.06] |" in page
+    assert "| native | 2 | 8 | 19.00 | 151.7 | 2 | [bench](03-native/repeat-2/bench.json) |" in page
     # What the release resolves beside what the server said, per variant, from verify's checks.
     assert "## What sglang resolves, and what the server said" in page
     assert "| baseline | tp_size | 8 | argv | 8 | ok |" in page
@@ -237,7 +260,7 @@ def test_the_variant_free_of_failures_at_the_highest_level_wins(tmp_path: Path) 
 def test_a_disagreement_is_evidence_not_a_disqualification(tmp_path: Path) -> None:
     run = Run(tmp_path)
     bench = FakeBench({"baseline": {1: (30.0, 0), 8: (33.0, 0)},
-                       "corrupt": {1: (29.0, 0), 8: (32.0, 0)},
+                       "corrupt": {1: (25.0, 0), 8: (26.0, 0)},  # clear of the margin
                        "bf16kv": {1: (35.0, 0), 8: (36.0, 0)}})
     result = run.decide(("baseline", "corrupt", "bf16kv"), bench=bench,
                         smoke=FakeSmoke(corrupting=("corrupt", "bf16kv")))
@@ -276,10 +299,12 @@ def test_failed_gates_disqualify_with_reason_and_evidence_and_the_run_goes_on(
     assert bf16kv.failed_gate == "smoke" and "gsm8k" in str(bf16kv.reason)
     assert "03-bf16kv/smoke.json" in bf16kv.evidence
     assert [a.deployment.variant for a in smoke.asks] == ["bf16kv", "native"]
-    assert [a.deployment.variant for a in bench.asks] == ["native"]  # disqualified: no sweep
+    # Disqualified: no sweep, and not run again in the second repeat (smoke ran once).
+    assert [a.deployment.variant for a in bench.asks] == ["native", "native"]
+    assert run.engine.started.count("native") == 2 and run.engine.started.count("baseline") == 1
     assert result.report.winner == "native" and result.error is None
-    assert "and the only one of 4 that was; TPOT p50 30.0 ms at concurrency 8" in \
-        result.report.recommendation
+    assert "and the only one of 4 that was; 110 [110-110] output tok/s" in result.report.recommendation
+    assert "output tok/s, TPOT p50 30.0 ms at concurrency 8" in result.report.recommendation
     assert [p.a + "/" + p.b for p in result.report.pairs] == ["bf16kv/native"]
     assert run.running() == []
     assert "### Disqualified" in (out / "decide.md").read_text()
