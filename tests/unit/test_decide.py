@@ -177,6 +177,7 @@ class Run:
         self.out = tmp_path / "decide"
         self.engine = engine or Engine()
         self.steps: list[str] = []
+        self.progress: list[str] = []
 
     def decide(self, variants: tuple[str, ...], *, smoke: FakeSmoke | None = None,
                bench: FakeBench | None = None, verify: FakeVerify | None = None,
@@ -188,7 +189,7 @@ class Run:
             engine=self.engine, image_for=image_for or (lambda _: IMAGE),
             verify=verify or FakeVerify(), smoke=smoke or FakeSmoke(), bench=bench or FakeBench({}),
             http=FakeSglang(PROFILE.model.served_name, ["ready"]).client, clock=FakeClock(),
-            on_step=self.steps.append, state=state)
+            on_step=self.steps.append, on_progress=self.progress.append, state=state)
 
     def running(self) -> list[str]:
         return [c.labels[labels.VARIANT] for c in self.engine.containers.values()]
@@ -403,3 +404,17 @@ def test_bad_usage_is_refused_before_the_engine_is_asked(args: list[str], messag
     result = CliRunner().invoke(app, ["decide", "--profile", "sim", *args])
     assert isinstance(result.exception, OpsctlError) and result.exception.exit_code == 2
     assert message in result.exception.message
+
+
+def test_progress_says_which_variant_and_phase_and_what_is_left(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    run.decide(("baseline", "gathercast"))
+    lines = run.progress
+    assert lines[0].startswith("[1/4] variant 1 of 2 (baseline), repeat 1 of 2: up; elapsed ")
+    assert lines[0].endswith("time left known after the first variant")
+    phases = [line.split(": ", 1)[1].split(";")[0] for line in lines]
+    assert phases[:4] == ["up", "smoke (with evals)", "bench", "down"]
+    # The second repeat runs no smoke; every line after the first variant estimates what is left.
+    assert [line.split("]")[0] for line in lines if ": smoke" in line] == ["[1/4", "[2/4"]
+    assert lines[-1].startswith("[4/4] variant 2 of 2 (gathercast), repeat 2 of 2: down")
+    assert all(" left" in line and "known after" not in line for line in lines[4:])
