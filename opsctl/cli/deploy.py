@@ -273,6 +273,7 @@ class GateSmoke:
         from opsctl.core.redact import api_key_from_env
         from opsctl.traffic.app import SmokeRequest
         from opsctl.traffic.smoke_evals import eval_request
+        from opsctl.traffic.view import eval_progress
 
         return SmokeRequest(
             profile=self.profile or ask.deployment.profile.name, variant=ask.deployment.variant,
@@ -281,6 +282,7 @@ class GateSmoke:
             request_timeout_s=self.REQUEST_TIMEOUT_S, overall_timeout_s=self.OVERALL_TIMEOUT_S,
             gateway=self.gateway,
             evals=eval_request("gsm8k" if ask.gsm8k else None, long_context=ask.long_context),
+            progress=eval_progress(err_console),
         )
 
     def check(self, ask: SmokeAsk) -> None:

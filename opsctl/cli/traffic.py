@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, image_ref, within
+from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, err_console, image_ref, within
 
 if TYPE_CHECKING:
     from opsctl.config.profiles import Profile
@@ -119,7 +119,7 @@ def smoke(
         api_key=api_key_from_env(), json_path=Path(json_path) if json_path else None,
         compare_with=Path(compare_with) if compare_with else None,
         request_timeout_s=request_timeout, overall_timeout_s=timeout,
-        gateway=gateway, evals=evals,
+        gateway=gateway, evals=evals, progress=view.eval_progress(err_console),
     )
     result = traffic.smoke(request, locate=locate_server, push=push_report,
                            client_factory=make_client, load_dataset=load_gsm8k)

@@ -34,7 +34,7 @@ from opsctl.traffic.client import Api, ClientFactory
 from opsctl.traffic.drivers import SweepDriver
 from opsctl.traffic.served import local_tokenizer
 from opsctl.traffic.smoke import SmokeOptions, run_smoke
-from opsctl.traffic.smoke_evals import DatasetLoader, EvalRequest, plan_evals
+from opsctl.traffic.smoke_evals import DatasetLoader, EvalProgress, EvalRequest, plan_evals
 from opsctl.traffic.smoke_report import SmokeReport, write_report
 from opsctl.traffic.smoke_report import verdict_error as smoke_verdict
 from opsctl.traffic.workloads import WorkloadSpec, build
@@ -85,6 +85,7 @@ class SmokeRequest:
     overall_timeout_s: float
     gateway: str | None  # push the report here; None: no push
     evals: EvalRequest = EvalRequest()  # accuracy checks after the others; none by default
+    progress: EvalProgress | None = None  # the evals' progress lines, as they run
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ def smoke(
         profile_alias=target.profile_alias, api_key=request.api_key, model=request.model,
         api=request.api, request_timeout_s=request.request_timeout_s,
         overall_timeout_s=request.overall_timeout_s, compare_with=request.compare_with,
-        evals=evals, slo=target.slo, checkpoint=target.checkpoint,
+        evals=evals, slo=target.slo, checkpoint=target.checkpoint, progress=request.progress,
     )
     report = run_smoke(options, client_factory)
     path = request.json_path or default_smoke_path()
