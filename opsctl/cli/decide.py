@@ -7,6 +7,7 @@ naming, `up`'s verify check and the gate's smoke (deploy, verify, traffic), the 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -47,6 +48,13 @@ def decide(
     margin: Annotated[float, typer.Option("--margin", min=0.0, max=50.0, help="Percent: "
                       "throughputs closer than this (or whose ratio's 95% interval holds 1) "
                       "are a tie.")] = 3.0,
+    rescore: Annotated[str | None, typer.Option("--rescore", help="Judge the decide run in this "
+                       "directory again from its files (nothing is launched): by --goodput, else "
+                       "the profile's SLO, and --margin; writes decide-rescored.json/.md "
+                       "there.")] = None,
+    goodput: Annotated[list[str] | None, typer.Option("--goodput", help="With --rescore: a good "
+                       "request's limit, ttft:MS or tpot:MS (repeatable), instead of the "
+                       "profile's SLO.")] = None,
 ) -> None:
     """Which variant is correct and fastest on this box, with evidence.
 
@@ -77,6 +85,9 @@ def decide(
     from opsctl.engine.dockerpy import connect
     from opsctl.traffic.bench import parse_concurrency, parse_variants
 
+    if rescore is not None:
+        _rescore(Path(rescore), profile, goodput or [], margin / 100.0)
+        return
     check_output_path(Path(out) if out else REPORTS_DIR, "--out", directory=True)
     request = decide_app.DecideRequest(
         variants=parse_variants(variants),
@@ -92,6 +103,22 @@ def decide(
         state=StateDir.default(), progress=lambda shown: deploy_view.up_progress(console, shown),
         on_step=view.decide_step(console), on_progress=view.decide_progress(err_console),
     )
+    view.show_decide(console, result)
+    if result.error is not None:
+        raise result.error
+
+
+def _rescore(directory: Path, profile: str | None, goodput: list[str], margin: float) -> None:
+    from opsctl.config.profiles import load_profile
+    from opsctl.decide import app as decide_app
+    from opsctl.decide import view
+    from opsctl.decide.report import load_report
+    from opsctl.traffic.bench import parse_goodput
+
+    slo = parse_goodput(goodput)
+    if slo is None:
+        slo = load_profile(profile or load_report(directory).profile).slo
+    result = decide_app.rescore(directory, slo, margin)
     view.show_decide(console, result)
     if result.error is not None:
         raise result.error

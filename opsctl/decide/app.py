@@ -46,7 +46,13 @@ from opsctl.core.errors import (
     UsageError,
 )
 from opsctl.core.files import atomic_write_text
-from opsctl.core.reports import BENCH_JSON, DECIDE_JSON, DECIDE_MARKDOWN
+from opsctl.core.reports import (
+    BENCH_JSON,
+    DECIDE_JSON,
+    DECIDE_MARKDOWN,
+    DECIDE_RESCORED_JSON,
+    DECIDE_RESCORED_MARKDOWN,
+)
 from opsctl.decide.figures import Samples, new_run, pool_variant
 from opsctl.decide.report import (
     SMOKE_FILE,
@@ -57,6 +63,7 @@ from opsctl.decide.report import (
     Probe,
     ResolvedField,
     VariantRecord,
+    load_report,
     write_report,
 )
 from opsctl.decide.verdict import compare_pairs, recommend
@@ -386,9 +393,27 @@ def conclude(report: DecideReport, out: Path, slo: Slo | None) -> None:
     """Pool every swept variant's repeats (their records read back from `out`) and judge."""
     samples: Samples = {}
     for record in report.variants:
-        if record.runs:
+        if not record.runs:
+            continue
+        try:
             pool_variant(record, out, slo, samples)
+        except OpsctlError as exc:  # a report or requests file that cannot be read back
+            record.bench_note = f"its repeats could not be pooled: {exc.message}"
     report.winner, report.tie, report.recommendation = recommend(report, samples)
+
+
+def rescore(directory: Path, slo: Slo | None, margin: float | None = None) -> DecideResult:
+    """`decide --rescore DIR`: the run in DIR judged again from its files (its bench reports
+    and per-request records) by `slo` (and `margin`), written beside the original as
+    decide-rescored.json/.md; nothing is launched or sent."""
+    report = load_report(directory)
+    report.slo_ttft_ms = slo.ttft.threshold_ms if slo and slo.ttft else None
+    report.slo_tpot_ms = slo.tpot.threshold_ms if slo and slo.tpot else None
+    if margin is not None:
+        report.margin = margin
+    conclude(report, directory, slo)
+    written = write_report(report, directory, (DECIDE_RESCORED_JSON, DECIDE_RESCORED_MARKDOWN))
+    return DecideResult(report, directory, written, _verdict_error(report, directory))
 
 
 class Ticker:

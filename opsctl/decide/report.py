@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from opsctl.core.files import atomic_write_text
+from opsctl.core.errors import UsageError
+from opsctl.core.files import atomic_write_text, read_bounded
 from opsctl.core.partial import PartialReport
 from opsctl.core.reports import DECIDE_JSON, DECIDE_MARKDOWN
 from opsctl.traffic.evals.divergence import Divergence
@@ -172,11 +173,31 @@ class DecideReport(PartialReport):
     recommendation: str = ""
 
 
-def write_report(report: DecideReport, out_dir: Path) -> list[Path]:
+def write_report(report: DecideReport, out_dir: Path, names: tuple[str, str] = (
+        DECIDE_JSON, DECIDE_MARKDOWN)) -> list[Path]:
     return [
-        atomic_write_text(out_dir / DECIDE_JSON, report.model_dump_json(indent=2) + "\n"),
-        atomic_write_text(out_dir / DECIDE_MARKDOWN, markdown(report)),
+        atomic_write_text(out_dir / names[0], report.model_dump_json(indent=2) + "\n"),
+        atomic_write_text(out_dir / names[1], markdown(report)),
     ]
+
+
+MAX_REPORT_BYTES = 64 << 20
+
+
+def load_report(directory: Path) -> DecideReport:
+    """decide.json of a decide run's directory; UsageError (one line) when it is none."""
+    path = directory / DECIDE_JSON
+    try:
+        data = read_bounded(path, "decide report", MAX_REPORT_BYTES)
+    except OSError as exc:
+        raise UsageError(f"decide report {path}: {exc.strerror or exc}",
+                         hint="pass the directory a decide run wrote") from None
+    try:
+        return DecideReport.model_validate_json(data)
+    except ValueError:
+        raise UsageError(f"{path}: not a decide report of schema_version {SCHEMA_VERSION}",
+                         hint="re-scoring needs a run with per-request records "
+                              "(decide.json schema_version 2)") from None
 
 
 def _link(path: str | None, text: str) -> str:

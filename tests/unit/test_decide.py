@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from opsctl.cli import app
 from opsctl.config.profiles import Deployment, load_profile
+from opsctl.config.sloconfig import Slo
 from opsctl.core import labels
 from opsctl.core.errors import (
     EXIT_INTERRUPTED,
@@ -418,3 +419,28 @@ def test_progress_says_which_variant_and_phase_and_what_is_left(tmp_path: Path) 
     assert [line.split("]")[0] for line in lines if ": smoke" in line] == ["[1/4", "[2/4"]
     assert lines[-1].startswith("[4/4] variant 2 of 2 (gathercast), repeat 2 of 2: down")
     assert all(" left" in line and "known after" not in line for line in lines[4:])
+
+
+def test_rescore_judges_a_finished_run_again_from_its_files(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    bench = FakeBench({"baseline": {1: (30.0, 0), 8: (33.0, 0)},
+                       "gathercast": {1: (24.0, 0), 8: (26.0, 0)}})
+    first = run.decide(("baseline", "gathercast"), bench=bench)
+    assert first.report.winner == "gathercast"
+    # TPOT at most 28 ms: baseline meets it nowhere, gathercast at both levels.
+    tpot28 = Slo.model_validate({"tpot": {"quantile": 0.5, "threshold_ms": 28}})
+    again = decide_app.rescore(run.out, tpot28)
+    assert again.report.winner == "gathercast" and again.report.slo_tpot_ms == 28
+    assert [p.name for p in again.written] == ["decide-rescored.json", "decide-rescored.md"]
+    baseline = by_name(again.report)["baseline"]
+    assert [lv.meets_slo for lv in baseline.levels] == [False, False]
+    assert baseline.best_level() is None
+    none = decide_app.rescore(run.out, Slo.model_validate(
+        {"tpot": {"quantile": 0.5, "threshold_ms": 1}}))
+    assert none.report.winner is None and none.error is not None
+    assert none.error.exit_code == EXIT_SMOKE and "met the SLO at none" in none.error.message
+    # The original record is untouched.
+    assert DecideReport.model_validate_json((run.out / "decide.json").read_text()).winner == \
+        "gathercast"
+    with pytest.raises(UsageError, match="decide report"):
+        decide_app.rescore(tmp_path / "nothing", tpot28)
