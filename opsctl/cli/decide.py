@@ -6,11 +6,12 @@ the composition root (cli/root.py).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, app, console, image_ref, within
+from opsctl.cli.app import ProfileOpt, app, console, err_console, image_ref, within
 from opsctl.config.profile_checks import MAX_READINESS_SECONDS
 
 
@@ -36,6 +37,19 @@ def decide(
     image: Annotated[str | None, typer.Option(help="Run every variant on this image instead of "
                      "the ones `opsctl build` made (for variants that share one image).",
                      callback=image_ref)] = None,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, max=20, help="Sweeps per variant, "
+                       "interleaved A B A B ... (each a fresh up -> bench -> down; the gates "
+                       "run in the first).")] = 2,
+    margin: Annotated[float, typer.Option("--margin", min=0.0, max=50.0, help="Percent: "
+                      "throughputs closer than this (or whose ratio's 95% interval holds 1) "
+                      "are a tie.")] = 3.0,
+    rescore: Annotated[str | None, typer.Option("--rescore", help="Judge the decide run in this "
+                       "directory again from its files (nothing is launched): by --goodput, else "
+                       "the profile's SLO, and --margin; writes decide-rescored.json/.md "
+                       "there.")] = None,
+    goodput: Annotated[list[str] | None, typer.Option("--goodput", help="With --rescore: a good "
+                       "request's limit, ttft:MS or tpot:MS (repeatable), instead of the "
+                       "profile's SLO.")] = None,
 ) -> None:
     """Which variant is correct and fastest on this box, with evidence.
 
@@ -43,11 +57,14 @@ def decide(
     the profile), smoke with the profile's evals (GSM8K, long-context probes), a bench sweep,
     down. A variant that does not start, verify or pass smoke is disqualified with its reason and
     evidence; the run goes on. Greedy outputs of variants computing the same attention are
-    compared pairwise (a disagreement is reported, not a disqualification). The winner: among
-    qualified variants, the highest concurrency reached without a failed request, then the
-    lowest TPOT p50 there, then throughput. Nothing runs afterwards.
+    compared pairwise (a disagreement is reported, not a disqualification). Each variant is
+    swept --repeats times, interleaved with the others; figures carry bootstrap 95% intervals
+    from the per-request records. The winner, by SLO goodput: among qualified variants, the
+    highest concurrency that meets the profile's SLO without a failed request, then the higher
+    throughput there; inside --margin it is a tie, and the verdict says what would separate
+    them. Nothing runs afterwards.
 
-    Exit 0 a recommendation, 2 bad usage, 4 (6 without Docker) no variant could start, 5 no
+    Exit 0 a recommendation (or a tie), 2 bad usage, 4 (6 without Docker) no variant could start, 5 no
     variant qualified, 130 interrupted (the server removed, a partial report written).
     """
     from pathlib import Path
@@ -61,12 +78,15 @@ def decide(
     from opsctl.deploy import view as deploy_view
     from opsctl.traffic.bench import parse_concurrency, parse_variants
 
+    if rescore is not None:
+        _rescore(Path(rescore), profile, goodput or [], margin / 100.0)
+        return
     check_output_path(Path(out) if out else REPORTS_DIR, "--out", directory=True)
     request = decide_app.DecideRequest(
         variants=parse_variants(variants),
         concurrency=parse_concurrency(concurrency) if concurrency else decide_app.DEFAULT_LEVELS,
         requests_per_level=requests, out_dir=Path(out) if out else default_decide_dir(),
-        skip_eval=skip_eval, timeout_seconds=timeout,
+        skip_eval=skip_eval, timeout_seconds=timeout, repeats=repeats, margin=margin / 100.0,
     )
     loaded = load_profile(profile)
     decide_app.chosen(loaded, request.variants)  # bad usage exits 2 before the engine is asked
@@ -74,8 +94,25 @@ def decide(
     result = decide_app.decide(
         loaded, request, launch=root.launch(), smoke=root.smoke(profile, None),
         bench=root.sweep(profile), progress=lambda shown: deploy_view.up_progress(console, shown),
-        on_step=view.decide_step(console),
+        on_step=view.decide_step(console), on_progress=view.decide_progress(err_console),
     )
     view.show_decide(console, result)
     if result.error is not None:
         raise result.error
+
+
+def _rescore(directory: Path, profile: str | None, goodput: list[str], margin: float) -> None:
+    from opsctl.config.profiles import load_profile
+    from opsctl.decide import app as decide_app
+    from opsctl.decide import view
+    from opsctl.decide.report import load_report
+    from opsctl.traffic.bench import parse_goodput
+
+    slo = parse_goodput(goodput)
+    if slo is None:
+        slo = load_profile(profile or load_report(directory).profile).slo
+    result = decide_app.rescore(directory, slo, margin)
+    view.show_decide(console, result)
+    if result.error is not None:
+        raise result.error
+

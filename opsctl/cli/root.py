@@ -177,9 +177,11 @@ class TrafficSmoke:
         self.gateway = gateway
 
     def _request(self, ask: SmokeAsk) -> SmokeRequest:
+        from opsctl.cli.app import err_console
         from opsctl.core.redact import api_key_from_env
         from opsctl.traffic.app import SmokeRequest
         from opsctl.traffic.smoke_evals import eval_request
+        from opsctl.traffic.view import eval_progress
 
         evals = eval_request("gsm8k" if ask.gsm8k else None, long_context=ask.long_context)
         task = ask.deployment.profile.eval.lm_eval
@@ -189,6 +191,7 @@ class TrafficSmoke:
             profile=self.profile or ask.deployment.profile.name, variant=ask.deployment.variant,
             base_url=ask.base_url, api_key=api_key_from_env(), json_path=ask.report,
             compare_with=ask.compare_with, gateway=self.gateway, evals=evals,
+            progress=eval_progress(err_console),
         )
 
     def check(self, ask: SmokeAsk) -> None:

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, image_ref, within
+from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, err_console, image_ref, within
 from opsctl.cli.root import Root, gateway_from
 from opsctl.traffic.settings import BENCH_DEFAULTS, SMOKE_DEFAULTS
 
@@ -113,6 +113,7 @@ def smoke(
         json_path=Path(json_path) if json_path else None,
         compare_with=Path(compare_with) if compare_with else None,
         gateway=gateway, settings=settings, evals=evals,
+        progress=view.eval_progress(err_console),
     )
     root = Root()
     result = traffic.smoke(request, locate=root.locate_server, push=root.push,
@@ -204,6 +205,13 @@ def bench(
     image: Annotated[str | None, typer.Option(
         "--image", help="Run every --variants variant on this image instead of the one "
         "`opsctl build` made (as `up --image`).", callback=image_ref)] = None,
+    output_details: Annotated[bool, typer.Option(
+        "--output-details", help="bench_serving.jsonl rows with the per-request arrays "
+        "(input_lens, output_lens, ttfts, itls, generated_texts, errors), as "
+        "sglang.bench_serving's --output-details.")] = False,
+    rescore: Annotated[str | None, typer.Option(
+        "--rescore", help="Re-score the bench run in this directory against --goodput from its "
+        "requests files (nothing is sent); writes DIR/rescored/ (or --out).")] = None,
 ) -> None:
     """Concurrency sweep per variant: TTFT/ITL/TPOT/E2E percentiles, goodput, throughput.
 
@@ -225,6 +233,13 @@ def bench(
     from opsctl.traffic.settings import DEFAULT_CONCURRENCY, BenchSettings
     from opsctl.traffic.workloads import WorkloadSpec, parse_dataset_name
 
+    if rescore is not None:
+        if out:
+            check_output_path(Path(out), "--out", directory=True)
+        rescored = traffic.rescore(Path(rescore), parse_goodput(goodput or []),
+                                   Path(out) if out else None, view.write_plots)
+        view.show_bench(rescored, console)
+        return
     chosen = parse_driver(driver)
     gateway = gateway_from(pushgateway)
     check_output_path(Path(out) if out else REPORTS_DIR, "--out", directory=True)
@@ -247,6 +262,7 @@ def bench(
         profile=profile, variants=parse_variants(variants), base_urls=tuple(base_url or ()),
         api_key=api_key_from_env(), out_dir=Path(out) if out else None, gateway=gateway,
         settings=settings, workload=workload, slo=parse_goodput(goodput or []),
+        output_details=output_details,
     )
     root = Root(image)
     result = traffic.bench(request, launcher=root.variant_launcher, push=root.push,

@@ -20,6 +20,9 @@ DECIDE_DIR_PREFIX = "decide-"  # out/decide-<UTC stamp>/decide.json, decide.md
 DECIDE_JSON = "decide.json"
 DECIDE_MARKDOWN = "decide.md"
 DOCTOR_PREFIX = "doctor-"  # out/doctor-<UTC stamp>.json
+# `decide --rescore DIR`: the same run judged again from its files, beside the original.
+DECIDE_RESCORED_JSON = "decide-rescored.json"
+DECIDE_RESCORED_MARKDOWN = "decide-rescored.md"
 STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
 
 

@@ -6,9 +6,17 @@ probes), a bench sweep at the levels, down. A variant that does not start, does 
 what the profile says, or fails smoke is disqualified with its one-line reason and the files
 that show it, and the run goes on. Greedy outputs of variants that compute the same attention
 are compared pairwise afterwards: a disagreement disqualifies neither (one of them is wrong; the
-eval decides which), it is evidence. The winner is the qualified variant that reached the
-highest concurrency without a failed request, then the lower TPOT p50 there, then the higher
-throughput.
+eval decides which), it is evidence.
+
+Under noise (`repeats`, default 2): the variants' sweeps run interleaved, A B A B ... (each
+repeat a fresh up -> bench -> down; the gates run in the first), so drift of the box falls on
+every variant alike. Each level's figures are pooled over the repeats from the per-request
+records, with bootstrap 95% intervals (opsctl.decide.figures, bootstrap). The winner is the
+qualified variant with the best SLO goodput: the highest level free of failures that meets the
+profile's SLO (each level free of failures, without an SLO), then the higher output throughput
+there; two variants whose throughputs there differ by less than `margin`, or whose ratio's
+interval holds 1, are a tie (opsctl.decide.verdict), and the verdict says what would separate
+them.
 
 Collaborators come in as arguments, in the shapes `up --gate` gets them (the launch: engine,
 image naming, the verify room's check, state, HTTP, clock; the traffic room's smoke) plus the
@@ -26,6 +34,8 @@ from pathlib import Path
 
 from opsctl.config.profiles import Deployment, Profile
 from opsctl.config.review import computes
+from opsctl.config.sloconfig import Slo
+from opsctl.core.clock import Clock
 from opsctl.core.errors import (
     EXIT_DAEMON,
     EXIT_USAGE,
@@ -37,29 +47,38 @@ from opsctl.core.errors import (
     UsageError,
 )
 from opsctl.core.files import atomic_write_text
-from opsctl.core.reports import BENCH_JSON, DECIDE_JSON, DECIDE_MARKDOWN
+from opsctl.core.reports import (
+    BENCH_JSON,
+    DECIDE_JSON,
+    DECIDE_MARKDOWN,
+    DECIDE_RESCORED_JSON,
+    DECIDE_RESCORED_MARKDOWN,
+)
+from opsctl.decide.figures import Samples, new_run, pool_variant
 from opsctl.decide.report import (
     SMOKE_FILE,
     UP_ERROR_FILE,
     VERIFY_FILE,
     DecideReport,
     Gate,
-    Level,
     Probe,
     ResolvedField,
     VariantRecord,
+    load_report,
     write_report,
 )
 from opsctl.decide.verdict import compare_pairs, recommend
 from opsctl.deploy.app import Progress
 from opsctl.deploy.launch import Launch
 from opsctl.gate.gate import GateSmoke, SmokeAsk, UpProgress, attention_kind
-from opsctl.traffic.bench_report import BenchReport, LevelResult
+from opsctl.traffic.bench_report import BenchReport
 from opsctl.traffic.smoke_report import SmokeReport
 from opsctl.traffic.smoke_report import verdict_error as smoke_verdict
 from opsctl.verify.app import VerifyResult
 
 DEFAULT_LEVELS = (1, 8, 32, 64)
+DEFAULT_REPEATS = 2
+DEFAULT_MARGIN = 0.03
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -75,6 +94,8 @@ class DecideRequest:
     out_dir: Path
     skip_eval: bool = False  # smoke without GSM8K and the long-context probes
     timeout_seconds: float | None = None  # readiness of each variant; None: the profile's
+    repeats: int = DEFAULT_REPEATS  # sweeps per variant, interleaved A B A B ...
+    margin: float = DEFAULT_MARGIN  # relative throughput difference under which variants tie
 
 
 @dataclass(frozen=True)
@@ -108,6 +129,7 @@ class _Ctx:
     progress: UpProgress
     on_step: Callable[[str], None]
     request: DecideRequest
+    ticker: Ticker
 
 
 def _up_quietly(_: Deployment) -> AbstractContextManager[Callable[[Progress], None]]:
@@ -118,6 +140,7 @@ def decide(
     profile: Profile, request: DecideRequest, *, launch: Launch, smoke: GateSmoke,
     bench: BenchRun, progress: UpProgress | None = None,
     on_step: Callable[[str], None] = lambda line: None,
+    on_progress: Callable[[str], None] = lambda line: None,
 ) -> DecideResult:
     """Every variant through up -> verify -> smoke -> bench -> down; the verdict and its files.
 
@@ -131,12 +154,18 @@ def decide(
                for index, (deployment, image) in enumerate(zip(deployments, images, strict=True))]
     smoke.check(_ask(deployments[0], "", out / records[0].directory, request.skip_eval))
     clock = launch.clock
+    slo = profile.slo
     report = DecideReport(started_at=clock.now().isoformat(timespec="seconds"),
                           profile=profile.name, concurrency=list(request.concurrency),
                           requests_per_level=request.requests_per_level,
-                          skip_eval=request.skip_eval, variants=records)
-    ctx = _Ctx(launch, smoke, bench, progress or _up_quietly, on_step, request)
+                          skip_eval=request.skip_eval, variants=records, repeats=request.repeats,
+                          margin=request.margin,
+                          slo_ttft_ms=slo.ttft.threshold_ms if slo and slo.ttft else None,
+                          slo_tpot_ms=slo.tpot.threshold_ms if slo and slo.tpot else None)
     began = clock.monotonic()
+    ticker = Ticker(clock, began, len(records) * request.repeats, len(records), request.repeats,
+                    on_progress)
+    ctx = _Ctx(launch, smoke, bench, progress or _up_quietly, on_step, request, ticker)
     smoked: dict[str, SmokeReport] = {}
     # One lock for the whole run, taken before anything is touched (each up/down re-enters it):
     # between two variants no other opsctl run may start a server on this profile and skew the
@@ -144,23 +173,30 @@ def decide(
     with launch.locked([profile.name], "decide"):
         running = records[0]
         try:
-            for deployment, image, running in zip(deployments, images, records, strict=True):
-                found = _run_variant(ctx, deployment, image, running)
-                if found is not None:
-                    smoked[running.variant] = found
+            for repeat in range(1, request.repeats + 1):
+                for index, (deployment, image, running) in enumerate(
+                        zip(deployments, images, records, strict=True)):
+                    if repeat > 1 and running.status != "qualified":
+                        ctx.ticker.skip()  # disqualified: not swept again
+                        continue
+                    ctx.ticker.begin(repeat, index, running.variant)
+                    found = _run_variant(ctx, deployment, image, running, repeat)
+                    ctx.ticker.end()
+                    if found is not None:
+                        smoked[running.variant] = found
         except BaseException as exc:
             on_step("stopped: removing what this run started")
             _remove_quietly(ctx, profile.name)
             report.record_stop(exc)
             if running.status == "not run":
                 running.status, running.reason = "interrupted", report.partial_reason
-            _conclude(report, smoked, clock.monotonic() - began)
+            _conclude(report, smoked, clock.monotonic() - began, out, slo)
             written = write_report(report, out)
             if isinstance(exc, KeyboardInterrupt):
                 return DecideResult(report, out, written,
                                     report.stop_error("decide", out / DECIDE_JSON))
             raise
-    _conclude(report, smoked, clock.monotonic() - began)
+    _conclude(report, smoked, clock.monotonic() - began, out, slo)
     return DecideResult(report, out, write_report(report, out), _verdict_error(report, out))
 
 
@@ -195,19 +231,21 @@ def _ask(deployment: Deployment, base_url: str, folder: Path, skip_eval: bool) -
 
 
 def _run_variant(ctx: _Ctx, deployment: Deployment, image: str,
-                 record: VariantRecord) -> SmokeReport | None:
-    """Stop what runs, then up -> smoke -> bench -> down; fills `record`. Returns the smoke
-    report (None when smoke did not run). Ctrl-C and bugs propagate; a variant's own failure
-    is recorded as its disqualification."""
+                 record: VariantRecord, repeat: int = 1) -> SmokeReport | None:
+    """Stop what runs, then up -> smoke -> bench -> down (after the first repeat: up -> bench
+    -> down); fills `record`. Returns the smoke report (None when smoke did not run). Ctrl-C
+    and bugs propagate; a variant's own failure is recorded as its disqualification."""
     out, name = ctx.request.out_dir, deployment.variant
     folder = out / record.directory
     # What ran before this run (the previous variant is down already): its log goes to the run.
     stopped = ctx.launch.down(deployment.profile.name, logs_dir=out, on_note=ctx.on_step).removed
     ctx.on_step(f"{name}: " + (f"stopped {', '.join(stopped)}; " if stopped else "")
-                + f"starting {image}")
+                + f"starting {image}" + (f" (repeat {repeat} of {ctx.request.repeats})"
+                                         if ctx.request.repeats > 1 else ""))
     verify = ctx.launch.verify
     if verify is None:
         raise ValueError("decide verifies every variant: its launch needs a verify check")
+    ctx.ticker.phase("up")
     verified: list[Path] = []  # verify.json, once the verify room has answered
     verifying: list[bool] = []  # set once the server was ready and verify began
 
@@ -230,17 +268,24 @@ def _run_variant(ctx: _Ctx, deployment: Deployment, image: str,
         # up saved the log of what it removed into the variant's folder.
         files = [_write(folder / UP_ERROR_FILE, _error_text(exc)), *verified,
                  *sorted(folder.glob("*.log"))]
-        _disqualify(ctx, record, "verify" if verifying else "start", exc.message, files,
+        _disqualify(ctx, record, "verify" if verifying else "start",
+                    (f"repeat {repeat}: " if repeat > 1 else "") + exc.message, files,
                     exc.exit_code)
         return None
-    if started.verdict is not None:
+    if started.verdict is not None and repeat == 1:
         record.verify = started.verdict.summary()
         record.checkpoint = started.verdict.checkpoint.label()
     record.evidence += [_rel(out, path) for path in verified]
     try:
+        if repeat > 1:
+            ctx.on_step(f"{name}: ready; bench, repeat {repeat} of {ctx.request.repeats}")
+            _bench(ctx, deployment, started.base_url, folder / f"repeat-{repeat}", record,
+                   repeat)
+            return None
         ctx.on_step(f"{name}: ready, {record.verify or 'not verified'}; smoke")
         return _smoke_and_bench(ctx, deployment, started.base_url, folder, record)
     finally:
+        ctx.ticker.phase("down")
         # The server's whole log is saved into the variant's folder before it is removed.
         logs = ctx.launch.down(deployment.profile.name, logs_dir=folder,
                                on_note=ctx.on_step).logs
@@ -251,6 +296,7 @@ def _smoke_and_bench(ctx: _Ctx, deployment: Deployment, base_url: str, folder: P
                      record: VariantRecord) -> SmokeReport:
     out = ctx.request.out_dir
     ask = _ask(deployment, base_url, folder, ctx.request.skip_eval)
+    ctx.ticker.phase("smoke" + ("" if ctx.request.skip_eval else " (with evals)"))
     report = ctx.smoke.run(ask)
     _raise_stop(report, "smoke", ask.report)
     record.smoke_report = _rel(out, ask.report)
@@ -267,24 +313,27 @@ def _smoke_and_bench(ctx: _Ctx, deployment: Deployment, base_url: str, folder: P
     record.status = "qualified"
     ctx.on_step(f"{deployment.variant}: smoke passed; bench at concurrency "
                 f"{', '.join(map(str, ctx.request.concurrency))}")
-    swept = ctx.bench(BenchAsk(deployment, base_url, ctx.request.concurrency,
-                               ctx.request.requests_per_level, folder))
-    _raise_stop(swept, "bench", folder / BENCH_JSON)
-    record.bench_report = _rel(out, folder / BENCH_JSON)
-    run = swept.variants[0]  # the one target bench was given
-    record.levels = [Level(concurrency=lv.concurrency, tpot_p50_ms=lv.tpot_ms.p50,
-                           tpot_p90_ms=lv.tpot_ms.p90,
-                           output_tokens_per_s=lv.output_tokens_per_s if lv.completed else None,
-                           failures=lv.failed + lv.warmup_failed, aborted=lv.aborted,
-                           accept_length=_accept_length(lv))
-                     for lv in run.levels]
-    record.bench_note = run.error or run.stopped
+    _bench(ctx, deployment, base_url, folder, record, 1)
     return report
 
 
-def _accept_length(level: LevelResult) -> float | None:
-    accept = level.server.spec_accept_length if level.server else None
-    return round(accept.mean, 3) if accept else None
+def _bench(ctx: _Ctx, deployment: Deployment, base_url: str, folder: Path,
+           record: VariantRecord, repeat: int) -> None:
+    """One repeat's sweep into `folder`, recorded as a run of `record`."""
+    out = ctx.request.out_dir
+    ctx.ticker.phase("bench")
+    swept = ctx.bench(BenchAsk(deployment, base_url, ctx.request.concurrency,
+                               ctx.request.requests_per_level, folder))
+    _raise_stop(swept, "bench", folder / BENCH_JSON)
+    path = _rel(out, folder / BENCH_JSON)
+    if repeat == 1:
+        record.bench_report = path
+    run = swept.variants[0]  # the one target bench was given
+    note = run.error or run.stopped
+    record.runs.append(new_run(repeat, path, run.levels, note))
+    record.levels = record.runs[0].levels  # until the runs are pooled (`_conclude`)
+    if note:
+        record.bench_note = note if repeat == 1 else f"repeat {repeat}: {note}"
 
 
 def _raise_stop(report: SmokeReport | BenchReport, what: str, where: Path) -> None:
@@ -328,16 +377,87 @@ def _remove_quietly(ctx: _Ctx, profile_name: str) -> None:
         ctx.on_step(f"removed {', '.join(removed)}")
 
 
-def _conclude(report: DecideReport, smoked: dict[str, SmokeReport], elapsed_s: float) -> None:
+def _conclude(report: DecideReport, smoked: dict[str, SmokeReport], elapsed_s: float,
+              out: Path, slo: Slo | None) -> None:
     report.pairs = compare_pairs(report.variants, smoked)
-    report.winner, report.recommendation = recommend(report)
+    conclude(report, out, slo)
     report.duration_s = round(elapsed_s, 3)
+
+
+def conclude(report: DecideReport, out: Path, slo: Slo | None) -> None:
+    """Pool every swept variant's repeats (their records read back from `out`) and judge."""
+    samples: Samples = {}
+    for record in report.variants:
+        if not record.runs:
+            continue
+        try:
+            pool_variant(record, out, slo, samples)
+        except OpsctlError as exc:  # a report or requests file that cannot be read back
+            record.bench_note = f"its repeats could not be pooled: {exc.message}"
+    report.winner, report.tie, report.recommendation = recommend(report, samples)
+
+
+def rescore(directory: Path, slo: Slo | None, margin: float | None = None) -> DecideResult:
+    """`decide --rescore DIR`: the run in DIR judged again from its files (its bench reports
+    and per-request records) by `slo` (and `margin`), written beside the original as
+    decide-rescored.json/.md; nothing is launched or sent."""
+    report = load_report(directory)
+    report.slo_ttft_ms = slo.ttft.threshold_ms if slo and slo.ttft else None
+    report.slo_tpot_ms = slo.tpot.threshold_ms if slo and slo.tpot else None
+    if margin is not None:
+        report.margin = margin
+    conclude(report, directory, slo)
+    written = write_report(report, directory, (DECIDE_RESCORED_JSON, DECIDE_RESCORED_MARKDOWN))
+    return DecideResult(report, directory, written, _verdict_error(report, directory))
+
+
+class Ticker:
+    """decide's overall progress, one line per phase: which variant of how many, which repeat,
+    the phase, the time so far and an estimate of what is left (the mean time of a finished
+    variant run times the runs still to go; none before the first has finished)."""
+
+    def __init__(self, clock: Clock, began: float, total: int, variants: int, repeats: int,
+                 emit: Callable[[str], None]) -> None:
+        self.clock, self.began, self.total, self.emit = clock, began, total, emit
+        self.variants, self.repeats = variants, repeats
+        self.done = 0
+        self.finished = 0  # runs timed (skipped ones take no time)
+        self.spent = 0.0
+        self.started = began
+        self.where = ""
+
+    def begin(self, repeat: int, index: int, variant: str) -> None:
+        self.started = self.clock.monotonic()
+        self.where = (f"variant {index + 1} of {self.variants} ({variant})"
+                      + (f", repeat {repeat} of {self.repeats}" if self.repeats > 1 else ""))
+
+    def phase(self, name: str) -> None:
+        now = self.clock.monotonic()
+        left = self.total - self.done
+        eta = (f"about {_duration(self.spent / self.finished * left - (now - self.started))} "
+               "left" if self.finished else "time left known after the first variant")
+        self.emit(f"[{self.done + 1}/{self.total}] {self.where}: {name}; elapsed "
+                  f"{_duration(now - self.began)}, {eta}")
+
+    def end(self) -> None:
+        self.spent += self.clock.monotonic() - self.started
+        self.finished += 1
+        self.done += 1
+
+    def skip(self) -> None:
+        self.done += 1
+
+
+def _duration(seconds: float) -> str:
+    total = max(0, round(seconds))
+    hours, rest = divmod(total, 3600)
+    return (f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s")
 
 
 def _verdict_error(report: DecideReport, out: Path) -> OpsctlError | None:
     """None with a winner; the start failure's own code (4 launch, 6 daemon, 2 usage) when no
     variant could start at all; else 5."""
-    if report.winner is not None:
+    if report.winner is not None or report.tie:
         return None
     hint = f"the evidence is in {out / DECIDE_MARKDOWN}"
     starts = [r for r in report.variants if r.failed_gate == "start"]

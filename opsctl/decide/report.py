@@ -13,14 +13,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from opsctl.core.files import atomic_write_text
+from opsctl.core.errors import UsageError
+from opsctl.core.files import atomic_write_text, read_bounded
 from opsctl.core.partial import PartialReport
 from opsctl.core.reports import DECIDE_JSON, DECIDE_MARKDOWN
 from opsctl.traffic.evals.divergence import Divergence
 from opsctl.traffic.evals.score import Score
 from opsctl.traffic.markdown import fmt
 
-SCHEMA_VERSION = 1
+# 2: --repeats: per-variant `runs` (one per repeat), levels pooled over them with bootstrap 95%
+# intervals and SLO goodput, `repeats`/`margin`/`slo_*`/`tie` at the top.
+SCHEMA_VERSION = 2
 
 # Where each variant's evidence goes, under <run dir>/<NN>-<variant>/ (with the server's log,
 # saved there by the deploy room under its own name before the container is removed).
@@ -36,18 +39,47 @@ PairOutcome = Literal["agree", "disagree", "not compared"]
 
 
 class Level(BaseModel):
+    """One concurrency level: of one repeat (a run's), or pooled over every repeat (the
+    variant's), then with bootstrap 95% intervals from the per-request records
+    (opsctl.decide.bootstrap)."""
+
     concurrency: int
     tpot_p50_ms: float | None
     tpot_p90_ms: float | None
-    output_tokens_per_s: float | None
-    failures: int  # measured and warm-up requests that failed
+    output_tokens_per_s: float | None  # pooled: the mean over repeats
+    failures: int  # measured and warm-up requests that failed (pooled: over every repeat)
     aborted: str | None = None  # why the level stopped early
     # Tokens per speculative verify step, from the server's sglang:spec_accept_length (MTP only).
     accept_length: float | None = None
+    repeats: int = 1  # how many repeats the pooled figures hold
+    requests: int = 0  # measured requests with a record, over those repeats
+    tpot_p50_ci_ms: tuple[float, float] | None = None
+    output_tokens_per_s_ci: tuple[float, float] | None = None
+    # SLO goodput: requests meeting every limit of the profile's SLO per second (mean over
+    # repeats), and whether the level meets the SLO (each objective's quantile within its
+    # threshold over the pooled requests); None: the profile states no SLO.
+    goodput_per_s: float | None = None
+    goodput_ci: tuple[float, float] | None = None
+    meets_slo: bool | None = None
+    note: str | None = None  # e.g. requests files missing or truncated
 
     @property
     def clean(self) -> bool:
         return self.failures == 0 and self.aborted is None and self.tpot_p50_ms is not None
+
+    @property
+    def good(self) -> bool:
+        """Clean, and meeting the SLO where the profile states one."""
+        return self.clean and self.meets_slo is not False
+
+
+class RunRecord(BaseModel):
+    """One repeat of a variant's sweep: its bench report and its levels as measured."""
+
+    repeat: int
+    bench_report: str | None = None
+    levels: list[Level] = []
+    note: str | None = None
 
 
 class ResolvedField(BaseModel):
@@ -89,17 +121,20 @@ class VariantRecord(BaseModel):
     probes: list[Probe] = []
     smoke_report: str | None = None
     bench_report: str | None = None
-    levels: list[Level] = []
+    levels: list[Level] = []  # pooled over `runs`
+    runs: list[RunRecord] = []  # one per repeat, in the order they ran
     bench_note: str | None = None  # the sweep could not run, or stopped early
 
     def best_level(self) -> Level | None:
-        """The highest level of the sweep reached without a failure: the levels in sweep order
-        up to (not including) the first one with a failed request or an early stop."""
+        """The highest level of the sweep that meets the SLO (every level without an SLO),
+        among the levels in sweep order up to (not including) the first one with a failed
+        request or an early stop."""
         best = None
         for level in self.levels:
             if not level.clean:
                 break
-            best = level
+            if level.good:
+                best = level
         return best
 
     def level(self, concurrency: int) -> Level | None:
@@ -127,17 +162,42 @@ class DecideReport(PartialReport):
     concurrency: list[int]
     requests_per_level: int | None  # None: bench's default, max(16, 4 x concurrency)
     skip_eval: bool
+    repeats: int = 1  # sweeps per variant, interleaved (A B A B ...)
+    margin: float = 0.03  # relative throughput difference under which two variants tie
+    slo_ttft_ms: float | None = None  # the profile's SLO the ranking judged by
+    slo_tpot_ms: float | None = None
     variants: list[VariantRecord]
     pairs: list[Pair] = []
     winner: str | None = None
+    tie: list[str] = []  # the variants that could not be told apart (winner is then None)
     recommendation: str = ""
 
 
-def write_report(report: DecideReport, out_dir: Path) -> list[Path]:
+def write_report(report: DecideReport, out_dir: Path, names: tuple[str, str] = (
+        DECIDE_JSON, DECIDE_MARKDOWN)) -> list[Path]:
     return [
-        atomic_write_text(out_dir / DECIDE_JSON, report.model_dump_json(indent=2) + "\n"),
-        atomic_write_text(out_dir / DECIDE_MARKDOWN, markdown(report)),
+        atomic_write_text(out_dir / names[0], report.model_dump_json(indent=2) + "\n"),
+        atomic_write_text(out_dir / names[1], markdown(report)),
     ]
+
+
+MAX_REPORT_BYTES = 64 << 20
+
+
+def load_report(directory: Path) -> DecideReport:
+    """decide.json of a decide run's directory; UsageError (one line) when it is none."""
+    path = directory / DECIDE_JSON
+    try:
+        data = read_bounded(path, "decide report", MAX_REPORT_BYTES)
+    except OSError as exc:
+        raise UsageError(f"decide report {path}: {exc.strerror or exc}",
+                         hint="pass the directory a decide run wrote") from None
+    try:
+        return DecideReport.model_validate_json(data)
+    except ValueError:
+        raise UsageError(f"{path}: not a decide report of schema_version {SCHEMA_VERSION}",
+                         hint="re-scoring needs a run with per-request records "
+                              "(decide.json schema_version 2)") from None
 
 
 def _link(path: str | None, text: str) -> str:
@@ -176,9 +236,15 @@ def markdown(report: DecideReport) -> str:
               f"{', '.join(map(str, report.concurrency))}; "
               f"{report.requests_per_level or 'max(16, 4 x concurrency)'} measured requests "
               "per level" + ("; evals skipped (--skip-eval)" if report.skip_eval else "") + ".",
-              "", "Ranking: among variants that passed every gate (start, verify, smoke with the "
-              "profile's evals), the highest concurrency reached without a failed request "
-              "wins, then the lower TPOT p50 there, then the higher output throughput.", "",
+              "", "Ranking by SLO goodput: among variants that passed every gate (start, verify, "
+              "smoke with the profile's evals), the highest concurrency that meets the "
+              f"profile's SLO ({_slo(report)}) without a failed request wins, then the higher "
+              "output throughput there. Each variant was swept "
+              f"{report.repeats} time(s), interleaved with the others (A B A B ...); figures "
+              "are pooled over the repeats, [low-high] is the bootstrap 95% interval from "
+              "the per-request records. Throughputs within "
+              f"{report.margin:.0%} of each other, or whose ratio's interval holds 1, are a "
+              "tie.", "",
               "## Variants", "",
               "| variant | status | sglang | computes | verify | checkpoint | GSM8K accuracy | "
               "probes | reports |", "|---|---|---|---|---|---|---|---|---|"]
@@ -200,19 +266,26 @@ def markdown(report: DecideReport) -> str:
               "TPOT is per output token (a speculative step that yields three tokens counts "
               "three); accept length is the server's own `sglang:spec_accept_length` (MTP "
               "variants; `-` without speculation).", "",
-              "| variant | concurrency | TPOT p50 (ms) | TPOT p90 (ms) | output tok/s | accept length "
+              "| variant | concurrency | repeats | requests | TPOT p50 (ms) [95% CI] | TPOT p90 (ms) "
+              "| output tok/s [95% CI] | SLO goodput req/s [95% CI] | meets SLO | accept length "
               "| failures |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
+              "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for r in report.variants:
         for lv in r.levels:
-            failures = str(lv.failures) + (f" ({lv.aborted})" if lv.aborted else "")
-            lines.append(f"| {_cell(r.variant)} | {lv.concurrency} | {fmt(lv.tpot_p50_ms, '{:.2f}')} "
+            failures = str(lv.failures) + (f" ({lv.aborted})" if lv.aborted else "") + (
+                f"; {lv.note}" if lv.note else "")
+            meets = "-" if lv.meets_slo is None else ("yes" if lv.meets_slo else "no")
+            lines.append(f"| {_cell(r.variant)} | {lv.concurrency} | {lv.repeats} | "
+                         f"{lv.requests} | {_with_ci(lv.tpot_p50_ms, lv.tpot_p50_ci_ms, '{:.2f}')} "
                          f"| {fmt(lv.tpot_p90_ms, '{:.2f}')} | "
-                         f"{fmt(lv.output_tokens_per_s, '{:.1f}')} | "
+                         f"{_with_ci(lv.output_tokens_per_s, lv.output_tokens_per_s_ci, '{:.1f}')}"
+                         f" | {_with_ci(lv.goodput_per_s, lv.goodput_ci, '{:.3f}')} | {meets} | "
                          f"{'-' if lv.accept_length is None else f'{lv.accept_length:.2f}'} | "
                          f"{_cell(failures)} |")
         if r.bench_note:
-            lines.append(f"| {_cell(r.variant)} | - | - | - | - | - | {_cell(r.bench_note)} |")
+            lines.append(f"| {_cell(r.variant)} | - | - | - | - | - | - | - | - | - | "
+                         f"{_cell(r.bench_note)} |")
+    lines += _runs_lines(report)
     lines += ["", "## Greedy outputs, variant against variant", ""]
     lines += [f"- {p.a} vs {p.b}: **{p.outcome}**: {p.detail}" for p in report.pairs] or [
         "- fewer than two variants were smoked: nothing to compare"]
@@ -222,6 +295,36 @@ def markdown(report: DecideReport) -> str:
               "sparse attention differ past index_topk tokens by design, so such pairs are "
               "not compared.", ""]
     return "\n".join(lines)
+
+
+def _slo(report: DecideReport) -> str:
+    stated = [f"{name} {ms:g} ms" for name, ms in (("TTFT", report.slo_ttft_ms),
+                                                  ("TPOT", report.slo_tpot_ms)) if ms]
+    return ", ".join(stated) if stated else "none stated: every level free of failures meets it"
+
+
+def _with_ci(value: float | None, interval: tuple[float, float] | None, form: str) -> str:
+    shown = fmt(value, form)
+    if interval is None or value is None:
+        return shown
+    return f"{shown} [{form.format(interval[0])}-{form.format(interval[1])}]"
+
+
+def _runs_lines(report: DecideReport) -> list[str]:
+    """Each repeat's own figures, in the order the repeats ran, with its bench report."""
+    shown = [r for r in report.variants if len(r.runs) > 1]
+    if not shown:
+        return []
+    lines = ["", "### Each repeat", "",
+             "| variant | repeat | concurrency | TPOT p50 (ms) | output tok/s | failures | bench |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    for r in shown:
+        for run in r.runs:
+            lines += [f"| {_cell(r.variant)} | {run.repeat} | {lv.concurrency} | "
+                      f"{fmt(lv.tpot_p50_ms, '{:.2f}')} | {fmt(lv.output_tokens_per_s, '{:.1f}')} "
+                      f"| {lv.failures} | {_link(run.bench_report, 'bench')} |"
+                      for lv in run.levels]
+    return lines
 
 
 def _resolved_lines(report: DecideReport) -> list[str]:

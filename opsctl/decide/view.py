@@ -26,18 +26,32 @@ def decide_step(console: Console) -> Callable[[str], None]:
                                       highlight=False, soft_wrap=True)
 
 
+def decide_progress(console: Console) -> Callable[[str], None]:
+    """Prints decide's overall progress lines (the CLI gives it a stderr console)."""
+    return lambda line: console.print(Text.assemble(("decide progress:", "dim"), " ", line),
+                                      highlight=False, soft_wrap=True)
+
+
+def _ci(value: float | None, interval: tuple[float, float] | None, form: str) -> str:
+    shown = fmt(value, form)
+    if interval is None or value is None:
+        return shown
+    return f"{shown} [{form.format(interval[0])}-{form.format(interval[1])}]"
+
+
 def _best(record: VariantRecord) -> tuple[str, str, str]:
     best = record.best_level()
     if best is None:
         return "-", "-", "-"
-    return (str(best.concurrency), fmt(best.tpot_p50_ms, "{:.2f}"),
-            fmt(best.output_tokens_per_s, "{:.1f}"))
+    return (str(best.concurrency), _ci(best.tpot_p50_ms, best.tpot_p50_ci_ms, "{:.2f}"),
+            _ci(best.output_tokens_per_s, best.output_tokens_per_s_ci, "{:.1f}"))
 
 
 def show_decide(console: Console, result: DecideResult) -> None:
     report = result.report
     table = Table("variant", "status", "sglang", "verify", "GSM8K (95% CI)", "probes",
-                  "highest clean c", "TPOT p50 (ms)", "output tok/s", title=f"decide: {report.profile}")
+                  "best c (SLO)", "TPOT p50 ms [95% CI]", "output tok/s [95% CI]",
+                  title=f"decide: {report.profile} ({report.repeats} repeat(s))")
     for record in report.variants:
         status = record.status if record.status != "disqualified" else \
             f"DISQUALIFIED ({record.failed_gate})"
@@ -58,7 +72,7 @@ def show_decide(console: Console, result: DecideResult) -> None:
     for pair in report.pairs:
         console.print(Text.assemble((f"{pair.a} vs {pair.b}: {pair.outcome}", _PAIR_STYLE[pair.outcome]),
                                     f": {pair.detail}"), highlight=False, soft_wrap=True)
-    style = "bold green" if report.winner else "bold red"
+    style = "bold green" if report.winner else ("bold yellow" if report.tie else "bold red")
     console.print(Text(report.recommendation, style=style), highlight=False, soft_wrap=True)
     console.print(Text(f"report: {', '.join(str(path) for path in result.written)} "
                        f"(per-variant evidence under {result.out_dir}/)"),

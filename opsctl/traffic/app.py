@@ -9,6 +9,7 @@ the CLI raises for its verdict.
 
 from __future__ import annotations
 
+import os
 import posixpath
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -26,13 +27,14 @@ from opsctl.core.reports import default_bench_dir, default_smoke_path
 from opsctl.traffic.bench import BenchOptions, Launcher, Progress, Target, parse_targets, run_bench
 from opsctl.traffic.bench_report import BenchReport
 from opsctl.traffic.bench_report import verdict_error as bench_verdict
+from opsctl.traffic.bench_requests import rescore_report
 from opsctl.traffic.bench_serving import write_report_files
 from opsctl.traffic.client import ClientFactory
 from opsctl.traffic.drivers import SweepDriver
 from opsctl.traffic.served import local_tokenizer
 from opsctl.traffic.settings import BENCH_DEFAULTS, SMOKE_DEFAULTS, BenchSettings, SmokeSettings
 from opsctl.traffic.smoke import SmokeOptions, run_smoke
-from opsctl.traffic.smoke_evals import DatasetLoader, EvalRequest, plan_evals
+from opsctl.traffic.smoke_evals import DatasetLoader, EvalProgress, EvalRequest, plan_evals
 from opsctl.traffic.smoke_report import SmokeReport, write_report
 from opsctl.traffic.smoke_report import verdict_error as smoke_verdict
 from opsctl.traffic.workloads import Workload, WorkloadSpec, build
@@ -82,6 +84,7 @@ class SmokeRequest:
     gateway: str | None  # push the report here; None: no push
     settings: SmokeSettings = SMOKE_DEFAULTS
     evals: EvalRequest = EvalRequest()  # accuracy checks after the others; none by default
+    progress: EvalProgress | None = None  # the evals' progress lines, as they run
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,7 @@ class BenchRequest:
     settings: BenchSettings = BENCH_DEFAULTS
     workload: WorkloadSpec | None = None  # None: word prompts of input_words/output_tokens
     slo: Slo | None = None  # --goodput thresholds; None: the profile's SLO
+    output_details: bool = False  # bench_serving.jsonl rows with the per-request arrays
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,7 @@ def smoke(
         api=settings.api, request_timeout_s=settings.request_timeout_s,
         overall_timeout_s=settings.overall_timeout_s, compare_with=request.compare_with,
         evals=evals, slo=target.slo, checkpoint=target.checkpoint,
+        progress=request.progress,
     )
     report = run_smoke(options, client_factory)
     report.settings = settings
@@ -205,7 +210,7 @@ def bench(
                            launcher=active, progress=on_progress, client_factory=client_factory)
     if served_tokenizer is not None:
         _check_tokenizer(report, served_tokenizer)
-    written = write_report_files(report, out) + plot(report, out)
+    written = write_report_files(report, out, request.output_details) + plot(report, out)
     pushed = _push(push, "bench", report, request.gateway)
     return BenchResult(report=report, out_dir=out, written=written, pushed=pushed,
                        error=bench_verdict(report, out))
@@ -281,6 +286,26 @@ def _check_replay(workload: Workload, spec: WorkloadSpec, settings: BenchSetting
         raise UsageError("--client-workers: a trace's arrivals and multi-turn sessions are kept "
                          "by one client process", hint="drop --client-workers")
     return one_process
+
+
+RESCORED_DIR = "rescored"
+
+
+def rescore(directory: Path, slo: Slo | None, out_dir: Path | None, plot: PlotWriter
+            ) -> BenchResult:
+    """`bench --rescore DIR`: the run in DIR judged by another SLO from its requests files,
+    written to `out_dir` (default DIR/rescored/); nothing is sent to any server."""
+    if slo is None:
+        raise UsageError("--rescore needs the SLO to judge by",
+                         hint="e.g. --rescore out/bench-... --goodput tpot:80 --goodput ttft:2000")
+    report = rescore_report(directory, slo)
+    out = out_dir or directory / RESCORED_DIR
+    for variant in report.variants:
+        for level in variant.levels:
+            if level.requests_file is not None:
+                level.requests_file = os.path.relpath(directory / level.requests_file, out)
+    written = write_report_files(report, out) + plot(report, out)
+    return BenchResult(report=report, out_dir=out, written=written, pushed=None, error=None)
 
 
 def _served_tokenizer(profile: Profile, variants: tuple[str, ...]) -> str:

@@ -37,13 +37,13 @@ import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 
 from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import LaunchError, OpsctlError, UsageError, stop_reason
-from opsctl.core.httpcap import checked_base_url
+from opsctl.core.httpcap import answer_json, checked_base_url
 from opsctl.core.options import comma_items
 from opsctl.core.redact import API_KEY_ENV, mask_secret, redact, redact_model, redact_userinfo
 from opsctl.traffic.arrival import Arrival
@@ -53,6 +53,7 @@ from opsctl.traffic.bench_report import (
     ClientInfo,
     VariantResult,
 )
+from opsctl.traffic.bench_requests import LevelRecords, level_path
 from opsctl.traffic.client import Api, ClientFactory, make_client
 from opsctl.traffic.drivers import OPSCTL, SweepDriver
 from opsctl.traffic.levels import (
@@ -171,7 +172,18 @@ class BenchOptions:
             slo_ttft_ms=self.slo.ttft.threshold_ms if self.slo and self.slo.ttft else None,
             slo_tpot_ms=self.slo.tpot.threshold_ms if self.slo and self.slo.tpot else None,
             driver=self.driver.name if self.driver else OPSCTL,
+            **random_args(self.work()),
         )
+
+
+def random_args(work: Workload) -> dict[str, int | float | None]:
+    """sglang.bench_serving's random_input_len / random_output_len / random_range_ratio as this
+    workload states them: the lengths of a words or random workload (null where the data sets
+    them: ShareGPT, shared-prefix groups), and 1.0 where every length is exact."""
+    fixed = work.spec.name in ("words", "random")
+    return {"random_input_len": work.spec.input_len if fixed else None,
+            "random_output_len": work.spec.output_len if fixed else None,
+            "random_range_ratio": 1.0 if fixed else None}
 
 
 # Progress callback: (variant label, concurrency, requests done, requests total).
@@ -345,6 +357,9 @@ async def sweep(
         finally:
             if pool is not None:
                 pool.close()
+        if result.levels:
+            result.server_info = await read_server_info(client, min(10.0,
+                                                                    options.request_timeout_s))
     result.failed_requests = sum(level.failed + level.warmup_failed for level in result.levels)
     return result
 
@@ -382,6 +397,7 @@ def run_bench(
                 result.levels[-1].aborted = stop_reason(exc)
             break
     failed = sum(r.failed_requests for r in results)
+    kept = request_files(results)
     report = BenchReport(
         started_at=started_at,
         duration_s=round(time.perf_counter() - start, 3),
@@ -395,7 +411,33 @@ def run_bench(
         passed=stopped_by is None and failed == 0
         and all(r.error is None and r.stopped is None for r in results),
     )
-    return redact_model(report, [options.api_key]).record_stop(stopped_by, [options.api_key])
+    report = redact_model(report, [options.api_key]).record_stop(stopped_by, [options.api_key])
+    report._requests = kept
+    return report
+
+
+def request_files(results: Sequence[VariantResult]) -> list[tuple[str, LevelRecords]]:
+    """Each recorded level's requests file, named in its LevelResult; the records to write."""
+    kept: list[tuple[str, LevelRecords]] = []
+    taken: set[str] = set()
+    for index, result in enumerate(results):
+        for number, level in enumerate(result.levels):
+            if isinstance(level._records, LevelRecords):
+                level.requests_file = level_path(index, result.variant, level.concurrency,
+                                                 number, taken)
+                kept.append((level.requests_file, level._records))
+    return kept
+
+
+async def read_server_info(client: httpx.AsyncClient, timeout_s: float) -> dict[str, Any] | None:
+    """GET /server_info as sglang.bench_serving reads it after its run (None: no JSON object)."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            response = await client.get("/server_info")
+        info = answer_json(response) if response.status_code == 200 else None
+    except (TimeoutError, httpx.HTTPError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
 
 
 def _bench_target(

@@ -7,9 +7,9 @@ a table with deltas against the first variant. Both are written afresh, atomical
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, PrivateAttr
 
 from opsctl.core.errors import (
     EXIT_DAEMON,
@@ -98,6 +98,15 @@ class LevelResult(BaseModel):
     # What the server's /metrics (and this host's nvidia-smi) said during the measured phase;
     # None: not sampled (reports written before the sampler existed load unchanged).
     server: ServerFigures | None = None
+    # sglang.bench_serving's peak figures (opsctl.traffic.bench_requests.peaks); None: no
+    # timed success, or a driver that does not give them.
+    max_output_tokens_per_s: float | None = None
+    max_concurrent_requests: int | None = None
+    # The level's per-request records, relative to the bench directory (bench_requests); None:
+    # not recorded (another driver). `requests_note` says when the caps cut them.
+    requests_file: str | None = None
+    requests_note: str | None = None
+    _records: Any = PrivateAttr(default=None)  # bench_requests.LevelRecords until written
 
 
 class VariantResult(BaseModel):
@@ -110,6 +119,9 @@ class VariantResult(BaseModel):
     error: str | None = None  # the variant could not be benchmarked at all
     error_exit_code: int | None = None  # that error's exit code (2 usage, 4 unreachable/launch)
     stopped: str | None = None  # the sweep ended before its last level, and why
+    # The server's GET /server_info after the sweep, as sglang.bench_serving copies it into its
+    # rows (`server_info`); None: not sglang, or it did not answer.
+    server_info: dict[str, Any] | None = None
 
 
 class BenchConfig(BaseModel):
@@ -130,6 +142,12 @@ class BenchConfig(BaseModel):
     workload_note: str | None = None  # e.g. why prompts are words, not exact tokens
     slo_ttft_ms: float | None = None  # the limits goodput was judged by
     slo_tpot_ms: float | None = None
+    # sglang.bench_serving's random_* arguments as this workload states them: the prompt and
+    # answer lengths (None for datasets whose lengths come from the data) and the range ratio
+    # (1.0: every length exact, as opsctl's workloads are).
+    random_input_len: int | None = None
+    random_output_len: int | None = None
+    random_range_ratio: float | None = None
     driver: str = "opsctl"  # what sent the load: opsctl's client, or sglang-bench
 
 
@@ -154,6 +172,7 @@ class BenchReport(PartialReport):
     variants: list[VariantResult]
     failed_requests: int
     passed: bool
+    _requests: Any = PrivateAttr(default=None)  # [(path, LevelRecords)] until written
 
 
 def verdict_error(report: BenchReport, out_dir: Path) -> OpsctlError | None:

@@ -92,6 +92,7 @@ class RequestResult:
     content_chunks: int = 0
     itl_split: bool = False  # gaps split by the server's per-chunk token counts
     usage_note: str | None = None  # the server's usage disagreed with the stream (see above)
+    started: float | None = None  # perf_counter() when the request's clock started (streams)
 
     @property
     def tpot_s(self) -> float | None:
@@ -215,10 +216,12 @@ async def stream_generate(
         async with asyncio.timeout(timeout_s):
             await client.wire().stream(endpoint(api), body, stream)
     except TimeoutError:
+        result.started = stream.start
         return result.fail("timeout", f"no complete response within {timeout_s:g}s")
     except Failed as exc:
-        result.status = stream.status
+        result.status, result.started = stream.status, stream.start
         return result.fail(exc.kind, exc.message)
+    result.started = stream.start
     return stream.finish(body.get("max_tokens"))
 
 

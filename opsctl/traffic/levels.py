@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from opsctl.traffic.arrival import Arrival, Batch, drive
 from opsctl.traffic.bench_report import LevelResult
+from opsctl.traffic.bench_requests import record_level
 from opsctl.traffic.client import Api, RequestResult, TrafficClient, request_body, stream_generate
 from opsctl.traffic.server_sampler import LevelSampler
 from opsctl.traffic.stats import summarize, with_client_cpu
@@ -217,6 +218,9 @@ async def run_level(
                                  cores=usable_cores())
         if sampler is not None:
             result.server = sampler.result()
+        kept = record_level(measured.batch.results, measured.started, options.api_key)
+        result.requests_note = kept.note()
+        result._records = kept
         return result
 
     try:

@@ -168,4 +168,6 @@ def markdown_table(report: BenchReport) -> str:
         elif run.model:
             notes.append(f"- {run.variant}: {run.base_url}, model {run.model.served_name!r} "
                          f"({run.model.served_name_source})")
+        notes += [f"- {run.variant} at concurrency {lv.concurrency}: per-request records "
+                  f"{lv.requests_note}" for lv in run.levels if lv.requests_note]
     return "\n".join(lines + notes + _server_section(report)) + "\n"

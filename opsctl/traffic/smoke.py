@@ -54,6 +54,7 @@ from opsctl.traffic.settings import SMOKE_DEFAULTS
 from opsctl.traffic.sglang_metrics import expected_series, missing_series
 from opsctl.traffic.smoke_evals import (
     EvalPlan,
+    EvalProgress,
     Gsm8kPlan,
     LmEvalPlan,
     LongContextPlan,
@@ -104,6 +105,7 @@ class SmokeOptions:
     evals: EvalPlan = EvalPlan()
     checkpoint: dict[str, Any] | None = None  # what the server runs, as `up` recorded it
     slo: Slo | None = None  # when given, judged as the alerts and bench's goodput judge it
+    progress: EvalProgress | None = None  # the evals' progress lines (GSM8K, probes)
 
 
 class _Run:
@@ -398,7 +400,8 @@ async def _gsm8k(run: _Run, client: TrafficClient, plan: Gsm8kPlan
         return "skip", "no model name: cannot send requests"
     status, detail, run.gsm8k = await gsm8k_check(
         client, plan, model=run.model.served_name, api=run.options.api,
-        request_timeout_s=run.options.request_timeout_s, remaining_s=run.remaining())
+        request_timeout_s=run.options.request_timeout_s, remaining_s=run.remaining(),
+        progress=run.options.progress)
     return status, detail
 
 
@@ -408,7 +411,8 @@ async def _long_context(run: _Run, client: TrafficClient, plan: LongContextPlan
         return "skip", "no model name: cannot send requests"
     status, detail, run.probes = await long_context_check(
         client, plan, model=run.model.served_name, api=run.options.api,
-        request_timeout_s=run.options.request_timeout_s, remaining_s=run.remaining())
+        request_timeout_s=run.options.request_timeout_s, remaining_s=run.remaining(),
+        progress=run.options.progress)
     return status, detail
 
 

@@ -10,6 +10,7 @@ anything. Nothing is downloaded: the files are local, and the probes are generat
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,27 +174,51 @@ def _plan_gsm8k(request: EvalRequest, config: Gsm8kConfig | None,
                      threshold=threshold, score_thinking=score_thinking)
 
 
+# Receives a progress line of an eval as it runs ("gsm8k: 30/60 answered, 12s").
+EvalProgress = Callable[[str], None]
+
+
+def _gsm8k_progress(progress: EvalProgress | None) -> Callable[[int, int], None] | None:
+    """A line at every tenth of the questions (and the last), with the time so far."""
+    if progress is None:
+        return None
+    start = time.monotonic()
+
+    def answered(done: int, total: int) -> None:
+        if done == total or done % max(1, total // 10) == 0:
+            progress(f"gsm8k: {done}/{total} answered, {time.monotonic() - start:.0f}s")
+    return answered
+
+
 async def gsm8k_check(client: TrafficClient, plan: Gsm8kPlan, *, model: str, api: Api,
-                      request_timeout_s: float, remaining_s: float
+                      request_timeout_s: float, remaining_s: float,
+                      progress: EvalProgress | None = None
                       ) -> tuple[CheckStatus, str, EvalResult]:
     """Ask the planned questions greedily; pass when the accuracy reaches the threshold."""
     result = await run_gsm8k(
         client, model=model, dataset=plan.dataset, shots_from=plan.shots_from,
         threshold=plan.threshold, num_questions=plan.questions, num_shots=plan.shots, api=api,
         request_timeout_s=request_timeout_s, overall_timeout_s=remaining_s,
-        score_thinking=plan.score_thinking)
+        score_thinking=plan.score_thinking, on_progress=_gsm8k_progress(progress))
     return ("pass" if result.score.passed else "fail"), result.score.verdict, result
 
 
 async def long_context_check(client: TrafficClient, plan: LongContextPlan, *, model: str,
-                             api: Api, request_timeout_s: float, remaining_s: float
+                             api: Api, request_timeout_s: float, remaining_s: float,
+                             progress: EvalProgress | None = None
                              ) -> tuple[CheckStatus, str, list[ProbeResult] | None]:
     """The needle probes at each size, then the prefix pair; every one must pass."""
+    start = time.monotonic()
+
+    def probing(done: int, total: int, name: str) -> None:
+        if progress is not None:
+            progress(f"long-context probes: {done}/{total} done, {name} next, "
+                     f"{time.monotonic() - start:.0f}s")
     try:
         async with asyncio.timeout(remaining_s):
             probes = await run_long_context_probes(
                 client, model=model, sizes=plan.sizes, prefix_pair_tokens=plan.prefix_pair_tokens,
-                api=api, timeout_s=min(request_timeout_s, remaining_s))
+                api=api, timeout_s=min(request_timeout_s, remaining_s), on_progress=probing)
     except TimeoutError:
         return "fail", f"overall timeout reached during the probes ({remaining_s:.0f}s left)", None
     failed = [probe for probe in probes if not probe.passed]

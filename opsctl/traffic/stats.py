@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from opsctl.config.sloconfig import Slo, request_is_good
 from opsctl.core.redact import redact
 from opsctl.traffic.bench_report import CLIENT_BOUND_SHARE, Goodput, LevelResult, Pcts
+from opsctl.traffic.bench_requests import peaks
 from opsctl.traffic.client import RequestResult
 
 _ERROR_EXAMPLES = 3  # distinct failure messages kept per level
@@ -80,6 +81,7 @@ def summarize(
     prompt_counts = [r.prompt_tokens for r in ok if r.prompt_tokens]
     stated = slo is not None and (slo.ttft is not None or slo.tpot is not None)
     flagged = [r for r in measured + warmup if r.usage_note]
+    peak_tokens, peak_running = peaks(ok)
     return LevelResult(
         concurrency=concurrency,
         requests=len(measured),
@@ -108,6 +110,7 @@ def summarize(
         aborted=aborted,
         in_flight_cut=in_flight_cut,
         goodput=goodput(slo, measured, duration_s) if slo is not None and stated else None,
+        max_output_tokens_per_s=peak_tokens, max_concurrent_requests=peak_running,
     )
 
 

@@ -142,6 +142,12 @@ def _short(text: str | None, width: int = 24) -> str:
 # --- bench ------------------------------------------------------------------------------------
 
 
+def eval_progress(console: Console) -> Callable[[str], None]:
+    """Prints smoke's eval progress lines (GSM8K answered, long-context probes done) as they
+    come; the CLI gives it a stderr console."""
+    return lambda line: _line(console, f"smoke: {line}")
+
+
 def show_bench(result: BenchResult, console: Console) -> None:
     """The summary table, the files written, and the push outcome."""
     render_bench(result.report, console)

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from opsctl.cli import app
 from opsctl.config.profiles import Deployment, load_profile
+from opsctl.config.sloconfig import Slo
 from opsctl.core import labels
 from opsctl.core.errors import (
     EXIT_INTERRUPTED,
@@ -39,13 +40,14 @@ from opsctl.deploy.ownership import ProfileBusy
 from opsctl.deploy.state import StateDir
 from opsctl.engine.api import ContainerInfo, RunSpec
 from opsctl.gate.gate import SmokeAsk
-from opsctl.traffic.bench import BenchOptions
+from opsctl.traffic.bench import BenchOptions, request_files
 from opsctl.traffic.bench_report import (
     BenchReport,
     ClientInfo,
     LevelResult,
     VariantResult,
 )
+from opsctl.traffic.bench_requests import record_level
 from opsctl.traffic.bench_serving import write_report_files
 from opsctl.traffic.client import RequestResult
 from opsctl.traffic.evals.gsm8k import EvalResult
@@ -133,14 +135,21 @@ class FakeSmoke:
 
 
 def _level(concurrency: int, tpot_ms: float, failed: int) -> LevelResult:
+    """Four requests at a TPOT near `tpot_ms` (a little spread, as measured), their records
+    kept; the phase lasts one request's E2E, so throughput falls as TPOT grows."""
     itl = tpot_ms / 1000
 
-    def ok() -> RequestResult:
-        return RequestResult(ok=True, ttft_s=0.1, e2e_s=0.1 + 10 * itl, output_tokens=11,
-                             itl_s=[itl] * 10, token_source="usage", finish_reason="length")
+    def ok(index: int) -> RequestResult:
+        step = itl * (1 + 0.002 * (index - 1.5))
+        return RequestResult(ok=True, ttft_s=0.1, e2e_s=0.1 + 10 * step, output_tokens=11,
+                             itl_s=[step] * 10, token_source="usage", finish_reason="length",
+                             started=0.0)
 
-    return summarize(concurrency, [ok() for _ in range(4)] + [
-        RequestResult(ok=False, error_kind="timeout", error="x")] * failed, [], duration_s=1.0)
+    results = [ok(i) for i in range(4)] + [
+        RequestResult(ok=False, error_kind="timeout", error="x")] * failed
+    level = summarize(concurrency, results, [], duration_s=0.1 + 10 * itl)
+    level._records = record_level(results, 0.0, None)
+    return level
 
 
 class FakeBench:
@@ -160,6 +169,7 @@ class FakeBench:
                              config=BenchOptions(concurrency=ask.concurrency).config(),
                              client=ClientInfo(hostname="h", platform="p", python="3", cpu_count=1),
                              variants=[result], failed_requests=0, passed=True)
+        report._requests = request_files(report.variants)
         write_report_files(report, ask.out_dir)
         return report
 
@@ -169,6 +179,7 @@ class Run:
         self.out = tmp_path / "decide"
         self.engine = engine or Engine()
         self.steps: list[str] = []
+        self.progress: list[str] = []
 
     def decide(self, variants: tuple[str, ...], *, smoke: FakeSmoke | None = None,
                bench: FakeBench | None = None, verify: FakeVerify | None = None,
@@ -181,7 +192,8 @@ class Run:
                           verify=verify or FakeVerify(), state=state,
                           http=FakeSglang(PROFILE.model.served_name, ["ready"]).client,
                           clock=FakeClock()),
-            smoke=smoke or FakeSmoke(), bench=bench or FakeBench({}), on_step=self.steps.append)
+            smoke=smoke or FakeSmoke(), bench=bench or FakeBench({}), on_step=self.steps.append,
+            on_progress=self.progress.append)
 
     def running(self) -> list[str]:
         return [c.labels[labels.VARIANT] for c in self.engine.containers.values()]
@@ -204,9 +216,12 @@ def test_the_variant_free_of_failures_at_the_highest_level_wins(tmp_path: Path) 
     assert result.error is None and report.winner == "gathercast"
     assert report.recommendation.startswith(
         "run gathercast: correct on every gate (start, verify, smoke, GSM8K, long-context probes)"
-        " and 21% lower TPOT p50 at 8 than baseline (26.0 vs 33.0 ms;")
-    assert run.engine.started == ["baseline", "gathercast", "native"]
-    assert run.running() == [] and "baseline: stopped opsctl-sim; starting " + IMAGE in run.steps
+        " and 19% higher output throughput at 8 than baseline (122 [")
+    assert "TPOT p50 26.0 vs 33.0 ms" in report.recommendation
+    # Two repeats by default, interleaved: A B C A B C.
+    assert run.engine.started == ["baseline", "gathercast", "native"] * 2
+    assert run.running() == []
+    assert f"baseline: stopped opsctl-sim; starting {IMAGE} (repeat 1 of 2)" in run.steps
     assert len(list(run.out.glob("sim-bf16kv-*.log"))) == 1  # what ran before: its log kept
     records = by_name(report)
     native = records["native"]
@@ -222,14 +237,25 @@ def test_the_variant_free_of_failures_at_the_highest_level_wins(tmp_path: Path) 
     assert [p for p in result.written] == [run.out / "decide.json", run.out / "decide.md"]
     for name in ("smoke.json", "bench.json", "bench.md", "verify.json"):
         assert (run.out / "01-baseline" / name).is_file(), name
-    (log,) = (run.out / "01-baseline").glob("*.log")  # saved by `down` before the removal
-    assert f"01-baseline/{log.name}" in records["baseline"].evidence
+    logs = sorted((run.out / "01-baseline").glob("*.log"))  # saved by `down` before removal
+    assert len(logs) == 2  # one per repeat
+    assert all(f"01-baseline/{log.name}" in records["baseline"].evidence for log in logs)
+    # The second repeat's sweep, with its per-request records, beside the first's.
+    assert (run.out / "01-baseline" / "repeat-2" / "bench.json").is_file()
+    assert (run.out / "01-baseline" / "repeat-2" / "requests" / "01-baseline" / "c8.jsonl").is_file()
+    assert [r.repeat for r in records["baseline"].runs] == [1, 2]
+    pooled = records["gathercast"].level(8)
+    assert pooled is not None and pooled.repeats == 2 and pooled.requests == 8
+    assert pooled.tpot_p50_ci_ms is not None and pooled.output_tokens_per_s_ci is not None
+    low, high = pooled.tpot_p50_ci_ms
+    assert pooled.tpot_p50_ms is not None and low <= pooled.tpot_p50_ms <= high
     saved = DecideReport.model_validate_json((run.out / "decide.json").read_text())
     assert saved.winner == "gathercast" and not saved.partial
     page = (run.out / "decide.md").read_text()
     assert f"**{report.recommendation}**" in page
     assert "[smoke](01-baseline/smoke.json) [bench](01-baseline/bench.json)" in page
-    assert "| native | 8 | 19.00 |" in page
+    assert "| native | 8 | 2 | 12 | 19.00 [18.94-19.06] |" in page
+    assert "| native | 2 | 8 | 19.00 | 151.7 | 2 | [bench](03-native/repeat-2/bench.json) |" in page
     # What the release resolves beside what the server said, per variant, from verify's checks.
     assert "## What sglang resolves, and what the server said" in page
     assert "| baseline | tp_size | 8 | argv | 8 | ok |" in page
@@ -239,7 +265,7 @@ def test_the_variant_free_of_failures_at_the_highest_level_wins(tmp_path: Path) 
 def test_a_disagreement_is_evidence_not_a_disqualification(tmp_path: Path) -> None:
     run = Run(tmp_path)
     bench = FakeBench({"baseline": {1: (30.0, 0), 8: (33.0, 0)},
-                       "corrupt": {1: (29.0, 0), 8: (32.0, 0)},
+                       "corrupt": {1: (25.0, 0), 8: (26.0, 0)},  # clear of the margin
                        "bf16kv": {1: (35.0, 0), 8: (36.0, 0)}})
     result = run.decide(("baseline", "corrupt", "bf16kv"), bench=bench,
                         smoke=FakeSmoke(corrupting=("corrupt", "bf16kv")))
@@ -278,10 +304,12 @@ def test_failed_gates_disqualify_with_reason_and_evidence_and_the_run_goes_on(
     assert bf16kv.failed_gate == "smoke" and "gsm8k" in str(bf16kv.reason)
     assert "03-bf16kv/smoke.json" in bf16kv.evidence
     assert [a.deployment.variant for a in smoke.asks] == ["bf16kv", "native"]
-    assert [a.deployment.variant for a in bench.asks] == ["native"]  # disqualified: no sweep
+    # Disqualified: no sweep, and not run again in the second repeat (smoke ran once).
+    assert [a.deployment.variant for a in bench.asks] == ["native", "native"]
+    assert run.engine.started.count("native") == 2 and run.engine.started.count("baseline") == 1
     assert result.report.winner == "native" and result.error is None
-    assert "and the only one of 4 that was; TPOT p50 30.0 ms at concurrency 8" in \
-        result.report.recommendation
+    assert "and the only one of 4 that was; 110 [110-110] output tok/s" in result.report.recommendation
+    assert "output tok/s, TPOT p50 30.0 ms at concurrency 8" in result.report.recommendation
     assert [p.a + "/" + p.b for p in result.report.pairs] == ["bf16kv/native"]
     assert run.running() == []
     assert "### Disqualified" in (out / "decide.md").read_text()
@@ -380,3 +408,42 @@ def test_bad_usage_is_refused_before_the_engine_is_asked(args: list[str], messag
     result = CliRunner().invoke(app, ["decide", "--profile", "sim", *args])
     assert isinstance(result.exception, OpsctlError) and result.exception.exit_code == 2
     assert message in result.exception.message
+
+
+def test_progress_says_which_variant_and_phase_and_what_is_left(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    run.decide(("baseline", "gathercast"))
+    lines = run.progress
+    assert lines[0].startswith("[1/4] variant 1 of 2 (baseline), repeat 1 of 2: up; elapsed ")
+    assert lines[0].endswith("time left known after the first variant")
+    phases = [line.split(": ", 1)[1].split(";")[0] for line in lines]
+    assert phases[:4] == ["up", "smoke (with evals)", "bench", "down"]
+    # The second repeat runs no smoke; every line after the first variant estimates what is left.
+    assert [line.split("]")[0] for line in lines if ": smoke" in line] == ["[1/4", "[2/4"]
+    assert lines[-1].startswith("[4/4] variant 2 of 2 (gathercast), repeat 2 of 2: down")
+    assert all(" left" in line and "known after" not in line for line in lines[4:])
+
+
+def test_rescore_judges_a_finished_run_again_from_its_files(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    bench = FakeBench({"baseline": {1: (30.0, 0), 8: (33.0, 0)},
+                       "gathercast": {1: (24.0, 0), 8: (26.0, 0)}})
+    first = run.decide(("baseline", "gathercast"), bench=bench)
+    assert first.report.winner == "gathercast"
+    # TPOT at most 28 ms: baseline meets it nowhere, gathercast at both levels.
+    tpot28 = Slo.model_validate({"tpot": {"quantile": 0.5, "threshold_ms": 28}})
+    again = decide_app.rescore(run.out, tpot28)
+    assert again.report.winner == "gathercast" and again.report.slo_tpot_ms == 28
+    assert [p.name for p in again.written] == ["decide-rescored.json", "decide-rescored.md"]
+    baseline = by_name(again.report)["baseline"]
+    assert [lv.meets_slo for lv in baseline.levels] == [False, False]
+    assert baseline.best_level() is None
+    none = decide_app.rescore(run.out, Slo.model_validate(
+        {"tpot": {"quantile": 0.5, "threshold_ms": 1}}))
+    assert none.report.winner is None and none.error is not None
+    assert none.error.exit_code == EXIT_SMOKE and "met the SLO at none" in none.error.message
+    # The original record is untouched.
+    assert DecideReport.model_validate_json((run.out / "decide.json").read_text()).winner == \
+        "gathercast"
+    with pytest.raises(UsageError, match="decide report"):
+        decide_app.rescore(tmp_path / "nothing", tpot28)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from pydantic import BaseModel
@@ -123,6 +123,7 @@ async def run_gsm8k(
     request_timeout_s: float = 300.0,
     overall_timeout_s: float = 3600.0,
     score_thinking: bool = False,
+    on_progress: Callable[[int, int], None] | None = None,  # (answered, questions)
 ) -> EvalResult:
     """Ask the first ``num_questions`` questions greedily and score them against the gate."""
     check_threshold(threshold)
@@ -134,6 +135,7 @@ async def run_gsm8k(
     start = time.monotonic()
     deadline = start + overall_timeout_s
     gate = asyncio.Semaphore(parallel)
+    answered: list[int] = []
 
     async def ask(index: int, item: Gsm8kItem) -> EvalItem:
         body = request_body(api, model, build_prompt(prefix, item), max_tokens=max_tokens,
@@ -145,6 +147,9 @@ async def run_gsm8k(
                 return EvalItem(index=index, line=item.line, label=item.label,
                                 error=f"not sent: the eval's {overall_timeout_s:g}s ran out")
             result = await generate(client, api, body, timeout_s=budget)
+        answered.append(index)
+        if on_progress is not None:
+            on_progress(len(answered), len(questions))
         return judge(index, item, result, score_thinking)
 
     items = await asyncio.gather(*(ask(i, item) for i, item in enumerate(questions)))

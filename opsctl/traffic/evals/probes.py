@@ -191,13 +191,19 @@ async def run_long_context_probes(
     max_tokens: int = DEFAULT_MAX_TOKENS,
     timeout_s: float = 300.0,
     count_tokens: TokenCounter = approx_tokens,
+    on_progress: Callable[[int, int, str], None] | None = None,  # (done, probes, the next)
 ) -> list[ProbeResult]:
     """One needle probe per size, then the prefix pair; one at a time (long prefills)."""
     results = []
+    total = len(sizes) + (1 if prefix_pair_tokens else 0)
     for offset, size in enumerate(sizes):
+        if on_progress is not None:
+            on_progress(offset, total, f"needle {size_name(size)}")
         results.append(await needle_probe(
             client, model=model, target_tokens=size, depth=depth, seed=seed + offset, api=api,
             max_tokens=max_tokens, timeout_s=timeout_s, count_tokens=count_tokens))
+    if prefix_pair_tokens and on_progress is not None:
+        on_progress(len(sizes), total, "prefix pair")
     if prefix_pair_tokens:
         results.append(await prefix_pair_probe(
             client, model=model, target_tokens=prefix_pair_tokens, depth=depth,

@@ -1,0 +1,103 @@
+"""bench's per-request records against the simulator: the files, the sglang row keys, re-scoring."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import SimServer
+
+from opsctl.config.sloconfig import Slo
+from opsctl.core.errors import UsageError
+from opsctl.traffic import app as traffic
+from opsctl.traffic.bench import BenchOptions, Target, run_bench
+from opsctl.traffic.bench_requests import read_records
+from opsctl.traffic.bench_serving import write_report_files
+
+StartSim = Callable[..., SimServer]
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "bench_serving"
+# Keys of a real sglang row opsctl leaves out on purpose (docs/smoke-and-bench.md says why):
+# it has no ShareGPT output-length argument, no vision tokens, no retokenization, and
+# accept_length is the server's own (each level's `server` figures).
+NOT_WRITTEN = {"sharegpt_output_len", "total_input_text_tokens", "total_input_vision_tokens",
+               "total_output_tokens_retokenized", "accept_length"}
+
+
+def _options(**overrides: object) -> BenchOptions:
+    values: dict[str, object] = {"concurrency": (1, 3), "requests_per_level": 6,
+                                 "input_words": 16, "output_tokens": 8, "request_timeout_s": 10.0,
+                                 "server_figures": False}
+    values.update(overrides)
+    return BenchOptions(**values)  # type: ignore[arg-type]
+
+
+def _sim(start: StartSim) -> str:
+    return start(env={"OPSCTL_SIM_TTFT_MS": "5", "OPSCTL_SIM_ITL_MS": "3"},
+                 args=["--served-model-name", "glm-5"]).url
+
+
+def test_each_level_writes_its_requests(sim_server: StartSim, tmp_path: Path) -> None:
+    report = run_bench([Target("base", _sim(sim_server))], _options())
+    write_report_files(report, tmp_path, output_details=True)
+    for level in report.variants[0].levels:
+        assert level.requests_file is not None and level.requests_note is None
+        records = read_records(tmp_path / level.requests_file)
+        assert len(records) == level.requests == 6
+        for record in records:
+            assert record["ok"] and record["finish_reason"] == "length"
+            assert record["output_tokens"] == 8 and len(record["gaps_s"]) == 7
+            assert record["start_s"] >= 0 and 0 < record["ttft_s"] < record["e2e_s"]
+            assert record["error_kind"] is None
+        assert level.max_output_tokens_per_s is not None and level.max_output_tokens_per_s > 0
+        assert level.max_concurrent_requests is not None
+        # sglang's meaning: requests active at some time in the busiest one-second bucket.
+        assert level.concurrency <= level.max_concurrent_requests <= level.requests
+
+
+def test_rows_carry_the_keys_of_a_real_sglang_row(sim_server: StartSim, tmp_path: Path) -> None:
+    report = run_bench([Target("base", _sim(sim_server))], _options(concurrency=(2,)))
+    write_report_files(report, tmp_path, output_details=True)
+    row = json.loads((tmp_path / "bench_serving.jsonl").read_text())
+    for name in ("sglang-0.5.9-random.jsonl", "sglang-0.5.9-random-details.jsonl"):
+        real = json.loads((FIXTURES / name).read_text())
+        missing = set(real) - set(row) - NOT_WRITTEN
+        # total_input_* are written only when the server counted every prompt (it does here).
+        assert missing == set(), name
+        for key in set(real) & set(row):
+            if real[key] is not None and key not in ("request_rate", "tag"):
+                assert isinstance(row[key], type(real[key])) or (
+                    isinstance(real[key], float) and isinstance(row[key], int | float)), key
+    assert row["random_input_len"] == 16 and row["random_output_len"] == 8
+    assert row["random_range_ratio"] == 1.0
+    assert isinstance(row["server_info"], dict) and "version" in row["server_info"]
+    assert len(row["ttfts"]) == len(row["itls"]) == len(row["errors"]) == 6
+    assert row["output_lens"] == [8] * 6 and all(len(gaps) == 7 for gaps in row["itls"])
+
+
+def test_rescore_judges_the_records_by_another_slo(sim_server: StartSim, tmp_path: Path) -> None:
+    report = run_bench([Target("base", _sim(sim_server))], _options())
+    write_report_files(report, tmp_path)
+    loose = Slo.model_validate({"tpot": {"quantile": 0.5, "threshold_ms": 10_000}})
+    tight = Slo.model_validate({"tpot": {"quantile": 0.5, "threshold_ms": 0.001}})
+    plots: Callable[..., list[Path]] = lambda report, out: []  # noqa: E731
+    good = traffic.rescore(tmp_path, loose, tmp_path / "loose", plots)
+    bad = traffic.rescore(tmp_path, tight, None, plots)
+    assert bad.out_dir == tmp_path / "rescored"
+    for level in good.report.variants[0].levels:
+        assert level.goodput is not None and level.goodput.good == 6 and level.goodput.share == 1
+    for level in bad.report.variants[0].levels:
+        assert level.goodput is not None and level.goodput.good == 0
+    rescored = json.loads((tmp_path / "loose" / "bench.json").read_text())
+    assert rescored["config"]["slo_tpot_ms"] == 10_000
+    first = rescored["variants"][0]["levels"][0]["requests_file"]
+    assert (tmp_path / "loose" / first).resolve().is_file()
+
+
+def test_rescore_refuses_what_is_no_bench_run(tmp_path: Path) -> None:
+    slo = Slo.model_validate({"tpot": {"quantile": 0.5, "threshold_ms": 80}})
+    with pytest.raises(UsageError):
+        traffic.rescore(tmp_path, slo, None, lambda report, out: [])
+    with pytest.raises(UsageError, match="needs the SLO"):
+        traffic.rescore(tmp_path, None, None, lambda report, out: [])
