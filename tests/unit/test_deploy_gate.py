@@ -338,9 +338,7 @@ def test_a_profile_with_lm_eval_asks_smoke_for_it(box: Box) -> None:
     harness = PROFILE.model_copy(update={"eval": PROFILE.eval.model_copy(
         update={"lm_eval": LmEvalConfig()})})
     smoke = FakeSmoke()
-    gating.gate(harness.resolve("baseline"), engine=box.engine, image_for=lambda _: IMAGE,
-                state=box.state, verify=FakeVerify(), smoke=smoke, http=box.server.client,
-                clock=FakeClock())
+    gating.gate(harness.resolve("baseline"), launch=box.launch(FakeVerify()), smoke=smoke)
     assert smoke.asks[0].lm_eval and smoke.asks[0].gsm8k
 
 

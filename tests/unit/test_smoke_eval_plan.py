@@ -193,7 +193,7 @@ def test_scoring_the_thinking_comes_from_the_profile_and_the_command_line_wins(
 
 def test_the_gates_smoke_asks_for_the_profiles_lm_eval_task(tmp_path: Path) -> None:
     """`up --gate` and `decide` run the harness when the profile has eval.lm_eval."""
-    from opsctl.cli.deploy import GateSmoke
+    from opsctl.cli.root import Root, TrafficSmoke
     from opsctl.config.evalconfig import LmEvalConfig
     from opsctl.gate.gate import SmokeAsk
 
@@ -203,9 +203,9 @@ def test_the_gates_smoke_asks_for_the_profiles_lm_eval_task(tmp_path: Path) -> N
     deployment = harness.resolve(next(iter(harness.variants)))
     ask = SmokeAsk(deployment=deployment, base_url="http://127.0.0.1:1", report=tmp_path / "r",
                    compare_with=None, gsm8k=True, long_context=False, lm_eval=True)
-    evals = GateSmoke("sim", None)._request(ask).evals
+    evals = TrafficSmoke(Root(), "sim", None)._request(ask).evals
     assert (evals.gsm8k, evals.lm_eval) == (True, "gsm8k")
-    off = GateSmoke("sim", None)._request(SmokeAsk(
+    off = TrafficSmoke(Root(), "sim", None)._request(SmokeAsk(
         deployment=deployment, base_url="http://127.0.0.1:1", report=tmp_path / "r",
         compare_with=None, gsm8k=False, long_context=False)).evals
     assert off.lm_eval is None
