@@ -30,7 +30,7 @@ The peer's workload is 0.5.9's `--dataset-name random-ids` (random token ids, as
 (it cannot read a tokenizer_config.json written by transformers 5; opsctl reads tokenizer.json).
 
     scripts/peer-bench-env.sh                              # once: .venv-peer with sglang 0.5.9
-    .venv/bin/python bench/client_compare.py               # writes bench/client_compare.json
+    .venv/bin/python bench/client_compare.py               # writes bench/results/client_compare.json
     .venv/bin/python bench/client_compare.py --quick       # a smoke of the harness, into out/
 
 A benchmark, not a test: run the full one on a quiet machine with two free cores.
@@ -91,14 +91,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--client-core", type=int, default=1)
     parser.add_argument("--peer-venv", type=Path, default=ROOT / ".venv-peer")
     parser.add_argument("--out", type=Path, default=None,
-                        help="default bench/client_compare.json (--quick: out/client_compare_quick.json)")
+                        help="default bench/results/client_compare.json "
+                             "(--quick: out/client_compare_quick.json)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke of the harness: ITL 20 ms, concurrency 1 and 8, 2 rounds, 1 rep")
     args = parser.parse_args()
     if args.quick:
         args.itl_ms, args.concurrency, args.rounds, args.min_requests, args.reps = "20", "1,8", 2, 4, 1
     args.out = args.out or (ROOT / "out" / "client_compare_quick.json" if args.quick
-                            else ROOT / "bench" / "client_compare.json")
+                            else ROOT / "bench" / "results" / "client_compare.json")
     return args
 
 

@@ -5,7 +5,7 @@ matmuls over a 4 GiB allocation, the way bench samples during a level (GpuProbe.
 GpuTally every 0.25 s). Writes the figures, with the command, as JSON. Needs a CUDA GPU and
 torch; run on the accelerator machine through bench/run_gpu_sample.sh.
 
-    python3 bench/gpu_sample_under_load.py --out bench/gpu_sample_h200.json
+    python3 bench/gpu_sample_under_load.py --out bench/results/gpu_sample_h200.json
 """
 
 from __future__ import annotations

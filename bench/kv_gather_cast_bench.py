@@ -10,7 +10,7 @@ Shared prefixes (`shared_rows`): id counts up to 4x the pool, where ours convert
 linearly; timed in the same captured graph, beside stock and beside the kernel with the linear
 branch disabled (gather only: what the kernel did before it was bounded).
 
-    python3 bench/kv_gather_cast_bench.py --out bench/kv_gather_cast_bound_h200.json
+    python3 bench/kv_gather_cast_bench.py --out bench/results/kv_gather_cast_bound_h200.json
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Render the gather-then-cast benchmark JSON as the Markdown tables of docs/kv-gather-cast.md.
 
-    python3 bench/kv_gather_cast_table.py bench/kv_gather_cast_bound_h200.json   # print
-    python3 bench/kv_gather_cast_table.py bench/kv_gather_cast_bound_h200.json --update docs/kv-gather-cast.md
+    python3 bench/kv_gather_cast_table.py bench/results/kv_gather_cast_bound_h200.json   # print
+    python3 bench/kv_gather_cast_table.py THAT_JSON --update docs/kv-gather-cast.md   # in place
 
 The RTX PRO 6000 columns are a PROJECTION, not a measurement. Ours: the H200 step time at the
 smallest size is taken as a fixed cost (78 launches, latency-bound; assumed unchanged), and the

@@ -18,7 +18,7 @@ flash_ops.abi3.so (FA3, loaded lazily by sgl_kernel/flash_attn.py), sm100/ (not 
 flashinfer's bundled CUTLASS examples/python/test trees (its JIT includes only include/ and
 tools/). Kept for the GLM-5-shaped DSA model: flashmla_ops.abi3.so (0.5.15 resolves its FP8 KV
 to the flashmla_kv DSA backends) and sgl-deep-gemm (the indexer calls deep_gemm; without it the
-model stopped at `deep_gemm.get_num_sms()`, bench/sglang_h200/server-glm5.log of 2026-12-02).
+model stopped at `deep_gemm.get_num_sms()`, bench/results/sglang_h200/server-glm5.log of 2026-12-02).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Summarise a device run's results directory (bench/run_sglang_gpu.sh's /tmp/res) into one JSON.
 
-    python bench/sglang_h200_summary.py RES_DIR --out bench/sglang_h200_0515.json
+    python bench/sglang_h200_summary.py RES_DIR --out bench/results/sglang_h200_0515.json
 
 Every figure is read from the files the run wrote (opsctl bench's bench.json, smoke's and
 verify's reports, trace analyze's analysis.json, the server logs); nothing is typed in.

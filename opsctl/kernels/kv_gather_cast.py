@@ -57,7 +57,7 @@ NUM_WARPS = 4
 # Programs per SM of the persistent grid: enough warps in flight to cover DRAM latency. With the
 # cache hints below, 16 reached 1.24x / 1.30x the copy floor at 32K / 131K active tokens on an
 # H200, 24 and 32 the same within the run's noise, 8 fell short at 131K; before the hints 8 was
-# 1.47x / 1.39x (bench/kv_gather_cast_tune_h200.json, kv_gather_cast_bound_h200.json).
+# 1.47x / 1.39x (bench/results/kv_gather_cast_tune_h200.json, kv_gather_cast_bound_h200.json).
 PROGRAMS_PER_SM = 16
 # The interpreter (CPU) runs programs one after another, so a small grid keeps tests fast and
 # still exercises the grid-stride loop (several iterations per program).

@@ -21,7 +21,7 @@ from sglangprotocol import sse_payloads
 from opsctl.deploy import localsim
 
 REAL = REPO_ROOT / "tests" / "fixtures" / "real-sglang-0.5.15"
-ARGV = REPO_ROOT / "bench" / "sglang_h200" / "argv-baseline.txt"
+ARGV = REPO_ROOT / "bench" / "results" / "sglang_h200" / "argv-baseline.txt"
 MODEL = "tiny-mla"
 
 
@@ -152,7 +152,7 @@ def test_the_argv_is_the_recorded_real_one() -> None:
 
 # --- the GLM-5-shaped DSA model on 0.5.15 (tests/fixtures/real-sglang-0.5.15/dsa/) ------------
 
-DSA_ARGV = REPO_ROOT / "bench" / "sglang_h200" / "argv-glm5.txt"
+DSA_ARGV = REPO_ROOT / "bench" / "results" / "sglang_h200" / "argv-glm5.txt"
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """verify's 0.5.15 facts against what a real sglang 0.5.15 server answered (H200 device run).
 
 The fixtures are the real responses (tests/fixtures/real-sglang-0.5.15/README.md says how they
-were captured); the argv is the one that server was started with (bench/sglang_h200/argv-*.txt).
+were captured); the argv is the one that server was started with (bench/results/sglang_h200/argv-*.txt).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from opsctl.verify.facts import RELEASE_FACTS, VERSION_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "real-sglang-0.5.15"
-RUN = ROOT / "bench" / "sglang_h200"
+RUN = ROOT / "bench" / "results" / "sglang_h200"
 
 
 def _argv(variant: str) -> list[str]:
