@@ -13,6 +13,7 @@ import typer
 
 from opsctl.cli.app import ProfileOpt, app, console, err_console, image_ref, within
 from opsctl.config.profile_checks import MAX_READINESS_SECONDS
+from opsctl.decide.settings import DECIDE_DEFAULTS as _D
 
 
 @app.command()
@@ -21,28 +22,29 @@ def decide(
     variants: Annotated[str | None, typer.Option("--variants", help="Comma-separated variants, "
                         "run in this order (default: every variant of the profile).")] = None,
     concurrency: Annotated[str | None, typer.Option("--concurrency", help="Comma-separated "
-                           "bench levels (default 1,8,32,64).")] = None,
+                           f"bench levels (default {','.join(map(str, _D.concurrency))}).")
+                           ] = None,
     requests: Annotated[int | None, typer.Option("--requests", min=1, max=1_000_000,
                         help="Measured requests per level (default max(16, 4 x "
-                        "concurrency)).")] = None,
+                        "concurrency)).")] = _D.requests_per_level,
     out: Annotated[str | None, typer.Option("--out", help="Run directory (default "
                    "out/decide-<UTC time>/): decide.json, decide.md and one folder of evidence "
                    "per variant.")] = None,
     skip_eval: Annotated[bool, typer.Option("--skip-eval", help="Smoke without GSM8K and the "
                          "long-context probes: the gates are then start, verify and smoke's "
-                         "own checks only.")] = False,
+                         "own checks only.")] = _D.skip_eval,
     timeout: Annotated[float | None, typer.Option(
         help="Readiness timeout per variant in seconds (default: the profile's).",
-        callback=within(0.01, MAX_READINESS_SECONDS))] = None,
+        callback=within(0.01, MAX_READINESS_SECONDS))] = _D.timeout_s,
     image: Annotated[str | None, typer.Option(help="Run every variant on this image instead of "
                      "the ones `opsctl build` made (for variants that share one image).",
                      callback=image_ref)] = None,
     repeats: Annotated[int, typer.Option("--repeats", min=1, max=20, help="Sweeps per variant, "
                        "interleaved A B A B ... (each a fresh up -> bench -> down; the gates "
-                       "run in the first).")] = 2,
+                       "run in the first).")] = _D.repeats,
     margin: Annotated[float, typer.Option("--margin", min=0.0, max=50.0, help="Percent: "
                       "throughputs closer than this (or whose ratio's 95% interval holds 1) "
-                      "are a tie.")] = 3.0,
+                      "are a tie.")] = _D.margin_percent,
     rescore: Annotated[str | None, typer.Option("--rescore", help="Judge the decide run in this "
                        "directory again from its files (nothing is launched): by --goodput, else "
                        "the profile's SLO, and --margin; writes decide-rescored.json/.md "
@@ -75,6 +77,7 @@ def decide(
     from opsctl.core.reports import REPORTS_DIR, default_decide_dir
     from opsctl.decide import app as decide_app
     from opsctl.decide import view
+    from opsctl.decide.settings import DecideSettings
     from opsctl.deploy import view as deploy_view
     from opsctl.traffic.bench import parse_concurrency, parse_variants
 
@@ -82,12 +85,13 @@ def decide(
         _rescore(Path(rescore), profile, goodput or [], margin / 100.0)
         return
     check_output_path(Path(out) if out else REPORTS_DIR, "--out", directory=True)
-    request = decide_app.DecideRequest(
-        variants=parse_variants(variants),
-        concurrency=parse_concurrency(concurrency) if concurrency else decide_app.DEFAULT_LEVELS,
-        requests_per_level=requests, out_dir=Path(out) if out else default_decide_dir(),
-        skip_eval=skip_eval, timeout_seconds=timeout, repeats=repeats, margin=margin / 100.0,
-    )
+    settings = DecideSettings(
+        concurrency=parse_concurrency(concurrency) if concurrency else _D.concurrency,
+        requests_per_level=requests, skip_eval=skip_eval, timeout_s=timeout, repeats=repeats,
+        margin_percent=margin)
+    request = decide_app.DecideRequest(variants=parse_variants(variants),
+                                       out_dir=Path(out) if out else default_decide_dir(),
+                                       settings=settings)
     loaded = load_profile(profile)
     decide_app.chosen(loaded, request.variants)  # bad usage exits 2 before the engine is asked
     root = Root(image)

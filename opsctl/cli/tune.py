@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, image_ref, within
+from opsctl.tune.settings import TUNE_DEFAULTS as _D
 
 
 @app.command()
@@ -24,15 +25,18 @@ def tune(
     budget: Annotated[float | None, typer.Option("--budget", callback=within(0.1, 7 * 24 * 60),
                       help="Minutes for the "
                       "whole search; when the grid does not fit, successive halving "
-                      "(docs/trace-and-tune.md); 0.1 to 10080 (a week).")] = None,
+                      "(docs/trace-and-tune.md); 0.1 to 10080 (a week).")] = _D.budget_minutes,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Concurrency of "
-                           "each point's bench (the load you serve).")] = 8,
+                           "each point's bench (the load you serve).")] = _D.concurrency,
     requests: Annotated[int, typer.Option("--requests", min=4, help="Measured requests per "
-                        "point (halving rungs use fewer).")] = 32,
-    input_words: Annotated[int, typer.Option(min=1, help="Prompt length in words.")] = 256,
-    output_tokens: Annotated[int, typer.Option(min=2, help="Output tokens per request.")] = 128,
+                        "point (halving rungs use fewer).")] = _D.requests,
+    input_words: Annotated[int, typer.Option(min=1, help="Prompt length in words.")
+                           ] = _D.input_words,
+    output_tokens: Annotated[int, typer.Option(min=2, help="Output tokens per request.")
+                             ] = _D.output_tokens,
     request_timeout: Annotated[float, typer.Option(help="Seconds per request.",
-                                                   callback=within(0.01, 86400))] = 600.0,
+                                                   callback=within(0.01, 86400))
+                               ] = _D.request_timeout_s,
     out: Annotated[str | None, typer.Option("--out", help="Run directory (default "
                    "out/tune-<UTC time>/): tune-state.json, tune.md, tpot.png, "
                    "best-variant.yaml.")] = None,
@@ -57,6 +61,7 @@ def tune(
     from opsctl.tune import app as tune_app
     from opsctl.tune import view
     from opsctl.tune.runner import DeployRunner
+    from opsctl.tune.settings import TuneSettings
     from opsctl.tune.state import TUNE_DIR_PREFIX, latest_run
 
     if not param:
@@ -68,15 +73,15 @@ def tune(
         out_dir = check_output_path(Path(out), "--out", directory=True)
     else:
         out_dir = latest_run() if resume else REPORTS_DIR / f"{TUNE_DIR_PREFIX}{stamp()}"
-    request = tune_app.TuneRequest(params=tuple(param), concurrency=concurrency,
-                                   requests=requests, input_words=input_words,
-                                   output_tokens=output_tokens, budget_minutes=budget,
-                                   out_dir=out_dir, resume=resume)
+    settings = TuneSettings(concurrency=concurrency, requests=requests, input_words=input_words,
+                            output_tokens=output_tokens, request_timeout_s=request_timeout,
+                            budget_minutes=budget)
+    request = tune_app.TuneRequest(params=tuple(param), out_dir=out_dir, settings=settings,
+                                   resume=resume)
     tune_app.plan(request, deployment)  # bad knobs or a grid past the limits: exit 2 first
     root = Root(image)
-    runner = DeployRunner(launch=root.launch(), input_words=input_words,
-                          output_tokens=output_tokens, request_timeout_s=request_timeout,
-                          api_key=api_key_from_env(), client_factory=root.client_factory)
+    runner = DeployRunner(launch=root.launch(), settings=settings, api_key=api_key_from_env(),
+                          client_factory=root.client_factory)
     result = tune_app.tune(request, deployment, runner=runner, clock=root.clock,
                            plot=view.write_chart, on_start=view.on_start(console),
                            on_done=view.on_done(console))

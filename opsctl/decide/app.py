@@ -67,6 +67,7 @@ from opsctl.decide.report import (
     load_report,
     write_report,
 )
+from opsctl.decide.settings import DECIDE_DEFAULTS, DecideSettings
 from opsctl.decide.verdict import compare_pairs, recommend
 from opsctl.deploy.app import Progress
 from opsctl.deploy.launch import Launch
@@ -76,9 +77,6 @@ from opsctl.traffic.smoke_report import SmokeReport
 from opsctl.traffic.smoke_report import verdict_error as smoke_verdict
 from opsctl.verify.app import VerifyResult
 
-DEFAULT_LEVELS = (1, 8, 32, 64)
-DEFAULT_REPEATS = 2
-DEFAULT_MARGIN = 0.03
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -89,13 +87,8 @@ class NoVariantQualified(SmokeError):
 @dataclass(frozen=True)
 class DecideRequest:
     variants: tuple[str, ...]  # empty: every variant of the profile, in its order
-    concurrency: tuple[int, ...]
-    requests_per_level: int | None  # None: bench's default
     out_dir: Path
-    skip_eval: bool = False  # smoke without GSM8K and the long-context probes
-    timeout_seconds: float | None = None  # readiness of each variant; None: the profile's
-    repeats: int = DEFAULT_REPEATS  # sweeps per variant, interleaved A B A B ...
-    margin: float = DEFAULT_MARGIN  # relative throughput difference under which variants tie
+    settings: DecideSettings = DECIDE_DEFAULTS  # levels, requests, evals, timeout, repeats, margin
 
 
 @dataclass(frozen=True)
@@ -148,22 +141,23 @@ def decide(
     is not on the engine, an eval dataset that is not its pin.
     """
     deployments = chosen(profile, request.variants)
+    asked = request.settings
     images = [launch.image(deployment) for deployment in deployments]
     out = request.out_dir
     records = [_record(deployment, image, index)
                for index, (deployment, image) in enumerate(zip(deployments, images, strict=True))]
-    smoke.check(_ask(deployments[0], "", out / records[0].directory, request.skip_eval))
+    smoke.check(_ask(deployments[0], "", out / records[0].directory, asked.skip_eval))
     clock = launch.clock
     slo = profile.slo
     report = DecideReport(started_at=clock.now().isoformat(timespec="seconds"),
-                          profile=profile.name, concurrency=list(request.concurrency),
-                          requests_per_level=request.requests_per_level,
-                          skip_eval=request.skip_eval, variants=records, repeats=request.repeats,
-                          margin=request.margin,
+                          profile=profile.name, concurrency=list(asked.concurrency),
+                          requests_per_level=asked.requests_per_level,
+                          skip_eval=asked.skip_eval, variants=records, repeats=asked.repeats,
+                          margin=asked.margin, settings=asked,
                           slo_ttft_ms=slo.ttft.threshold_ms if slo and slo.ttft else None,
                           slo_tpot_ms=slo.tpot.threshold_ms if slo and slo.tpot else None)
     began = clock.monotonic()
-    ticker = Ticker(clock, began, len(records) * request.repeats, len(records), request.repeats,
+    ticker = Ticker(clock, began, len(records) * asked.repeats, len(records), asked.repeats,
                     on_progress)
     ctx = _Ctx(launch, smoke, bench, progress or _up_quietly, on_step, request, ticker)
     smoked: dict[str, SmokeReport] = {}
@@ -173,7 +167,7 @@ def decide(
     with launch.locked([profile.name], "decide"):
         running = records[0]
         try:
-            for repeat in range(1, request.repeats + 1):
+            for repeat in range(1, asked.repeats + 1):
                 for index, (deployment, image, running) in enumerate(
                         zip(deployments, images, records, strict=True)):
                     if repeat > 1 and running.status != "qualified":
@@ -240,8 +234,8 @@ def _run_variant(ctx: _Ctx, deployment: Deployment, image: str,
     # What ran before this run (the previous variant is down already): its log goes to the run.
     stopped = ctx.launch.down(deployment.profile.name, logs_dir=out, on_note=ctx.on_step).removed
     ctx.on_step(f"{name}: " + (f"stopped {', '.join(stopped)}; " if stopped else "")
-                + f"starting {image}" + (f" (repeat {repeat} of {ctx.request.repeats})"
-                                         if ctx.request.repeats > 1 else ""))
+                + f"starting {image}" + (f" (repeat {repeat} of {ctx.request.settings.repeats})"
+                                         if ctx.request.settings.repeats > 1 else ""))
     verify = ctx.launch.verify
     if verify is None:
         raise ValueError("decide verifies every variant: its launch needs a verify check")
@@ -260,7 +254,7 @@ def _run_variant(ctx: _Ctx, deployment: Deployment, image: str,
     try:
         with ctx.progress(deployment) as on_progress:
             started = ctx.launch.verifying(recording_verify).up(
-                deployment, image=image, timeout_seconds=ctx.request.timeout_seconds,
+                deployment, image=image, timeout_seconds=ctx.request.settings.timeout_s,
                 on_progress=on_progress, logs_dir=folder, on_note=ctx.on_step)
     except OpsctlError as exc:
         if isinstance(exc, Interrupted):  # a Ctrl-C whose clean-up left something behind
@@ -278,7 +272,7 @@ def _run_variant(ctx: _Ctx, deployment: Deployment, image: str,
     record.evidence += [_rel(out, path) for path in verified]
     try:
         if repeat > 1:
-            ctx.on_step(f"{name}: ready; bench, repeat {repeat} of {ctx.request.repeats}")
+            ctx.on_step(f"{name}: ready; bench, repeat {repeat} of {ctx.request.settings.repeats}")
             _bench(ctx, deployment, started.base_url, folder / f"repeat-{repeat}", record,
                    repeat)
             return None
@@ -295,8 +289,8 @@ def _run_variant(ctx: _Ctx, deployment: Deployment, image: str,
 def _smoke_and_bench(ctx: _Ctx, deployment: Deployment, base_url: str, folder: Path,
                      record: VariantRecord) -> SmokeReport:
     out = ctx.request.out_dir
-    ask = _ask(deployment, base_url, folder, ctx.request.skip_eval)
-    ctx.ticker.phase("smoke" + ("" if ctx.request.skip_eval else " (with evals)"))
+    ask = _ask(deployment, base_url, folder, ctx.request.settings.skip_eval)
+    ctx.ticker.phase("smoke" + ("" if ctx.request.settings.skip_eval else " (with evals)"))
     report = ctx.smoke.run(ask)
     _raise_stop(report, "smoke", ask.report)
     record.smoke_report = _rel(out, ask.report)
@@ -312,7 +306,7 @@ def _smoke_and_bench(ctx: _Ctx, deployment: Deployment, base_url: str, folder: P
         return report
     record.status = "qualified"
     ctx.on_step(f"{deployment.variant}: smoke passed; bench at concurrency "
-                f"{', '.join(map(str, ctx.request.concurrency))}")
+                f"{', '.join(map(str, ctx.request.settings.concurrency))}")
     _bench(ctx, deployment, base_url, folder, record, 1)
     return report
 
@@ -322,8 +316,8 @@ def _bench(ctx: _Ctx, deployment: Deployment, base_url: str, folder: Path,
     """One repeat's sweep into `folder`, recorded as a run of `record`."""
     out = ctx.request.out_dir
     ctx.ticker.phase("bench")
-    swept = ctx.bench(BenchAsk(deployment, base_url, ctx.request.concurrency,
-                               ctx.request.requests_per_level, folder))
+    swept = ctx.bench(BenchAsk(deployment, base_url, ctx.request.settings.concurrency,
+                               ctx.request.settings.requests_per_level, folder))
     _raise_stop(swept, "bench", folder / BENCH_JSON)
     path = _rel(out, folder / BENCH_JSON)
     if repeat == 1:

@@ -17,12 +17,14 @@ from opsctl.core.errors import UsageError
 from opsctl.core.files import atomic_write_text, read_bounded
 from opsctl.core.partial import PartialReport
 from opsctl.core.reports import DECIDE_JSON, DECIDE_MARKDOWN
+from opsctl.decide.settings import DECIDE_DEFAULTS, DecideSettings
 from opsctl.traffic.evals.divergence import Divergence
 from opsctl.traffic.evals.score import Score
 from opsctl.traffic.markdown import fmt
 
 # 2: --repeats: per-variant `runs` (one per repeat), levels pooled over them with bootstrap 95%
-# intervals and SLO goodput, `repeats`/`margin`/`slo_*`/`tie` at the top.
+# intervals and SLO goodput, `repeats`/`margin`/`slo_*`/`tie` at the top. Additive since: the
+# run's `settings` (DecideSettings).
 SCHEMA_VERSION = 2
 
 # Where each variant's evidence goes, under <run dir>/<NN>-<variant>/ (with the server's log,
@@ -163,7 +165,7 @@ class DecideReport(PartialReport):
     requests_per_level: int | None  # None: bench's default, max(16, 4 x concurrency)
     skip_eval: bool
     repeats: int = 1  # sweeps per variant, interleaved (A B A B ...)
-    margin: float = 0.03  # relative throughput difference under which two variants tie
+    margin: float = DECIDE_DEFAULTS.margin  # relative throughput difference under which two tie
     slo_ttft_ms: float | None = None  # the profile's SLO the ranking judged by
     slo_tpot_ms: float | None = None
     variants: list[VariantRecord]
@@ -171,6 +173,9 @@ class DecideReport(PartialReport):
     winner: str | None = None
     tie: list[str] = []  # the variants that could not be told apart (winner is then None)
     recommendation: str = ""
+    # What the run was asked (decide's settings, defaults filled in); absent in runs before it.
+    # A rescore keeps it and records the margin it judged by in `margin`.
+    settings: DecideSettings | None = None
 
 
 def write_report(report: DecideReport, out_dir: Path, names: tuple[str, str] = (

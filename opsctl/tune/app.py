@@ -20,6 +20,7 @@ from opsctl.core.clock import Clock
 from opsctl.core.errors import Interrupted, OpsctlError
 from opsctl.tune import report, search
 from opsctl.tune.search import GRID, Point, Price
+from opsctl.tune.settings import TUNE_DEFAULTS, TuneSettings
 from opsctl.tune.state import Measurement, Question, TuneState, now, resumed
 
 LOG_LINES = 8
@@ -58,12 +59,8 @@ class PointRunner(Protocol):
 @dataclass(frozen=True)
 class TuneRequest:
     params: tuple[str, ...]
-    concurrency: int
-    requests: int
-    input_words: int
-    output_tokens: int
-    budget_minutes: float | None
     out_dir: Path
+    settings: TuneSettings = TUNE_DEFAULTS  # each point's bench, the budget
     resume: bool = False
 
 
@@ -194,20 +191,29 @@ def best(state: TuneState) -> Measurement | None:
 def plan(request: TuneRequest, deployment: Deployment) -> tuple[list[search.Knob], list[Point]]:
     """The knobs and the grid `tune` searches; UsageError (exit 2) before anything runs."""
     knobs = [search.parse_param(text, deployment.server) for text in request.params]
-    return knobs, search.grid(knobs, budgeted=request.budget_minutes is not None)
+    return knobs, search.grid(knobs, budgeted=request.settings.budget_minutes is not None)
+
+
+def _recorded(asked: TuneSettings, before: TuneSettings | None) -> TuneSettings:
+    """The settings the state records: a resume without --budget keeps the budget it had."""
+    if asked.budget_minutes is None and before is not None:
+        return asked.model_copy(update={"budget_minutes": before.budget_minutes})
+    return asked
 
 
 def tune(request: TuneRequest, deployment: Deployment, *, runner: PointRunner, clock: Clock,
          plot: PlotWriter, on_start: OnStart = lambda *_: None,
          on_done: OnDone = lambda _: None) -> TuneResult:
     knobs, points = plan(request, deployment)
+    asked = request.settings
     question = Question(profile=deployment.profile.name, variant=deployment.variant,
                         knobs={k.name: list(k.values) for k in knobs},
-                        concurrency=request.concurrency, requests=request.requests,
-                        input_words=request.input_words, output_tokens=request.output_tokens)
-    budget_s = None if request.budget_minutes is None else request.budget_minutes * 60.0
+                        concurrency=asked.concurrency, requests=asked.requests,
+                        input_words=asked.input_words, output_tokens=asked.output_tokens)
+    budget_s = None if asked.budget_minutes is None else asked.budget_minutes * 60.0
     state = (resumed(request.out_dir, question, budget_s) if request.resume
              else TuneState(question=question, budget_s=budget_s))
+    state.settings = _recorded(asked, state.settings)
     state.save(request.out_dir)
     searcher = _Search(deployment, state, runner, clock, request.out_dir, on_start, on_done)
     try:

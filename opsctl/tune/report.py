@@ -51,7 +51,8 @@ def markdown(state: TuneState, best: Measurement | None) -> str:
     lines = [f"# opsctl tune: {q.profile} / {q.variant}", "",
              f"- knobs: {knobs}",
              f"- concurrency {q.concurrency}, {q.requests} requests per full point, "
-             f"{q.input_words} input words, {q.output_tokens} output tokens",
+             f"{q.input_words} input words, {q.output_tokens} output tokens"
+             + (f", {state.settings.request_timeout_s:g} s per request" if state.settings else ""),
              f"- search: {state.mode or 'not decided'}"
              + (f", budget {state.budget_s / 60:g} min" if state.budget_s else "")
              + f", {state.spent_s:.0f} s spent",

@@ -13,6 +13,7 @@ from opsctl.deploy.launch import Launch
 from opsctl.traffic.bench import BenchOptions, Target, run_bench
 from opsctl.traffic.client import ClientFactory, make_client
 from opsctl.tune.app import Measure
+from opsctl.tune.settings import TuneSettings
 
 LABEL = "tune"
 
@@ -20,9 +21,7 @@ LABEL = "tune"
 @dataclass
 class DeployRunner:
     launch: Launch
-    input_words: int
-    output_tokens: int
-    request_timeout_s: float
+    settings: TuneSettings  # each point's prompt, output and request timeout
     api_key: str | None
     client_factory: ClientFactory = make_client
 
@@ -32,9 +31,10 @@ class DeployRunner:
         return started.base_url
 
     def bench(self, base_url: str, concurrency: int, requests: int) -> Measure:
+        asked = self.settings
         options = BenchOptions(concurrency=(concurrency,), requests_per_level=requests,
-                               input_words=self.input_words, output_tokens=self.output_tokens,
-                               request_timeout_s=self.request_timeout_s, api_key=self.api_key)
+                               input_words=asked.input_words, output_tokens=asked.output_tokens,
+                               request_timeout_s=asked.request_timeout_s, api_key=self.api_key)
         report = run_bench([Target(label=LABEL, base_url=base_url)], options,
                            client_factory=self.client_factory)
         stopped = report.stop_error("bench", "tune")

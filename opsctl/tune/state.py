@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from opsctl.core.errors import UsageError
 from opsctl.core.files import atomic_write_text, read_bounded
 from opsctl.core.reports import REPORTS_DIR
+from opsctl.tune.settings import TuneSettings
 
 STATE_FILE = "tune-state.json"
 TUNE_DIR_PREFIX = "tune-"
@@ -71,6 +72,8 @@ class TuneState(BaseModel):
     skipped: list[str] = []  # "key@rung": not measured, the budget was spent
     finished: bool = False
     interrupted: bool = False
+    # What the (last) run used, defaults filled in (TuneSettings); absent in older state files.
+    settings: TuneSettings | None = None
 
     def measured(self, key: str, rung: int) -> Measurement | None:
         return next((m for m in self.measurements if m.key == key and m.rung == rung), None)

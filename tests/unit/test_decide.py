@@ -34,6 +34,7 @@ from opsctl.core.errors import (
 from opsctl.decide import app as decide_app
 from opsctl.decide.app import BenchAsk, DecideRequest, DecideResult
 from opsctl.decide.report import DecideReport, VariantRecord
+from opsctl.decide.settings import DecideSettings
 from opsctl.deploy.app import ImageFor
 from opsctl.deploy.launch import Launch
 from opsctl.deploy.ownership import ProfileBusy
@@ -186,8 +187,9 @@ class Run:
                image_for: ImageFor | None = None, state: StateDir | None = None
                ) -> DecideResult:
         return decide_app.decide(
-            PROFILE, DecideRequest(variants=variants, concurrency=LEVELS, requests_per_level=4,
-                                   out_dir=self.out),
+            PROFILE, DecideRequest(variants=variants, out_dir=self.out,
+                                   settings=DecideSettings(concurrency=LEVELS,
+                                                           requests_per_level=4)),
             launch=Launch(engine=self.engine, image_for=image_for or (lambda _: IMAGE),
                           verify=verify or FakeVerify(), state=state,
                           http=FakeSglang(PROFILE.model.served_name, ["ready"]).client,
@@ -251,6 +253,10 @@ def test_the_variant_free_of_failures_at_the_highest_level_wins(tmp_path: Path) 
     assert pooled.tpot_p50_ms is not None and low <= pooled.tpot_p50_ms <= high
     saved = DecideReport.model_validate_json((run.out / "decide.json").read_text())
     assert saved.winner == "gathercast" and not saved.partial
+    # The settings the run was asked, defaults filled in, recorded once in decide.json.
+    assert json.loads((run.out / "decide.json").read_text())["settings"] == {
+        "repeats": 2, "margin_percent": 3.0, "concurrency": [1, 8], "requests_per_level": 4,
+        "skip_eval": False, "timeout_s": None}
     page = (run.out / "decide.md").read_text()
     assert f"**{report.recommendation}**" in page
     assert "[smoke](01-baseline/smoke.json) [bench](01-baseline/bench.json)" in page

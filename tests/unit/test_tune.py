@@ -14,6 +14,7 @@ from opsctl.config.profiles import Deployment, load_profile
 from opsctl.core.errors import EXIT_INTERRUPTED, Interrupted, LaunchError, UsageError
 from opsctl.tune import report, search
 from opsctl.tune.app import Measure, TuneRequest, cause, tune
+from opsctl.tune.settings import TuneSettings
 from opsctl.tune.state import STATE_FILE, load_state
 
 UP_S, PER_REQUEST_S, DOWN_S = 10.0, 0.5, 2.0
@@ -63,8 +64,9 @@ def request(tmp_path: Path, *params: str, budget: float | None = None, resume: b
             requests: int = 16) -> TuneRequest:
     return TuneRequest(params=params or ("cuda_graph_max_bs=2,64",
                                          "mem_fraction_static=0.85,0.95"),
-                       concurrency=4, requests=requests, input_words=16, output_tokens=8,
-                       budget_minutes=budget, out_dir=tmp_path, resume=resume)
+                       out_dir=tmp_path, resume=resume,
+                       settings=TuneSettings(concurrency=4, requests=requests, input_words=16,
+                                             output_tokens=8, budget_minutes=budget))
 
 
 def no_plot(*_: object) -> tuple[list[Path], str | None]:
@@ -166,6 +168,19 @@ def test_interrupt_keeps_the_state_and_resume_finishes(tmp_path: Path) -> None:
     assert len(runner.ups) == 2  # only the two points not measured before
     assert result.state.finished and len(result.state.measurements) == 4
     assert (tmp_path / STATE_FILE).is_file() and (tmp_path / report.BEST_VARIANT).is_file()
+
+
+def test_the_state_records_the_settings_and_a_resume_keeps_its_budget(tmp_path: Path) -> None:
+    clock = FakeClock()
+    with pytest.raises(Interrupted):
+        tune(request(tmp_path, budget=60.0), sim_deployment(),
+             runner=FakeRunner(clock, interrupt_at=3), clock=clock, plot=no_plot)
+    assert load_state(tmp_path).settings == TuneSettings(
+        concurrency=4, requests=16, input_words=16, output_tokens=8, budget_minutes=60.0)
+    result = tune(request(tmp_path, resume=True), sim_deployment(), runner=FakeRunner(clock),
+                  clock=clock, plot=no_plot)
+    assert result.state.settings is not None and result.state.settings.budget_minutes == 60.0
+    assert "8 output tokens, 600 s per request" in (tmp_path / report.TUNE_MD).read_text()
 
 
 def test_resume_refuses_another_question(tmp_path: Path) -> None:
