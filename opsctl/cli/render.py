@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from opsctl.cli.app import ProfileOpt, VariantOpt, app, command_group, console, err_console, within
+from opsctl.render.settings import RENDER_DEFAULTS as _D
 
 if TYPE_CHECKING:
     from opsctl.config.profiles import Deployment
@@ -49,19 +50,19 @@ def k8s(
     profile: ProfileOpt = None,
     variant: VariantOpt = None,
     replicas: Annotated[int, typer.Option(help="Serving units behind the router.",
-                                          callback=within(1, 1000))] = 1,
-    namespace: Annotated[str, typer.Option(help="Namespace of every object.")] = "opsctl",
+                                          callback=within(1, 1000))] = _D.replicas,
+    namespace: Annotated[str, typer.Option(help="Namespace of every object.")] = _D.namespace,
     model_pvc: Annotated[str | None, typer.Option(
         "--model-pvc", help="PersistentVolumeClaim holding the weights, mounted read-only "
-        "(default: the profile's model.host_path as a hostPath).")] = None,
+        "(default: the profile's model.host_path as a hostPath).")] = _D.model_pvc,
     cache_pvc: Annotated[str | None, typer.Option(
         "--cache-pvc", help="PersistentVolumeClaim for the JIT caches (default: an emptyDir, "
-        "lost with the pod).")] = None,
+        "lost with the pod).")] = _D.cache_pvc,
     name: Annotated[str | None, typer.Option(
-        help="Base of every object's name (default: <profile>-<variant>).")] = None,
+        help="Base of every object's name (default: <profile>-<variant>).")] = _D.name,
     router_image: Annotated[str | None, typer.Option(
         "--router-image", help="Image with sglang_router for the router (default: the "
-        "serving image).")] = None,
+        "serving image).")] = _D.router_image,
     force: Annotated[bool, typer.Option(
         "--force", help="Overwrite files of the earlier render that were edited since (never "
         "a file it did not write).")] = False,
@@ -96,6 +97,7 @@ def k8s(
     from opsctl.config.profiles import load_profile
     from opsctl.render import app as render
     from opsctl.render import placement, view
+    from opsctl.render.settings import RenderSettings
 
     chosen = placement.Placement(
         node_selector=placement.node_selector(node_selector or []),
@@ -105,8 +107,9 @@ def k8s(
         pdb_max_unavailable=pdb_max_unavailable,
         autoscale=placement.autoscale(keda_max_replicas, keda_prometheus, keda_queue_threshold,
                                       replicas))
-    result = render.render_k8s(
-        load_profile(profile).resolve(variant), image_ref=_image_ref, out=out,
-        replicas=replicas, namespace=namespace, model_pvc=model_pvc, cache_pvc=cache_pvc,
-        name=name, router_image=router_image, force=force, placement=chosen)
+    settings = RenderSettings(replicas=replicas, namespace=namespace, model_pvc=model_pvc,
+                              cache_pvc=cache_pvc, name=name, router_image=router_image,
+                              placement=chosen)
+    result = render.render_k8s(load_profile(profile).resolve(variant), image_ref=_image_ref,
+                               out=out, settings=settings, force=force)
     view.show_render(console, err_console, result)

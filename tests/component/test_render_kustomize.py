@@ -15,6 +15,7 @@ import yaml
 from opsctl.config.profiles import load_profile
 from opsctl.render import app as render
 from opsctl.render import outdir, placement
+from opsctl.render.settings import RenderSettings
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None,
                                 reason="needs kubectl (scripts/setup.sh installs it)")
@@ -29,7 +30,7 @@ OPTIONS = placement.Placement(
 
 def _render(out: Path, profile: str = "glm5-nvfp4-rtx6000", **options: Any) -> render.RenderResult:
     return render.render_k8s(load_profile(profile).resolve("gathercast"), image_ref=lambda _: PUSHED,
-                             out=out, replicas=2, placement=OPTIONS, **options)
+                             out=out, settings=RenderSettings(replicas=2, placement=OPTIONS, **options))
 
 
 def _kustomize(folder: Path) -> list[dict[str, Any]]:

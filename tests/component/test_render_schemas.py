@@ -20,6 +20,7 @@ from k8sschemas import K8S_VERSION, LWS_CRD, crd_errors, schema_errors, schema_e
 from opsctl.config.profiles import load_profile
 from opsctl.render import placement
 from opsctl.render.app import render_objects
+from opsctl.render.settings import RenderSettings
 
 GOLDENS = sorted((REPO_ROOT / "tests" / "unit" / "golden" / "k8s").glob("*.yaml"))
 TWO_HOSTS = str(REPO_ROOT / "tests" / "fixtures" / "profiles" / "glm5-2node.yaml")
@@ -42,8 +43,8 @@ EVERY_OPTION = placement.Placement(
 
 def rendered(profile: str = TWO_HOSTS, variant: str = "gathercast",
              chosen: placement.Placement | None = EVERY_OPTION) -> list[dict[str, Any]]:
-    return render_objects(load_profile(profile).resolve(variant), PUSHED, replicas=2,
-                          placement=chosen)
+    return render_objects(load_profile(profile).resolve(variant), PUSHED,
+                          RenderSettings(replicas=2, placement=chosen or placement.Placement()))
 
 
 def _failures(errors: dict[str, list[str]]) -> dict[str, list[str]]:

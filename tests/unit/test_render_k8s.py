@@ -31,6 +31,7 @@ from opsctl.render import app as render
 from opsctl.render import outdir
 from opsctl.render.monitoring import SGLANG_JOB
 from opsctl.render.serving import LWS_WORKER_INDEX_LABEL
+from opsctl.render.settings import RenderSettings
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("OPSCTL_UPDATE_GOLDEN") == "1"
@@ -63,7 +64,8 @@ def _pod_specs(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize(("profile", "variant", "replicas"), CASES)
 def test_golden_manifests(profile: str, variant: str, replicas: int) -> None:
-    objects = render.render_objects(_deployment(profile, variant), IMAGE, replicas=replicas)
+    objects = render.render_objects(_deployment(profile, variant), IMAGE,
+                                    RenderSettings(replicas=replicas))
     for obj in objects:  # the dashboard is the same for all; a test below compares it whole
         if obj["kind"] == "ConfigMap":
             obj["data"] = {key: ELIDED for key in obj["data"]}
@@ -81,7 +83,7 @@ def test_golden_manifests(profile: str, variant: str, replicas: int) -> None:
 @pytest.mark.parametrize(("profile", "variant", "replicas"), CASES)
 def test_args_are_ups_argv(profile: str, variant: str, replicas: int) -> None:
     deployment = _deployment(profile, variant)
-    objects = render.render_objects(deployment, IMAGE, replicas=replicas)
+    objects = render.render_objects(deployment, IMAGE, RenderSettings(replicas=replicas))
     argv = run_spec(deployment, IMAGE).command
     assert argv == check_argv(deployment)
     for pod in _pod_specs(objects):
@@ -102,7 +104,8 @@ def test_args_are_ups_argv(profile: str, variant: str, replicas: int) -> None:
 def test_pod_env_gpus_shm_and_volumes(profile: str, variant: str, replicas: int) -> None:
     deployment = _deployment(profile, variant)
     container_settings = deployment.profile.container
-    for pod in _pod_specs(render.render_objects(deployment, IMAGE, replicas=replicas)):
+    for pod in _pod_specs(render.render_objects(deployment, IMAGE,
+                                                        RenderSettings(replicas=replicas))):
         (container,) = pod["containers"]
         env = {entry["name"]: entry for entry in container["env"]}
         assert env[PATCH_SWITCH_ENV]["value"] == ("1" if deployment.patched else "0")
@@ -149,7 +152,8 @@ def test_probes_cover_the_load_and_mean_ups_readiness() -> None:
 
 
 def test_multi_host_renders_a_leader_worker_set_and_the_router_picks_leaders() -> None:
-    objects = render.render_objects(_deployment(TWO_HOSTS, "gathercast"), IMAGE, replicas=2)
+    objects = render.render_objects(_deployment(TWO_HOSTS, "gathercast"), IMAGE,
+                                    RenderSettings(replicas=2))
     lws = _kind(objects, "LeaderWorkerSet")
     assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1" and lws["spec"]["replicas"] == 2
     group = lws["spec"]["leaderWorkerTemplate"]
@@ -164,8 +168,8 @@ def test_multi_host_renders_a_leader_worker_set_and_the_router_picks_leaders() -
 
 
 def test_router_discovers_the_variants_ready_pods_with_a_namespaced_role() -> None:
-    objects = render.render_objects(_deployment(GLM, "gathercast"), IMAGE, replicas=2,
-                                    namespace="llm")
+    objects = render.render_objects(_deployment(GLM, "gathercast"), IMAGE,
+                                    RenderSettings(replicas=2, namespace="llm"))
     pod = _kind(objects, "Deployment", labels.ROLE_ROUTER)["spec"]["template"]["spec"]
     args = pod["containers"][0]["args"]
     assert args[:3] == ["python3", "-m", "sglang_router.launch_router"]
@@ -208,7 +212,7 @@ def test_label_values_that_do_not_fit_become_annotations() -> None:
 
 def _refused(deployment: Deployment, **options: Any) -> str:
     with pytest.raises(UsageError) as caught:
-        render.render_objects(deployment, IMAGE, **options)
+        render.render_objects(deployment, IMAGE, RenderSettings(**options))
     assert caught.value.exit_code == EXIT_USAGE and caught.value.hint
     return caught.value.message
 
@@ -226,7 +230,8 @@ def test_refusals() -> None:
     no_weights = glm.profile.model_copy(update={"model": glm.profile.model.model_copy(
         update={"host_path": None})})
     assert "no model.host_path" in _refused(glm.model_copy(update={"profile": no_weights}))
-    render.render_objects(glm.model_copy(update={"profile": no_weights}), IMAGE, model_pvc="weights")
+    render.render_objects(glm.model_copy(update={"profile": no_weights}), IMAGE,
+                          RenderSettings(model_pvc="weights"))
     assert "'$('" in _refused(glm.model_copy(update={"env": {**glm.env, "X": "$(HOME)"}}))
     # Kubernetes turns `$$` into `$`: the pod would not get the profile's value.
     assert "'$$'" in _refused(glm.model_copy(update={"env": {**glm.env, "X": "a$$b"}}))
@@ -244,19 +249,20 @@ def test_a_secret_named_twice_is_one_env_entry_and_one_key() -> None:
 
 
 def test_model_pvc_replaces_the_host_path() -> None:
-    objects = render.render_objects(_deployment(GLM, "gathercast"), IMAGE, model_pvc="glm5-weights",
-                                    cache_pvc="jit-cache")
+    objects = render.render_objects(_deployment(GLM, "gathercast"), IMAGE,
+                                    RenderSettings(model_pvc="glm5-weights", cache_pvc="jit-cache"))
     volumes = {volume["name"]: volume for volume in _pod_specs(objects)[0]["volumes"]}
     assert volumes["model"] == {"name": "model", "persistentVolumeClaim": {
         "claimName": "glm5-weights", "readOnly": True}}
     assert volumes["cache"]["persistentVolumeClaim"] == {"claimName": "jit-cache"}
 
 
-def _write(out: Path, pushed: bool = False, **options: Any) -> render.RenderResult:
+def _write(out: Path, pushed: bool = False, force: bool = False, **options: Any
+           ) -> render.RenderResult:
     ref = ("registry.example/opsctl/sglang-glm5@sha256:" + "b" * 64, True) if pushed \
         else ("opsctl/sglang-glm5:local", False)
     return render.render_k8s(_deployment(GLM, "gathercast"), image_ref=lambda _: ref, out=out,
-                             replicas=2, **options)
+                             settings=RenderSettings(replicas=2, **options), force=force)
 
 
 def test_render_writes_one_file_per_object_and_flags_a_local_tag(tmp_path: Path) -> None:

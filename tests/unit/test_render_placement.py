@@ -17,6 +17,7 @@ from opsctl.core.errors import EXIT_USAGE, UsageError
 from opsctl.render import app as render
 from opsctl.render import placement
 from opsctl.render.serving import LWS_API
+from opsctl.render.settings import RenderSettings
 
 TWO_HOSTS = str(Path(__file__).parent.parent / "fixtures" / "profiles" / "glm5-2node.yaml")
 GLM = "glm5-nvfp4-rtx6000"
@@ -34,7 +35,7 @@ FULL = placement.Placement(
 def _objects(profile: str = GLM, chosen: placement.Placement = FULL, **options: Any
              ) -> list[dict[str, Any]]:
     return render.render_objects(load_profile(profile).resolve("gathercast"), "IMAGE",
-                                 replicas=2, placement=chosen, **options)
+                                 RenderSettings(replicas=2, placement=chosen, **options))
 
 
 def _one(objects: list[dict[str, Any]], kind: str, role: str = labels.ROLE_SERVER) -> dict[str, Any]:
