@@ -26,7 +26,7 @@ from opsctl.config.evalconfig import (
 from opsctl.core.errors import UsageError
 from opsctl.traffic.client import Api, TrafficClient
 from opsctl.traffic.evals.dataset import Dataset
-from opsctl.traffic.evals.gsm8k import EvalResult, run_gsm8k
+from opsctl.traffic.evals.gsm8k import EvalResult, Gsm8kSettings, run_gsm8k
 from opsctl.traffic.evals.lmeval import (
     LmEvalFailed,
     LmEvalPlan,
@@ -35,7 +35,7 @@ from opsctl.traffic.evals.lmeval import (
     installed_version,
     run_lm_eval,
 )
-from opsctl.traffic.evals.probes import ProbeResult, run_long_context_probes
+from opsctl.traffic.evals.probes import ProbeAsk, ProbeResult, run_long_context_probes
 from opsctl.traffic.smoke_report import CheckStatus
 
 # (path, sha256 pin) -> the dataset; raises DatasetError (exit 2) for a missing or other file.
@@ -195,11 +195,12 @@ async def gsm8k_check(client: TrafficClient, plan: Gsm8kPlan, *, model: str, api
                       progress: EvalProgress | None = None
                       ) -> tuple[CheckStatus, str, EvalResult]:
     """Ask the planned questions greedily; pass when the accuracy reaches the threshold."""
-    result = await run_gsm8k(
-        client, model=model, dataset=plan.dataset, shots_from=plan.shots_from,
-        threshold=plan.threshold, num_questions=plan.questions, num_shots=plan.shots, api=api,
-        request_timeout_s=request_timeout_s, overall_timeout_s=remaining_s,
-        score_thinking=plan.score_thinking, on_progress=_gsm8k_progress(progress))
+    settings = Gsm8kSettings(threshold=plan.threshold, num_questions=plan.questions,
+                             num_shots=plan.shots, api=api, request_timeout_s=request_timeout_s,
+                             overall_timeout_s=remaining_s, score_thinking=plan.score_thinking)
+    result = await run_gsm8k(client, model=model, dataset=plan.dataset,
+                             shots_from=plan.shots_from, settings=settings,
+                             on_progress=_gsm8k_progress(progress))
     return ("pass" if result.score.passed else "fail"), result.score.verdict, result
 
 
@@ -216,9 +217,10 @@ async def long_context_check(client: TrafficClient, plan: LongContextPlan, *, mo
                      f"{time.monotonic() - start:.0f}s")
     try:
         async with asyncio.timeout(remaining_s):
+            ask = ProbeAsk(model=model, api=api, timeout_s=min(request_timeout_s, remaining_s))
             probes = await run_long_context_probes(
-                client, model=model, sizes=plan.sizes, prefix_pair_tokens=plan.prefix_pair_tokens,
-                api=api, timeout_s=min(request_timeout_s, remaining_s), on_progress=probing)
+                client, ask, sizes=plan.sizes, prefix_pair_tokens=plan.prefix_pair_tokens,
+                on_progress=probing)
     except TimeoutError:
         return "fail", f"overall timeout reached during the probes ({remaining_s:.0f}s left)", None
     failed = [probe for probe in probes if not probe.passed]

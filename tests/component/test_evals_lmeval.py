@@ -24,7 +24,7 @@ from opsctl.traffic import app
 from opsctl.traffic.client import make_client
 from opsctl.traffic.evals import lmeval
 from opsctl.traffic.evals.dataset import load_gsm8k
-from opsctl.traffic.evals.gsm8k import run_gsm8k
+from opsctl.traffic.evals.gsm8k import Gsm8kSettings, run_gsm8k
 from opsctl.traffic.evals.lmeval import LmEvalFailed, LmEvalPlan, Target, run_lm_eval
 from opsctl.traffic.smoke_evals import EvalRequest, eval_request, plan_evals
 
@@ -60,8 +60,9 @@ def test_the_harness_scores_exactly_what_opsctls_gate_scores(sim_server: StartSi
     async def both() -> tuple[Any, Any]:
         async with make_client(url, None) as client:
             ours = await run_gsm8k(client, model=SERVED, dataset=plan.dataset,
-                                   shots_from=plan.shots_from, threshold=plan.threshold,
-                                   num_questions=plan.questions, num_shots=plan.shots)
+                                   shots_from=plan.shots_from, settings=Gsm8kSettings(
+                                       threshold=plan.threshold, num_questions=plan.questions,
+                                       num_shots=plan.shots))
         theirs = await run_lm_eval(plan, Target(url, SERVED, "completions", None, 30.0),
                                    LM_EVAL_TIMEOUT_S)
         return ours, theirs
@@ -89,8 +90,9 @@ def test_the_chat_endpoint_with_a_key_scores_what_opsctls_chat_gate_scores(
     async def both() -> tuple[Any, Any]:
         async with make_client(url, "sk-gate-key") as client:
             ours = await run_gsm8k(client, model=SERVED, dataset=plan.dataset,
-                                   shots_from=plan.shots_from, threshold=plan.threshold,
-                                   num_questions=plan.questions, num_shots=plan.shots, api="chat")
+                                   shots_from=plan.shots_from, settings=Gsm8kSettings(
+                                       threshold=plan.threshold, num_questions=plan.questions,
+                                       num_shots=plan.shots, api="chat"))
         theirs = await run_lm_eval(plan, Target(url, SERVED, "chat", "sk-gate-key", 30.0),
                                    LM_EVAL_TIMEOUT_S)
         return ours, theirs

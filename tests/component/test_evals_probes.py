@@ -13,6 +13,7 @@ from conftest import SimServer
 from opsctl.core.errors import UsageError
 from opsctl.traffic.client import make_client
 from opsctl.traffic.evals.probes import (
+    ProbeAsk,
     ProbeResult,
     approx_tokens,
     first_integer,
@@ -71,7 +72,7 @@ def test_first_integer() -> None:
 
 def test_all_probes_pass_on_a_healthy_server(sim_server: StartSim) -> None:
     url = sim_server(env=FAST).url
-    results = by_name(run(url, lambda c: run_long_context_probes(c, model=MODEL, seed=5)))
+    results = by_name(run(url, lambda c: run_long_context_probes(c, ProbeAsk(model=MODEL), seed=5)))
     assert list(results) == ["needle-4k", "needle-16k", "needle-64k", "prefix-pair-16k"]
     assert all(result.passed and result.error is None for result in results.values()), results
     needle = results["needle-64k"]
@@ -84,7 +85,7 @@ def test_all_probes_pass_on_a_healthy_server(sim_server: StartSim) -> None:
 
 def test_needles_beyond_the_broken_range_fail(sim_server: StartSim) -> None:
     url = sim_server(env={**FAST, "OPSCTL_SIM_NEEDLE_MAX_TOKENS": "6000"}).url
-    results = by_name(run(url, lambda c: run_long_context_probes(c, model=MODEL, seed=5)))
+    results = by_name(run(url, lambda c: run_long_context_probes(c, ProbeAsk(model=MODEL), seed=5)))
     assert results["needle-4k"].passed  # needle at about token 2000
     for name in ("needle-16k", "needle-64k"):
         result = results[name]
@@ -97,14 +98,15 @@ def test_needles_beyond_the_broken_range_fail(sim_server: StartSim) -> None:
 
 def test_needle_near_the_start_is_found_even_in_a_long_prompt(sim_server: StartSim) -> None:
     url = sim_server(env={**FAST, "OPSCTL_SIM_NEEDLE_MAX_TOKENS": "6000"}).url
-    result = run(url, lambda c: needle_probe(c, model=MODEL, target_tokens=16384, depth=0.0))
+    result = run(url, lambda c: needle_probe(c, ProbeAsk(model=MODEL), target_tokens=16384,
+                                                depth=0.0))
     assert result.passed, result.detail
 
 
 def test_failed_request_fails_the_probe_with_its_error(sim_server: StartSim) -> None:
     env = {**FAST, "OPSCTL_SIM_FAULT": "error_rate", "OPSCTL_SIM_ERROR_RATE": "1"}
     url = sim_server(env=env).url
-    result = run(url, lambda c: needle_probe(c, model=MODEL, target_tokens=4096))
+    result = run(url, lambda c: needle_probe(c, ProbeAsk(model=MODEL), target_tokens=4096))
     assert not result.passed and result.got is None
     assert result.error is not None and "HTTP 500" in result.error
 

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from opsctl.config.evalconfig import DEFAULT_QUESTIONS, DEFAULT_SHOTS
 from opsctl.core.errors import UsageError
@@ -108,29 +108,40 @@ def select(dataset: Dataset, shots_from: Dataset, num_questions: int, num_shots:
     return dataset.items[:num_questions], shots_from.items[:num_shots]
 
 
+class Gsm8kSettings(BaseModel):
+    """How the GSM8K eval asks and judges; each default written here once."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    threshold: float  # the gate: the accuracy a pass needs
+    num_questions: int = DEFAULT_QUESTIONS
+    num_shots: int = DEFAULT_SHOTS
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    api: Api = "completions"
+    parallel: int = 16  # requests in flight
+    request_timeout_s: float = 300.0
+    overall_timeout_s: float = 3600.0
+    score_thinking: bool = False  # score the thinking then `content`, not `content` alone
+
+
 async def run_gsm8k(
     client: TrafficClient,
     *,
     model: str,
     dataset: Dataset,
     shots_from: Dataset,
-    threshold: float,
-    num_questions: int = DEFAULT_QUESTIONS,
-    num_shots: int = DEFAULT_SHOTS,
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-    api: Api = "completions",
-    parallel: int = 16,
-    request_timeout_s: float = 300.0,
-    overall_timeout_s: float = 3600.0,
-    score_thinking: bool = False,
+    settings: Gsm8kSettings,
     on_progress: Callable[[int, int], None] | None = None,  # (answered, questions)
 ) -> EvalResult:
     """Ask the first ``num_questions`` questions greedily and score them against the gate."""
+    threshold, parallel, api = settings.threshold, settings.parallel, settings.api
+    max_tokens, score_thinking = settings.max_tokens, settings.score_thinking
+    request_timeout_s, overall_timeout_s = settings.request_timeout_s, settings.overall_timeout_s
     check_threshold(threshold)
     if parallel < 1:
         raise UsageError(f"parallel must be at least 1, got {parallel}",
                          hint="ask with at least one request in flight")
-    questions, shots = select(dataset, shots_from, num_questions, num_shots)
+    questions, shots = select(dataset, shots_from, settings.num_questions, settings.num_shots)
     prefix = few_shot_prefix(shots)
     start = time.monotonic()
     deadline = start + overall_timeout_s

@@ -127,24 +127,35 @@ def size_name(tokens: int) -> str:
     return f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens)
 
 
-async def _ask(client: TrafficClient, api: Api, model: str, prompt: str, max_tokens: int,
-               timeout_s: float) -> RequestResult:
-    body = request_body(api, model, prompt, max_tokens=max_tokens, stream=False, temperature=0.0)
-    return await generate(client, api, body, timeout_s=timeout_s)
+@dataclass(frozen=True)
+class ProbeAsk:
+    """How every probe asks (the model, the API, the answer's length, a request's time) and
+    counts a prompt's tokens; each default written here once. A dataclass: it holds the
+    counter, a function."""
+
+    model: str
+    api: Api = "completions"
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    timeout_s: float = 300.0
+    count_tokens: TokenCounter = approx_tokens
+
+
+async def _ask(client: TrafficClient, ask: ProbeAsk, prompt: str) -> RequestResult:
+    body = request_body(ask.api, ask.model, prompt, max_tokens=ask.max_tokens, stream=False,
+                        temperature=0.0)
+    return await generate(client, ask.api, body, timeout_s=ask.timeout_s)
 
 
 def _failure(result: RequestResult) -> str | None:
     return None if result.ok else f"{result.error_kind}: {result.error}"
 
 
-async def needle_probe(client: TrafficClient, *, model: str, target_tokens: int,
-                       depth: float = 0.5, seed: int = 0, api: Api = "completions",
-                       max_tokens: int = DEFAULT_MAX_TOKENS, timeout_s: float = 300.0,
-                       count_tokens: TokenCounter = approx_tokens) -> ProbeResult:
+async def needle_probe(client: TrafficClient, ask: ProbeAsk, *, target_tokens: int,
+                       depth: float = 0.5, seed: int = 0) -> ProbeResult:
     """Ask for the pass key once; pass when the answer's first integer is the key."""
-    prompt = needle_prompt(target_tokens, depth, seed, count_tokens)
+    prompt = needle_prompt(target_tokens, depth, seed, ask.count_tokens)
     start = time.monotonic()
-    result = await _ask(client, api, model, prompt.text, max_tokens, timeout_s)
+    result = await _ask(client, ask, prompt.text)
     got = first_integer(result.text) if result.ok else None
     passed = got == prompt.key
     detail = (f"pass key {prompt.key} at about token {prompt.needle_at_tokens} of "
@@ -156,16 +167,14 @@ async def needle_probe(client: TrafficClient, *, model: str, target_tokens: int,
         duration_s=round(time.monotonic() - start, 3), detail=detail, error=_failure(result))
 
 
-async def prefix_pair_probe(client: TrafficClient, *, model: str,
+async def prefix_pair_probe(client: TrafficClient, ask: ProbeAsk, *,
                             target_tokens: int = DEFAULT_PREFIX_PAIR_TOKENS, depth: float = 0.5,
-                            seed: int = 1, api: Api = "completions",
-                            max_tokens: int = DEFAULT_MAX_TOKENS, timeout_s: float = 300.0,
-                            count_tokens: TokenCounter = approx_tokens) -> ProbeResult:
+                            seed: int = 1) -> ProbeResult:
     """The same long prompt twice in a row; the second answer must equal the first."""
-    prompt = needle_prompt(target_tokens, depth, seed, count_tokens)
+    prompt = needle_prompt(target_tokens, depth, seed, ask.count_tokens)
     start = time.monotonic()
-    first = await _ask(client, api, model, prompt.text, max_tokens, timeout_s)
-    second = await _ask(client, api, model, prompt.text, max_tokens, timeout_s)
+    first = await _ask(client, ask, prompt.text)
+    second = await _ask(client, ask, prompt.text)
     error = _failure(first) or _failure(second)
     same = first.text == second.text
     found = "found" if first_integer(first.text) == prompt.key else "missed"
@@ -181,16 +190,12 @@ async def prefix_pair_probe(client: TrafficClient, *, model: str,
 
 async def run_long_context_probes(
     client: TrafficClient,
+    ask: ProbeAsk,
     *,
-    model: str,
     sizes: Sequence[int] = DEFAULT_SIZES,
     depth: float = 0.5,
     prefix_pair_tokens: int | None = DEFAULT_PREFIX_PAIR_TOKENS,
     seed: int = 0,
-    api: Api = "completions",
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-    timeout_s: float = 300.0,
-    count_tokens: TokenCounter = approx_tokens,
     on_progress: Callable[[int, int, str], None] | None = None,  # (done, probes, the next)
 ) -> list[ProbeResult]:
     """One needle probe per size, then the prefix pair; one at a time (long prefills)."""
@@ -199,14 +204,11 @@ async def run_long_context_probes(
     for offset, size in enumerate(sizes):
         if on_progress is not None:
             on_progress(offset, total, f"needle {size_name(size)}")
-        results.append(await needle_probe(
-            client, model=model, target_tokens=size, depth=depth, seed=seed + offset, api=api,
-            max_tokens=max_tokens, timeout_s=timeout_s, count_tokens=count_tokens))
+        results.append(await needle_probe(client, ask, target_tokens=size, depth=depth,
+                                          seed=seed + offset))
     if prefix_pair_tokens and on_progress is not None:
         on_progress(len(sizes), total, "prefix pair")
     if prefix_pair_tokens:
-        results.append(await prefix_pair_probe(
-            client, model=model, target_tokens=prefix_pair_tokens, depth=depth,
-            seed=seed + len(sizes), api=api, max_tokens=max_tokens, timeout_s=timeout_s,
-            count_tokens=count_tokens))
+        results.append(await prefix_pair_probe(client, ask, target_tokens=prefix_pair_tokens,
+                                               depth=depth, seed=seed + len(sizes)))
     return results
