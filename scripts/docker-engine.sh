@@ -2,12 +2,13 @@
 # installed (Docker CE, Debian's docker.io, the snap, a rootless engine) is used as it is; setup
 # installs Debian's docker.io only where none of these is found.
 
-# Every sign of an installed engine, one per line: its CLI, its daemon binaries, the snap, and
-# any daemon socket among the paths given (setup passes the standard and rootless ones).
-# Status 1 when there is none.
+# Every sign of an installed engine, one per line: its daemon binaries, the snap, and any daemon
+# socket among the paths given (setup passes the standard and rootless ones). Status 1 when there
+# is none. The `docker` CLI alone is no engine: it is only a client (a machine image may carry
+# one with no daemon at all); setup uses it when it reaches a running engine.
 docker_engine_signs() {
   local found=0 sock bin
-  for bin in docker dockerd dockerd-rootless.sh; do
+  for bin in dockerd dockerd-rootless.sh; do
     if command -v "$bin" >/dev/null 2>&1; then
       printf '%s at %s\n' "$bin" "$(command -v "$bin")"
       found=1

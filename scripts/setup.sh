@@ -18,7 +18,10 @@ for pkg in prometheus prometheus-pushgateway prometheus-alertmanager debootstrap
   dpkg -s "$pkg" >/dev/null 2>&1 || need_pkgs+=("$pkg")
 done
 docker_sockets=(/var/run/docker.sock /run/docker.sock /run/user/*/docker.sock)
-if signs=$(docker_engine_signs "${docker_sockets[@]}"); then
+if running=$(docker_engine_running); then
+  have_engine=1
+  log "a running $running answers: using it, installing none"
+elif signs=$(docker_engine_signs "${docker_sockets[@]}"); then
   have_engine=1
   log "a Docker engine is installed ($(echo "$signs" | paste -sd ';' | sed 's/;/; /g')): using it, installing none"
 else

@@ -244,7 +244,9 @@ def bench(
     gateway = gateway_from(pushgateway)
     check_output_path(Path(out) if out else REPORTS_DIR, "--out", directory=True)
     workload = WorkloadSpec(
-        name=parse_dataset_name(dataset_name or "random"), defaulted=dataset_name is None,
+        name=parse_dataset_name(dataset_name or "random"),
+        # only the default may fall back to words: a named dataset or --tokenizer must work
+        defaulted=dataset_name is None and tokenizer is None,
         input_len=input_words, output_len=output_tokens,
         seed=seed, tokenizer=Path(tokenizer) if tokenizer else None,
         dataset_path=Path(dataset_path) if dataset_path else None, groups=gsp_groups,

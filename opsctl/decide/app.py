@@ -402,7 +402,8 @@ def rescore(directory: Path, slo: Slo | None, margin: float | None = None) -> De
         report.margin = margin
     conclude(report, directory, slo)
     written = write_report(report, directory, (DECIDE_RESCORED_JSON, DECIDE_RESCORED_MARKDOWN))
-    return DecideResult(report, directory, written, _verdict_error(report, directory))
+    return DecideResult(report, directory, written,
+                        _verdict_error(report, directory, DECIDE_RESCORED_MARKDOWN))
 
 
 class Ticker:
@@ -448,12 +449,13 @@ def _duration(seconds: float) -> str:
     return (f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s")
 
 
-def _verdict_error(report: DecideReport, out: Path) -> OpsctlError | None:
+def _verdict_error(report: DecideReport, out: Path,
+                   markdown: str = DECIDE_MARKDOWN) -> OpsctlError | None:
     """None with a winner; the start failure's own code (4 launch, 6 daemon, 2 usage) when no
     variant could start at all; else 5."""
     if report.winner is not None or report.tie:
         return None
-    hint = f"the evidence is in {out / DECIDE_MARKDOWN}"
+    hint = f"the evidence is in {out / markdown}"
     starts = [r for r in report.variants if r.failed_gate == "start"]
     if starts and len(starts) == len(report.variants):
         first = starts[0]

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from opsctl.core.text import printable
 from opsctl.decide.app import DecideResult
 from opsctl.decide.report import VariantRecord
 from opsctl.traffic.markdown import fmt
@@ -22,14 +23,15 @@ _PAIR_STYLE = {"agree": "green", "disagree": "bold yellow", "not compared": "dim
 
 def decide_step(console: Console) -> Callable[[str], None]:
     """Prints each step of the run as it happens."""
-    return lambda line: console.print(Text.assemble(("decide:", "bold"), " ", line),
-                                      highlight=False, soft_wrap=True)
+    return lambda line: console.print(
+        Text.assemble(("decide:", "bold"), " ", printable(line)), highlight=False, soft_wrap=True)
 
 
 def decide_progress(console: Console) -> Callable[[str], None]:
     """Prints decide's overall progress lines (the CLI gives it a stderr console)."""
-    return lambda line: console.print(Text.assemble(("decide progress:", "dim"), " ", line),
-                                      highlight=False, soft_wrap=True)
+    return lambda line: console.print(
+        Text.assemble(("decide progress:", "dim"), " ", printable(line)), highlight=False,
+        soft_wrap=True)
 
 
 def _ci(value: float | None, interval: tuple[float, float] | None, form: str) -> str:
@@ -66,7 +68,8 @@ def show_decide(console: Console, result: DecideResult) -> None:
     console.print(table)
     for record in report.variants:
         if record.status == "disqualified":
-            console.print(Text.assemble((f"{record.variant}: ", "bold red"), record.reason or "",
+            console.print(Text.assemble((f"{record.variant}: ", "bold red"),
+                                        printable(record.reason or ""),
                                         f" (evidence: {', '.join(record.evidence)})"),
                           highlight=False, soft_wrap=True)
     for pair in report.pairs:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
+from opsctl.core.text import printable
 from opsctl.doctor.app import DoctorReport
 from opsctl.doctor.checks import FAIL, PASS, WARN
 
@@ -17,7 +18,7 @@ def table(report: DoctorReport) -> Table:
         shown.add_column(Text(column), overflow="fold")
     for check in report.checks:
         shown.add_row(Text(check.name), Text(check.status, style=STYLES[check.status]),
-                      Text(check.detail), Text(check.fix))
+                      Text(printable(check.detail)), Text(printable(check.fix)))
     return shown
 
 

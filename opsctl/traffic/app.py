@@ -117,7 +117,8 @@ class BenchRequest:
     out_dir: Path | None
     gateway: str | None  # push the report here; None: no push
     settings: BenchSettings = BENCH_DEFAULTS
-    workload: WorkloadSpec | None = None  # None: word prompts of input_words/output_tokens
+    # None: the default, token-exact random if a tokenizer is found, else words
+    workload: WorkloadSpec | None = None
     slo: Slo | None = None  # --goodput thresholds; None: the profile's SLO
     output_details: bool = False  # bench_serving.jsonl rows with the per-request arrays
 
@@ -225,7 +226,10 @@ def _bench_workload(request: BenchRequest, loaded: Profile | None,
     one client process. A bad dataset or tokenizer, or options a trace refuses: exit 2 before
     any launch."""
     settings = request.settings
-    spec = request.workload or WorkloadSpec(input_len=settings.input_words,
+    # No workload asked for (decide's sweep): bench's own default, token-exact `random` when a
+    # tokenizer is found, else words with the reason in the note.
+    spec = request.workload or WorkloadSpec(name="random", defaulted=True,
+                                            input_len=settings.input_words,
                                             output_len=settings.output_tokens)
     if spec.turns > 1:  # as many sessions side by side as the largest level keeps in flight
         spec = replace(spec, session_width=max(settings.concurrency))
@@ -267,8 +271,9 @@ def _note_workload(workload: Workload, spec: WorkloadSpec, unmapped: str | None,
             f"multi-turn chat: sessions of {spec.turns} turns, {spec.session_width} side by "
             "side, each turn sent after its session's history (one client process)")
     if served_tokenizer is not None:
-        workload.note = (f"tokenizer {spec.tokenizer}: this host's side of the server's "
-                         f"{served_tokenizer} (the profile's model mount)")
+        workload.note = ((workload.note + "; ") if workload.note else "") + (
+            f"tokenizer {spec.tokenizer}: this host's side of the server's "
+            f"{served_tokenizer} (the profile's model mount)")
 
 
 def _check_replay(workload: Workload, spec: WorkloadSpec, settings: BenchSettings) -> bool:

@@ -91,6 +91,9 @@ def workload_for(spec: WorkloadSpec, api: Api, requests_per_level: int | None,
     if spec.name not in _DATASETS:
         raise UsageError(f"--dataset-name {spec.name}: {SOURCE} has no such workload",
                          hint=f"--dataset-name random, sharegpt or generated-shared-prefix, {other}")
+    if spec.turns > 1:
+        raise UsageError(f"--multi-turn {spec.turns}: {SOURCE} sends single requests",
+                         hint=f"leave out --multi-turn, {other}")
     if spec.tokenizer is not None:
         raise UsageError(f"--tokenizer: with --driver {SGLANG_BENCH} the tokenizer is the "
                          "server's own, inside its container", hint="leave out --tokenizer")

@@ -274,16 +274,18 @@ def read_trace(path: Path) -> list[TraceEntry]:
     try:
         text = read_bounded(path, "--dataset-path", MAX_DATASET_BYTES).decode("utf-8")
     except (OSError, ValueError) as exc:
-        raise UsageError(f"--dataset-path {path}: {exc}") from None
+        raise UsageError(f"--dataset-path {path}: {exc}", hint=TRACE_HINT) from None
     entries: list[TraceEntry] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             entries.append(_trace_entry(path, number, line))
         if len(entries) > MAX_TRACE_REQUESTS:
-            raise UsageError(f"--dataset-path {path}: more than {MAX_TRACE_REQUESTS:,} requests")
+            raise UsageError(f"--dataset-path {path}: more than {MAX_TRACE_REQUESTS:,} requests",
+                             hint="cut the trace, or replay it in parts")
     if not entries:
         raise UsageError(f"--dataset-path {path}: no requests (Mooncake trace JSONL: "
-                         '{"timestamp", "input_length", "output_length", "hash_ids"} a line)')
+                         '{"timestamp", "input_length", "output_length", "hash_ids"} a line)',
+                         hint=TRACE_HINT)
     return entries
 
 
@@ -292,21 +294,26 @@ def _trace_entry(path: Path, number: int, line: str) -> TraceEntry:
     try:
         record = json.loads(line)
     except ValueError as exc:
-        raise UsageError(f"{where}: not JSON ({exc})") from None
+        raise UsageError(f"{where}: not JSON ({exc})", hint=TRACE_HINT) from None
     if not isinstance(record, dict):
-        raise UsageError(f"{where}: not a JSON object")
+        raise UsageError(f"{where}: not a JSON object", hint=TRACE_HINT)
     stamp, hashes = record.get("timestamp", 0), record.get("hash_ids", [])
     lengths = record.get("input_length"), record.get("output_length")
     if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not 0 <= stamp < 1e15:
-        raise UsageError(f"{where}: timestamp must be milliseconds >= 0")
+        raise UsageError(f"{where}: timestamp must be milliseconds >= 0", hint=TRACE_HINT)
     if any(isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 10_000_000
            for n in lengths):
-        raise UsageError(f"{where}: input_length and output_length must be token counts >= 1")
+        raise UsageError(f"{where}: input_length and output_length must be token counts >= 1",
+                         hint=TRACE_HINT)
     if not isinstance(hashes, list) or any(isinstance(h, bool) or not isinstance(h, int)
                                            or h < 0 for h in hashes):
-        raise UsageError(f"{where}: hash_ids must be a list of block ids >= 0")
+        raise UsageError(f"{where}: hash_ids must be a list of block ids >= 0", hint=TRACE_HINT)
     return TraceEntry(float(stamp), int(lengths[0]), int(lengths[1]),  # type: ignore[arg-type]
                       tuple(hashes))
+
+
+TRACE_HINT = ("a Mooncake trace: one JSON object a line, with timestamp (ms), input_length, "
+              "output_length and hash_ids")
 
 
 class _Blocks:
@@ -335,9 +342,11 @@ class _Blocks:
 
 def _mooncake(spec: WorkloadSpec, tokens: Tokens | None) -> Workload:
     if spec.dataset_path is None:
-        raise UsageError("--dataset-name mooncake-trace needs --dataset-path FILE")
+        raise UsageError("--dataset-name mooncake-trace needs --dataset-path FILE",
+                         hint="give the trace JSONL with --dataset-path")
     if not 0 < spec.trace_scale <= 1e6:
-        raise UsageError(f"--trace-scale {spec.trace_scale:g} must be > 0")
+        raise UsageError(f"--trace-scale {spec.trace_scale:g} must be > 0",
+                         hint="e.g. --trace-scale 0.5 replays twice as fast")
     entries = read_trace(spec.dataset_path)
     if sum(e.input_length for e in entries) > MAX_WORKLOAD_WORDS:
         raise UsageError(f"--dataset-path {spec.dataset_path}: more than "

@@ -26,6 +26,7 @@ from opsctl.traffic.evals import lmeval
 from opsctl.traffic.evals.dataset import load_gsm8k
 from opsctl.traffic.evals.gsm8k import Gsm8kSettings, run_gsm8k
 from opsctl.traffic.evals.lmeval import LmEvalFailed, LmEvalPlan, Target, run_lm_eval
+from opsctl.traffic.settings import SmokeSettings
 from opsctl.traffic.smoke_evals import EvalRequest, eval_request, plan_evals
 
 StartSim = Callable[..., SimServer]
@@ -111,9 +112,9 @@ def test_smoke_runs_it_through_the_profile_and_gates_on_its_threshold(
     15 of 60): exit 5, one line."""
     url = sim(sim_server, **WRONG)
     request = app.SmokeRequest(
-        profile="sim", variant=None, base_url=url, model=None, api="completions",
-        api_key="sk-secret-key", json_path=tmp_path / "smoke.json", compare_with=None,
-        request_timeout_s=30, overall_timeout_s=LM_EVAL_TIMEOUT_S + 60, gateway=None,
+        profile="sim", variant=None, base_url=url, api_key="sk-secret-key",
+        json_path=tmp_path / "smoke.json", compare_with=None, gateway=None,
+        settings=SmokeSettings(request_timeout_s=30, overall_timeout_s=LM_EVAL_TIMEOUT_S + 60),
         evals=eval_request("lm-eval:gsm8k"))
     result = app.smoke(request, locate=lambda name: pytest.fail("no locator"),
                        push=lambda *args: pytest.fail("no push"), client_factory=make_client,

@@ -33,6 +33,7 @@ from opsctl.core.clock import SYSTEM_CLOCK
 from opsctl.core.errors import EXIT_LAUNCH, LaunchError
 from opsctl.core.httpcap import capped_client
 from opsctl.deploy import app, readiness
+from opsctl.deploy.launch import Launch
 from opsctl.observe import metricsproxy
 from opsctl.traffic.client import make_client
 
@@ -72,9 +73,10 @@ def test_ups_readiness_wait_ends_at_its_timeout(tmp_path: Path, monkeypatch: pyt
         engine = FakeEngine(images={IMAGE: {labels.PATCH_SHA256: "abc123"}})
         started = time.monotonic()
         with pytest.raises(LaunchError, match="not ready after 3 s") as caught:
-            app.up(deployment, engine=engine, image_for=lambda _: IMAGE,
-                   http=readiness.http_client, clock=SYSTEM_CLOCK, timeout_seconds=3,
-                   preflight=None, verify=None, logs_dir=tmp_path / "logs")
+            app.up(deployment, Launch(engine=engine, image_for=lambda _: IMAGE, verify=None,
+                                      state=None, http=readiness.http_client,
+                                      clock=SYSTEM_CLOCK, preflight=None),
+                   timeout_seconds=3, logs_dir=tmp_path / "logs")
         waited = time.monotonic() - started
     assert waited < SLACK_S, f"`up --timeout 3` waited {waited:.0f} s"
     assert "timed out" in caught.value.message

@@ -36,12 +36,20 @@ def test_no_cli_daemon_or_socket_is_no_engine(tmp_path: Path) -> None:
     assert run.returncode == 1 and run.stdout == ""
 
 
-@pytest.mark.parametrize("name", ["docker", "dockerd", "dockerd-rootless.sh"])
+@pytest.mark.parametrize("name", ["dockerd", "dockerd-rootless.sh"])
 def test_any_engine_binary_on_path_is_an_installed_engine(tmp_path: Path, name: str) -> None:
     tool = _tool(tmp_path, name)
     run = _run("docker_engine_signs", path=tmp_path)
     assert run.returncode == 0
     assert f"{name} at {tool}" in run.stdout.splitlines()
+
+
+@pytest.mark.skipif(Path("/snap/docker/current").is_dir(), reason="this host has the docker snap")
+def test_a_docker_cli_alone_is_no_engine(tmp_path: Path) -> None:
+    # A machine image may carry the client with no daemon: setup must install one there.
+    _tool(tmp_path, "docker")
+    run = _run("docker_engine_signs", str(tmp_path / "absent.sock"), path=tmp_path)
+    assert run.returncode == 1 and run.stdout == ""
 
 
 def test_a_daemon_socket_alone_is_an_installed_engine(tmp_path: Path) -> None:

@@ -41,10 +41,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
 from opsctl.core.errors import UsageError
+from opsctl.core.redact import API_KEY_ENV
 from opsctl.traffic.client import Api
 from opsctl.traffic.evals.dataset import Dataset, Gsm8kItem
 from opsctl.traffic.evals.extract import extract_answer
@@ -160,6 +162,11 @@ def model_of(api: Api, base_url: str, served: str, timeout_s: float) -> tuple[st
     """(lm-eval's model type, its model_args) for the served model at `base_url`."""
     kind, path = (("local-chat-completions", "/v1/chat/completions") if api == "chat"
                   else ("local-completions", "/v1/completions"))
+    if "@" in urlsplit(base_url).netloc:
+        raise UsageError("lm-eval: the base URL carries credentials, and lm-eval takes it on its "
+                         "command line (visible to every user in `ps`)",
+                         hint=f"drop user:password@ from the URL; a key goes in "
+                         f"${API_KEY_ENV}, which lm-eval gets as OPENAI_API_KEY")
     if "," in served or "=" in served:
         raise UsageError(f"served model name {served!r} cannot be passed in lm-eval's "
                          "comma-separated model_args", hint="serve it under a plain name")
