@@ -26,7 +26,8 @@ def doctor(
     fix, in at most 60 s: Docker, GPUs from a container (never a pull), GPU count, model,
     compute capability and memory, the driver against each base's CUDA, P2P/IOMMU/ACS, the
     checkpoint's files, disk, /dev/shm, the port, each base against its lock. Exit 0 when no
-    check fails (warnings do not count), 7 (host not ready) otherwise."""
+    check fails (warnings do not count), 7 (host not ready) otherwise, 130 interrupted (with
+    --json the checks so far are written, marked partial)."""
     from opsctl.config.profiles import load_profile
     from opsctl.core.clock import SYSTEM_CLOCK
     from opsctl.core.errors import HostNotReady, Interrupted, UsageError
