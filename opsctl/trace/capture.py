@@ -176,11 +176,15 @@ def profile(client: httpx.Client, source: TraceSource, ask: ProfileAsk, dest: Pa
     """Start the profile while `hold()` keeps decode busy, wait for the files, fetch them."""
     before = source.listing()
     with hold():
-        answer = post(client, "/start_profile", ask.body())
+        started = False
         try:
+            answer = post(client, "/start_profile", ask.body())
+            started = True
             names = await_traces(source, before, clock, wait_s)
-        except BaseException:  # Ctrl-C or a failure: the profile this run started stops too
-            stop_quietly(client)
+        except BaseException as exc:  # Ctrl-C or a failure: the profile this run started stops
+            # too (a Ctrl-C during /start_profile: the server may have started it already)
+            if started or isinstance(exc, KeyboardInterrupt):
+                stop_quietly(client)
             raise
         stopped = False
         if not names:

@@ -44,7 +44,7 @@ pytestmark = pytest.mark.docker
 
 TIMINGS = int(os.environ.get("OPSCTL_INTERRUPT_TIMINGS", "30"))
 SEED = int(os.environ.get("OPSCTL_INTERRUPT_SEED", "25"))
-WORKERS = int(os.environ.get("OPSCTL_INTERRUPT_WORKERS", "4"))
+WORKERS = int(os.environ.get("OPSCTL_INTERRUPT_WORKERS", "6"))
 EXIT_BOUND_S = 90.0  # from the signal to the exit: the cleanup of one server, with slack
 RUN_BOUND_S = 300.0  # an uninterrupted run of one command
 FINISHED_SHARE = 1 / 3  # at most this share of the timings may land after the command ended
@@ -85,22 +85,23 @@ def execute(run: Run, delay: float | None) -> Run:
     """Start `run`, Ctrl-C its process group after `delay` seconds (None: never), wait for it
     within the bounds; afterwards no process of its group may be left."""
     started = time.monotonic()
-    process = subprocess.Popen(run.argv, cwd=run.cwd, env=run.env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                               start_new_session=True)
+    out, err = run.cwd / "stdout.txt", run.cwd / "stderr.txt"  # files: a pipe could fill up
+    with out.open("w") as stdout, err.open("w") as stderr:
+        process = subprocess.Popen(run.argv, cwd=run.cwd, env=run.env, stdout=stdout,
+                                   stderr=stderr, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         if delay is not None:
             try:
                 process.wait(timeout=delay)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGINT)
-        run.stdout, run.stderr = process.communicate(
-            timeout=RUN_BOUND_S if delay is None else EXIT_BOUND_S)
+        process.wait(timeout=RUN_BOUND_S if delay is None else EXIT_BOUND_S)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
+        process.wait()
         pytest.fail(f"{run.argv[3:5]} did not exit within the bound (delay {delay})")
     run.code, run.seconds = process.returncode, time.monotonic() - started
+    run.stdout, run.stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
     deadline = time.monotonic() + 10
     while (left := _group_members(process.pid)) and time.monotonic() < deadline:
         time.sleep(0.2)
