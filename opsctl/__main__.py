@@ -1,3 +1,3 @@
-from opsctl.cli import main
+from opsctl.entry import main
 
 main()

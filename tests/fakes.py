@@ -339,6 +339,13 @@ class FakeEngine:
         tagged = [ref for ref, image in self.images.items() if image.id == image_id]
         return not tagged
 
+    def tag_image(self, image_id: str, ref: str) -> None:
+        self._enter("tag_image")
+        found = next((i for i in self.images.values() if i.id == image_id), None)
+        if found is None:
+            raise image_missing(image_id)
+        self.images[ref] = found
+
     def import_rootfs(self, tarball: Path, repository: str, tag: str, changes: list[str]) -> str:
         self._enter("import_rootfs")
         return self.add_image(f"{repository}:{tag}")

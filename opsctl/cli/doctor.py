@@ -26,10 +26,11 @@ def doctor(
     fix, in at most 60 s: Docker, GPUs from a container (never a pull), GPU count, model,
     compute capability and memory, the driver against each base's CUDA, P2P/IOMMU/ACS, the
     checkpoint's files, disk, /dev/shm, the port, each base against its lock. Exit 0 when no
-    check fails (warnings do not count), 7 (host not ready) otherwise."""
+    check fails (warnings do not count), 7 (host not ready) otherwise, 130 interrupted (with
+    --json the checks so far are written, marked partial)."""
     from opsctl.config.profiles import load_profile
     from opsctl.core.clock import SYSTEM_CLOCK
-    from opsctl.core.errors import HostNotReady, UsageError
+    from opsctl.core.errors import HostNotReady, Interrupted, UsageError
     from opsctl.core.files import atomic_write_text, check_output_path
     from opsctl.core.reports import default_doctor_path
     from opsctl.core.tools import run_tool
@@ -51,6 +52,9 @@ def doctor(
     if json_path is not None:
         atomic_write_text(json_path, json.dumps(report.to_json(), indent=2) + "\n")
         err_console.print(f"report: {json_path}", highlight=False, soft_wrap=True)
+    if report.partial_reason is not None:
+        saved = f"; the checks so far are in {json_path} (marked partial)" if json_path else ""
+        raise Interrupted(f"doctor interrupted{saved}", hint="run `opsctl doctor` again")
     if report.failed:
         names = ", ".join(dict.fromkeys(check.name for check in report.failed))
         raise HostNotReady(f"host not ready for profile {report.profile}: {len(report.failed)} of "

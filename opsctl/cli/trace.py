@@ -84,7 +84,8 @@ def capture(
     trace files (from the container, or --trace-dir) and analyze them.
 
     Exit 0 captured and analyzed, 2 bad usage, 4 the server is not running, refused the profile,
-    or wrote no trace in time.
+    or wrote no trace in time, 130 interrupted (the profile stopped, analysis.json marked
+    partial).
     """
     from opsctl.core.clock import SYSTEM_CLOCK
     from opsctl.core.errors import UsageError

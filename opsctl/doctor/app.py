@@ -34,7 +34,7 @@ from opsctl.config.profile_checks import size_bytes
 from opsctl.config.profiles import Deployment, Profile, to_argv
 from opsctl.core import labels
 from opsctl.core.clock import Clock
-from opsctl.core.errors import DaemonUnreachable, OpsctlError
+from opsctl.core.errors import DaemonUnreachable, OpsctlError, stop_reason
 from opsctl.core.failures import as_opsctl_error
 from opsctl.core.reports import REPORTS_DIR
 from opsctl.deploy import hostcheck, preflight, preflight_probe
@@ -142,6 +142,7 @@ class DoctorReport:
     started_at: datetime
     seconds: float
     checks: list[Check]
+    partial_reason: str | None = None  # Ctrl-C stopped it: the checks after it were not run
 
     @property
     def failed(self) -> list[Check]:
@@ -152,6 +153,7 @@ class DoctorReport:
                 "seconds": round(self.seconds, 3), "ok": not self.failed,
                 "counts": {status: sum(c.status == status for c in self.checks)
                            for status in (PASS, WARN, FAIL)},
+                "partial": self.partial_reason is not None, "partial_reason": self.partial_reason,
                 "checks": [{"name": c.name, "status": c.status, "detail": c.detail, "fix": c.fix}
                            for c in self.checks]}
 
@@ -475,14 +477,23 @@ def doctor(request: DoctorRequest, tools: Tools) -> DoctorReport:
     started, began = tools.clock.now(), tools.clock.monotonic()
     session = _Session(request, tools)
     checks: list[Check] = []
+    stopped: str | None = None
     for name, check in _ORDER:
+        if stopped is not None:
+            checks.append(Check(name, WARN, f"not run: {stopped}", "run doctor again"))
+            continue
         if tools.clock.monotonic() >= session.deadline:
             checks.append(Check(name, WARN, f"not run: the {BUDGET_S:g} s budget was spent",
                                 "run doctor again once the slow check above is fixed"))
             continue
-        checks.extend(_guarded(session, name, check))
+        try:
+            checks.extend(_guarded(session, name, check))
+        except KeyboardInterrupt as exc:  # the rows so far are the partial report
+            stopped = stop_reason(exc)
+            checks.append(Check(name, WARN, f"not run: {stopped}", "run doctor again"))
     return DoctorReport(profile=request.profile.name, started_at=started,
-                        seconds=tools.clock.monotonic() - began, checks=checks)
+                        seconds=tools.clock.monotonic() - began, checks=checks,
+                        partial_reason=stopped)
 
 
 def _guarded(session: _Session, name: str, check: Callable[[_Session], list[Check]]) -> list[Check]:

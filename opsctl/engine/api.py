@@ -267,6 +267,10 @@ class Engine(Protocol):
         """Delete an untagged image unless something still uses it; True when it is gone."""
         ...
 
+    def tag_image(self, image_id: str, ref: str) -> None:
+        """Point `ref` (repository:tag) at the image `image_id` (`docker tag`)."""
+        ...
+
     def import_rootfs(self, tarball: Path, repository: str, tag: str, changes: list[str]) -> str:
         """`docker import` a root filesystem tarball as repository:tag; returns the image id."""
         ...

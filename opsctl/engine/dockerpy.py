@@ -643,6 +643,16 @@ class DockerEngine:
         except docker.errors.ImageNotFound:
             return
 
+    def tag_image(self, image_id: str, ref: str) -> None:
+        repository, _, tag = ref.rpartition(":")
+        if not repository or "/" in tag:  # no tag: docker's default
+            repository, tag = ref, "latest"
+        try:
+            self._client.images.get(image_id).tag(repository, tag)
+        except docker.errors.ImageNotFound:
+            raise BuildError(f"image {image_id[:19]} vanished before it could be tagged {ref}",
+                             hint="rebuild") from None
+
     def remove_image_if_unused(self, image_id: str) -> bool:
         """Delete an untagged image (a failed build's layer) unless something still uses it.
 

@@ -113,6 +113,11 @@ def build(
         return BuildResult(tag, image_id, content_hash, base, skipped=False, relocked=relocked,
                            checks=checks, reverified=True)
 
+    # --force over an image verified here: a Ctrl-C during the new one's verification must leave
+    # that one tagged (issue 25, L: it left none, since an unchanged rebuild is the same image).
+    previous = engine.image_id(tag) if existing is not None else None
+    if previous and not trust.is_verified(previous, (existing or {}).get(labels.CONTENT_HASH, "")):
+        previous = None
     watcher = _BuildWatcher(on_event)
     with tempfile.TemporaryDirectory(prefix="opsctl-build-") as work:
         context = Path(work)
@@ -129,15 +134,24 @@ def build(
         checks = verify(engine, plan, image_id, content_hash, on_event)
     except BaseException as exc:
         if not isinstance(exc, BuildError):  # a failed verification removed it already
-            # Ctrl-C: an image nobody verified is not left tagged (its missing record would
-            # make the next build verify it again anyway).
-            with contextlib.suppress(Exception):
-                engine.remove_image(image_id)
+            _interrupted(engine, image_id, previous, tag)
         raise
     trust.record_verified(image_id, tag, content_hash)
     write_lock(plan.lock_path, plan.profile, base)
     return BuildResult(tag, image_id, content_hash, base, skipped=False, relocked=relocked,
                        checks=checks)
+
+
+def _interrupted(engine: Engine, image_id: str, previous: str | None, tag: str) -> None:
+    """Ctrl-C during verification: an image nobody verified is not left tagged (its missing
+    record would make the next build verify it again anyway); the verified image the tag named
+    before a --force rebuild keeps, or gets back, the tag."""
+    if image_id == previous:  # the rebuild reproduced the verified image: it stays as it was
+        return
+    with contextlib.suppress(Exception):
+        engine.remove_image(image_id)
+        if previous:
+            engine.tag_image(previous, tag)
 
 
 class _BuildWatcher:

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from opsctl.core.clock import Clock
-from opsctl.core.errors import UsageError
+from opsctl.core.errors import UsageError, stop_error, stop_reason
 from opsctl.core.reports import REPORTS_DIR, stamp
 from opsctl.trace import capture as cap
 from opsctl.trace import chrome, report, signatures
@@ -136,14 +136,18 @@ def capture(request: CaptureRequest, target: CaptureTarget, *,
             yield summary
 
     ask = cap.ProfileAsk(output_dir=target.server_dir, num_steps=request.steps)
-    with http() as client:
-        profiled = cap.profile(client, target.source, ask, out / TRACES_SUBDIR, clock,
-                               request.wait_s, hold)
     header = {"profile": target.profile or "", "variant": target.variant or ""}
-    analysis = analyze_traces(AnalyzeRequest(path=out / TRACES_SUBDIR, out_dir=out,
-                                             layers=request.layers,
-                                             max_bytes=request.max_bytes, header=header),
-                              plot=plot)
+    try:
+        with http() as client:
+            profiled = cap.profile(client, target.source, ask, out / TRACES_SUBDIR, clock,
+                                   request.wait_s, hold)
+        analysis = analyze_traces(AnalyzeRequest(path=out / TRACES_SUBDIR, out_dir=out,
+                                                 layers=request.layers,
+                                                 max_bytes=request.max_bytes, header=header),
+                                  plot=plot)
+    except KeyboardInterrupt as stopped:  # the profile was stopped; say so in the report
+        report.write_partial(header, stop_reason(stopped), out)
+        raise stop_error(stopped, "trace capture", out / report.ANALYSIS_JSON) from None
     return CaptureResult(target=target, traces=profiled.files, stopped_by_us=profiled.stopped_by_us,
                          load=held[0], analysis=analysis)
 

@@ -14,6 +14,7 @@ Each capture names its own fresh `output_dir`, so every trace file there is this
 
 from __future__ import annotations
 
+import contextlib
 import io
 import shutil
 import tarfile
@@ -153,6 +154,15 @@ def await_traces(source: TraceSource, before: Listing, clock: Clock, wait_s: flo
         clock.sleep(POLL_SECONDS)
 
 
+def stop_quietly(client: httpx.Client) -> None:
+    """POST /stop_profile for a profile this run started and leaves early, ignoring the answer:
+    one that ended by itself answers "not in progress". Without it the server kept profiling
+    (the simulator counts steps only under load, which has stopped) and refused the next
+    capture's /start_profile."""
+    with contextlib.suppress(httpx.HTTPError):
+        client.post("/stop_profile")
+
+
 @dataclass(frozen=True)
 class Profiled:
     files: list[Path]
@@ -166,8 +176,16 @@ def profile(client: httpx.Client, source: TraceSource, ask: ProfileAsk, dest: Pa
     """Start the profile while `hold()` keeps decode busy, wait for the files, fetch them."""
     before = source.listing()
     with hold():
-        answer = post(client, "/start_profile", ask.body())
-        names = await_traces(source, before, clock, wait_s)
+        started = False
+        try:
+            answer = post(client, "/start_profile", ask.body())
+            started = True
+            names = await_traces(source, before, clock, wait_s)
+        except BaseException as exc:  # Ctrl-C or a failure: the profile this run started stops
+            # too (a Ctrl-C during /start_profile: the server may have started it already)
+            if started or isinstance(exc, KeyboardInterrupt):
+                stop_quietly(client)
+            raise
         stopped = False
         if not names:
             post(client, "/stop_profile")

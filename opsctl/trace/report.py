@@ -155,3 +155,10 @@ def write(analyses: list[Analysis], comparison: Comparison | None, header: dict[
     payload = {"header": header, **as_json(analyses, comparison)}
     return [atomic_write_text(out_dir / ANALYSIS_JSON, json.dumps(payload, indent=2) + "\n"),
             atomic_write_text(out_dir / ANALYSIS_MD, markdown(analyses, comparison, header))]
+
+
+def write_partial(header: dict[str, str], reason: str, out_dir: Path) -> Path:
+    """analysis.json of a capture stopped before its analysis (Ctrl-C): no analyses, marked
+    partial with why, as smoke, bench and decide mark theirs."""
+    payload = {"header": header, "partial": True, "partial_reason": reason, "analyses": []}
+    return atomic_write_text(out_dir / ANALYSIS_JSON, json.dumps(payload, indent=2) + "\n")

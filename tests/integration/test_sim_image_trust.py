@@ -73,3 +73,25 @@ def test_a_stray_module_is_not_baked_in_and_trust_needs_a_verification(copy: dic
     assert "verified again" in again.stderr and "up to date" not in again.stderr
     third = build(fresh)
     assert third.returncode == 0 and "up to date" in third.stderr
+
+    # Issue 25, L: `build --force` interrupted while verifying keeps the verified image tagged.
+    assert interrupted_in_verification(fresh, "--force") == 130
+    kept = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", tag],
+                          capture_output=True, text=True)
+    assert kept.returncode == 0, kept.stderr
+    fourth = build(fresh)
+    assert fourth.returncode == 0 and "up to date" in fourth.stderr, fourth.stderr
+
+
+def interrupted_in_verification(env: dict[str, str], *extra: str) -> int:
+    """`build --profile sim` with SIGINT once it says it is verifying; its exit code."""
+    proc = subprocess.Popen([sys.executable, "-m", "opsctl", "build", "--profile", "sim", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **env}, stdin=subprocess.DEVNULL)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "verifying" in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    proc.communicate(timeout=120)
+    return proc.returncode

@@ -92,6 +92,9 @@ class FakeEngine:
         self.removed_if_unused.append(image_id)
         return True
 
+    def tag_image(self, image_id: str, ref: str) -> None:
+        self.images[ref] = next(i for i in self.images.values() if i["id"] == image_id)
+
 
 def passing_report() -> str:
     return json.dumps({"ok": True, "results": [{"check": "sglang version", "ok": True, "detail": "x"}]})
@@ -348,6 +351,51 @@ def test_ctrl_c_during_verification_leaves_no_trusted_image() -> None:
     assert engine.removed == [built]
     assert not trust.is_verified(built, the_plan.content_hash(BASE_ID))
     assert not lock.read_lock(the_plan.lock_path)
+
+
+def _verified_then_forced(new_id: str) -> tuple[FakeEngine, str, str, str]:
+    """A verified image under the plan's tag, then `build --force` (rebuilding as `new_id`)
+    with a Ctrl-C during the new image's verification."""
+    engine = FakeEngine()
+    the_plan = plan(sglang_profile(), base_image=STANDIN)
+    tag, old_id = the_plan.content_tag(BASE_ID), "sha256:" + "9" * 64
+    content = the_plan.content_hash(BASE_ID)
+    engine.images[tag] = {"id": old_id, "digests": [], "labels": {"opsctl.content-hash": content}}
+    trust.record_verified(old_id, tag, content)
+    real_build = engine.build
+
+    def rebuild(*args: Any) -> str:
+        if new_id != old_id:  # the engine moves the tag; the old image stays, untagged
+            engine.images["<none>:<none>"] = engine.images[tag]
+        real_build(*args)
+        engine.images[tag] = {**engine.images[tag], "id": new_id}
+        return new_id
+
+    def interrupted(image: str, command: list[str]) -> tuple[int, str]:
+        raise KeyboardInterrupt
+
+    engine.build = rebuild  # type: ignore[method-assign, assignment]
+    engine.run_to_completion = interrupted  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        build.build(the_plan, engine, force=True, on_event=lambda e: None)  # type: ignore[arg-type]
+    return engine, tag, old_id, content
+
+
+def test_force_interrupted_in_verification_keeps_the_verified_image_it_reproduced() -> None:
+    """Issue 25, L: an unchanged --force rebuild is the verified image itself; the Ctrl-C
+    removed it, leaving no tagged image."""
+    engine, tag, old_id, content = _verified_then_forced("sha256:" + "9" * 64)
+    assert engine.removed == [] and engine.image_id(tag) == old_id
+    assert trust.is_verified(old_id, content)
+
+
+def test_force_interrupted_in_verification_gives_the_tag_back_to_the_verified_image() -> None:
+    """Issue 25, L: a changed rebuild took the tag; the Ctrl-C removed it, and the verified
+    image was left untagged."""
+    new_id = "sha256:" + "c" * 64
+    engine, tag, old_id, content = _verified_then_forced(new_id)
+    assert engine.removed == [new_id] and engine.image_id(tag) == old_id
+    assert trust.is_verified(old_id, content) and not trust.is_verified(new_id, content)
 
 
 def test_custom_tag_holding_other_content_is_not_overwritten_without_force() -> None:

@@ -303,6 +303,25 @@ def test_no_check_starts_past_the_budget(
     assert rows["base images"].status == WARN
 
 
+def test_ctrl_c_in_a_check_is_a_partial_report_of_the_rows_so_far(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25 item 5: a Ctrl-C inside a check was a bare exit 130 with no report; now the
+    rows so far are kept, the rest marked not run, and the report says partial."""
+    box = Box(tmp_path, monkeypatch)
+    folder = box.glm5_ready()
+
+    def interrupt(argv: list[str]) -> None:
+        raise KeyboardInterrupt
+
+    box.on_run = interrupt  # the first tool doctor runs (nvidia-smi) meets a Ctrl-C
+    rows = box.run(checkpoint=folder)
+    assert rows["docker"].status == PASS  # checked before the Ctrl-C
+    not_run = [c.name for c in box.report.checks if c.detail == "not run: interrupted (Ctrl-C)"]
+    assert not_run and "base images" in not_run and "docker" not in not_run
+    payload = box.report.to_json()
+    assert payload["partial"] is True and payload["partial_reason"] == "interrupted (Ctrl-C)"
+
+
 def test_parse_gpus_reads_the_query_and_refuses_other_lines() -> None:
     gpus = parse_gpus(SAMPLE_RTX)
     assert len(gpus) == 8 and gpus[7].index == 7 and gpus[0].capability == (12, 0)

@@ -84,6 +84,23 @@ def test_a_refused_profile_is_a_launch_error(tmp_path: Path) -> None:
                     tmp_path, FakeClock(), 10, no_load)
 
 
+def test_ctrl_c_while_waiting_stops_the_profile_it_started(tmp_path: Path) -> None:
+    """Issue 25 item 5: a Ctrl-C after /start_profile left the server profiling (the simulator
+    counts steps only under load, which the Ctrl-C ends) and it refused the next capture."""
+    seen: list[tuple[str, object]] = []
+
+    class Interrupting(GrowingDir):
+        def listing(self) -> cap.Listing:
+            if self.polls:
+                raise KeyboardInterrupt
+            return super().listing()
+
+    with pytest.raises(KeyboardInterrupt):
+        cap.profile(recording_client(seen), Interrupting([{}]), cap.ProfileAsk("/d", 3), tmp_path,
+                    FakeClock(), 10, no_load)
+    assert [path for path, _ in seen] == ["/start_profile", "/stop_profile"]
+
+
 def tar_of(files: dict[str, bytes], link: str | None = None) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
