@@ -3,19 +3,73 @@
 Importing the CLI takes a moment (typer, rich, every room's declarations); a Ctrl-C in that
 moment was Python's own KeyboardInterrupt traceback and a death by SIGINT instead of one line
 and exit 130 (issue 25, item 5). Nothing heavy is imported here.
+
+Two ways CPython itself could still turn a Ctrl-C into something else, both measured by
+tests/integration/test_interrupt_points.py and reproduced in tests/unit/test_entry.py:
+
+- A KeyboardInterrupt raised where Python cannot raise it (a weakref callback inside the import
+  machinery, a `__del__`) is printed as "Exception ignored in ..." with a traceback, and the
+  Ctrl-C is lost. The unraisable hook below raises it again in the main thread, from a
+  helper thread a moment later (raised inside the hook, it would be unraisable again), as an
+  asynchronous exception rather than a second signal: the SIGINT handler already ran once for
+  this Ctrl-C (deploy.ownership.InterruptGuard counts a second run as a second Ctrl-C).
+- A KeyboardInterrupt that passes through `exec()` of a string (dataclasses, namedtuple and
+  pydantic build functions that way, at import and at run time) sets the interpreter's
+  "unhandled KeyboardInterrupt" flag; CPython then kills the process with SIGINT when it exits,
+  after opsctl had printed its line and chosen exit 130. Any later `exec()` of a string clears
+  the flag, so `main` runs one on the way out: the exit status opsctl chose is the one the
+  caller sees.
 """
 
 from __future__ import annotations
 
+import ctypes
 import sys
+import threading
+import time
+from typing import Any
+
+STARTING = "error: interrupted (Ctrl-C) while starting\n"
+_REDELIVERY_S = 0.05
+_previous_hook = sys.unraisablehook
+
+
+def _ctrl_c_not_lost(unraisable: Any) -> None:
+    """sys.unraisablehook: a Ctrl-C that landed where it could not be raised is raised again in
+    the main thread (as if the signal came now); anything else goes to the previous hook."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) \
+            and threading.current_thread() is threading.main_thread():
+        threading.Thread(target=_interrupt_soon, name="ctrl-c", daemon=True).start()
+        return
+    _previous_hook(unraisable)
+
+
+def _interrupt_soon() -> None:
+    time.sleep(_REDELIVERY_S)  # the hook has returned by then
+    main = threading.main_thread().ident
+    if main is not None:  # raised at the main thread's next bytecode
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(main),
+                                                   ctypes.py_object(KeyboardInterrupt))
+
+
+def _forget_unhandled_interrupt() -> None:
+    exec("None")  # noqa: S102 - a constant; clears CPython's flag (see the module docstring)
 
 
 def main() -> None:
+    sys.unraisablehook = _ctrl_c_not_lost
+    try:
+        _run()
+    finally:
+        _forget_unhandled_interrupt()
+
+
+def _run() -> None:
     try:
         from opsctl.cli import main as cli_main
     except KeyboardInterrupt:
         from opsctl.core.errors import EXIT_INTERRUPTED
 
-        sys.stderr.write("error: interrupted (Ctrl-C) while starting\n")
+        sys.stderr.write(STARTING)
         raise SystemExit(EXIT_INTERRUPTED) from None
     cli_main()
