@@ -42,9 +42,10 @@ def decide(
     repeats: Annotated[int, typer.Option("--repeats", min=1, max=20, help="Sweeps per variant, "
                        "interleaved A B A B ... (each a fresh up -> bench -> down; the gates "
                        "run in the first).")] = _D.repeats,
-    margin: Annotated[float, typer.Option("--margin", min=0.0, max=50.0, help="Percent: "
+    margin: Annotated[float | None, typer.Option("--margin", min=0.0, max=50.0, help="Percent: "
                       "throughputs closer than this (or whose ratio's 95% interval holds 1) "
-                      "are a tie.")] = _D.margin_percent,
+                      f"are a tie (default {_D.margin_percent:g}; with --rescore, the run's "
+                      "own).")] = None,
     rescore: Annotated[str | None, typer.Option("--rescore", help="Judge the decide run in this "
                        "directory again from its files (nothing is launched): by --goodput, else "
                        "the profile's SLO, and --margin; writes decide-rescored.json/.md "
@@ -82,13 +83,13 @@ def decide(
     from opsctl.traffic.bench import parse_concurrency, parse_variants
 
     if rescore is not None:
-        _rescore(Path(rescore), profile, goodput or [], margin / 100.0)
+        _rescore(Path(rescore), profile, goodput or [], None if margin is None else margin / 100.0)
         return
     check_output_path(Path(out) if out else REPORTS_DIR, "--out", directory=True)
     settings = DecideSettings(
         concurrency=parse_concurrency(concurrency) if concurrency else _D.concurrency,
         requests_per_level=requests, skip_eval=skip_eval, timeout_s=timeout, repeats=repeats,
-        margin_percent=margin)
+        margin_percent=_D.margin_percent if margin is None else margin)
     request = decide_app.DecideRequest(variants=parse_variants(variants),
                                        out_dir=Path(out) if out else default_decide_dir(),
                                        settings=settings)
@@ -105,7 +106,8 @@ def decide(
         raise result.error
 
 
-def _rescore(directory: Path, profile: str | None, goodput: list[str], margin: float) -> None:
+def _rescore(directory: Path, profile: str | None, goodput: list[str],
+             margin: float | None) -> None:
     from opsctl.config.profiles import load_profile
     from opsctl.decide import app as decide_app
     from opsctl.decide import view

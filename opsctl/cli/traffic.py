@@ -47,8 +47,13 @@ def smoke(
         help="Seconds per request.", callback=within(0.01, 86400))
     ] = SMOKE_DEFAULTS.request_timeout_s,
     timeout: Annotated[float, typer.Option(
-        help="Seconds for the whole smoke run.", callback=within(0.01, 86400))
+        help="Seconds for the checks (readiness to compare); each eval has --eval-timeout of "
+        "its own.", callback=within(0.01, 86400))
     ] = SMOKE_DEFAULTS.overall_timeout_s,
+    eval_timeout: Annotated[float, typer.Option(
+        "--eval-timeout", help="Seconds for each eval asked for (GSM8K, the long-context "
+        "probes, lm-eval), after the checks.", callback=within(0.01, 86400))
+    ] = SMOKE_DEFAULTS.eval_timeout_s,
     pushgateway: PushOpt = None,
     eval_name: Annotated[str | None, typer.Option(
         "--eval", help="After the checks, run this accuracy eval ('gsm8k': few-shot, greedy, "
@@ -107,7 +112,8 @@ def smoke(
                          sha256=eval_sha256, threshold=eval_threshold, long_context=long_context,
                          score_thinking=eval_score_thinking)
     settings = SmokeSettings(api=parse_api(api), model=model,
-                             request_timeout_s=request_timeout, overall_timeout_s=timeout)
+                             request_timeout_s=request_timeout, overall_timeout_s=timeout,
+                             eval_timeout_s=eval_timeout)
     request = traffic.SmokeRequest(
         profile=profile, variant=variant, base_url=base_url, api_key=api_key_from_env(),
         json_path=Path(json_path) if json_path else None,
@@ -210,8 +216,9 @@ def bench(
         "(input_lens, output_lens, ttfts, itls, generated_texts, errors), as "
         "sglang.bench_serving's --output-details.")] = False,
     rescore: Annotated[str | None, typer.Option(
-        "--rescore", help="Re-score the bench run in this directory against --goodput from its "
-        "requests files (nothing is sent); writes DIR/rescored/ (or --out).")] = None,
+        "--rescore", help="Re-score the bench run in this directory against --goodput (else "
+        "the SLO of --profile or of the run's profile) from its requests files (nothing is "
+        "sent); writes DIR/rescored/ (or --out, never DIR itself).")] = None,
 ) -> None:
     """Concurrency sweep per variant: TTFT/ITL/TPOT/E2E percentiles, goodput, throughput.
 
@@ -234,10 +241,8 @@ def bench(
     from opsctl.traffic.workloads import WorkloadSpec, parse_dataset_name
 
     if rescore is not None:
-        if out:
-            check_output_path(Path(out), "--out", directory=True)
         rescored = traffic.rescore(Path(rescore), parse_goodput(goodput or []),
-                                   Path(out) if out else None, view.write_plots)
+                                   Path(out) if out else None, view.write_plots, profile)
         view.show_bench(rescored, console)
         return
     chosen = parse_driver(driver)

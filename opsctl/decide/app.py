@@ -227,10 +227,15 @@ def _ask(deployment: Deployment, base_url: str, folder: Path, skip_eval: bool) -
 def _run_variant(ctx: _Ctx, deployment: Deployment, image: str,
                  record: VariantRecord, repeat: int = 1) -> SmokeReport | None:
     """Stop what runs, then up -> smoke -> bench -> down (after the first repeat: up -> bench
-    -> down); fills `record`. Returns the smoke report (None when smoke did not run). Ctrl-C
-    and bugs propagate; a variant's own failure is recorded as its disqualification."""
+    -> down, with no preflight: the image and checkpoint were probed in the first); fills
+    `record`. Each launch is verified; a later repeat keeps its verify.json, logs and sweep in
+    its own folder (repeat-N/), so the first repeat's evidence stays as it was. Returns the
+    smoke report (None when smoke did not run). Ctrl-C and bugs propagate; a variant's own
+    failure is recorded as its disqualification."""
     out, name = ctx.request.out_dir, deployment.variant
     folder = out / record.directory
+    if repeat > 1:
+        folder = folder / f"repeat-{repeat}"
     # What ran before this run (the previous variant is down already): its log goes to the run.
     stopped = ctx.launch.down(deployment.profile.name, logs_dir=out, on_note=ctx.on_step).removed
     ctx.on_step(f"{name}: " + (f"stopped {', '.join(stopped)}; " if stopped else "")
@@ -255,7 +260,8 @@ def _run_variant(ctx: _Ctx, deployment: Deployment, image: str,
         with ctx.progress(deployment) as on_progress:
             started = ctx.launch.verifying(recording_verify).up(
                 deployment, image=image, timeout_seconds=ctx.request.settings.timeout_s,
-                on_progress=on_progress, logs_dir=folder, on_note=ctx.on_step)
+                on_progress=on_progress, logs_dir=folder, on_note=ctx.on_step,
+                preflight=repeat == 1)
     except OpsctlError as exc:
         if isinstance(exc, Interrupted):  # a Ctrl-C whose clean-up left something behind
             raise
@@ -273,8 +279,7 @@ def _run_variant(ctx: _Ctx, deployment: Deployment, image: str,
     try:
         if repeat > 1:
             ctx.on_step(f"{name}: ready; bench, repeat {repeat} of {ctx.request.settings.repeats}")
-            _bench(ctx, deployment, started.base_url, folder / f"repeat-{repeat}", record,
-                   repeat)
+            _bench(ctx, deployment, started.base_url, folder, record, repeat)
             return None
         ctx.on_step(f"{name}: ready, {record.verify or 'not verified'}; smoke")
         return _smoke_and_bench(ctx, deployment, started.base_url, folder, record)

@@ -22,11 +22,13 @@ from opsctl.config.profiles import Profile, load_profile
 from opsctl.config.releases import flag_values
 from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import OpsctlError, UsageError
+from opsctl.core.files import check_output_path
 from opsctl.core.redact import redact_userinfo
 from opsctl.core.reports import default_bench_dir, default_smoke_path
 from opsctl.traffic.bench import BenchOptions, Launcher, Progress, Target, parse_targets, run_bench
 from opsctl.traffic.bench_report import BenchReport
 from opsctl.traffic.bench_report import verdict_error as bench_verdict
+from opsctl.traffic.bench_requests import load_report as load_bench_report
 from opsctl.traffic.bench_requests import rescore_report
 from opsctl.traffic.bench_serving import write_report_files
 from opsctl.traffic.client import ClientFactory
@@ -147,7 +149,8 @@ def smoke(
         base_url=target.base_url, profile=target.profile, variant=target.variant,
         profile_alias=target.profile_alias, api_key=request.api_key, model=settings.model,
         api=settings.api, request_timeout_s=settings.request_timeout_s,
-        overall_timeout_s=settings.overall_timeout_s, compare_with=request.compare_with,
+        overall_timeout_s=settings.overall_timeout_s, eval_timeout_s=settings.eval_timeout_s,
+        compare_with=request.compare_with,
         evals=evals, slo=target.slo, checkpoint=target.checkpoint,
         progress=request.progress,
     )
@@ -231,8 +234,6 @@ def _bench_workload(request: BenchRequest, loaded: Profile | None,
     spec = request.workload or WorkloadSpec(name="random", defaulted=True,
                                             input_len=settings.input_words,
                                             output_len=settings.output_tokens)
-    if spec.turns > 1:  # as many sessions side by side as the largest level keeps in flight
-        spec = replace(spec, session_width=max(settings.concurrency))
     served_tokenizer, unmapped = None, None
     if driver is None and loaded is not None and spec.name == "random" and spec.tokenizer is None:
         served_tokenizer = _served_tokenizer(loaded, request.variants)
@@ -268,8 +269,9 @@ def _note_workload(workload: Workload, spec: WorkloadSpec, unmapped: str | None,
                          "model.host_path")
     if spec.turns > 1:
         workload.note = ((workload.note + "; ") if workload.note else "") + (
-            f"multi-turn chat: sessions of {spec.turns} turns, {spec.session_width} side by "
-            "side, each turn sent after its session's history (one client process)")
+            f"multi-turn chat: sessions of {spec.turns} turns, as many side by side as the "
+            "level's concurrency, each turn sent after its session's history (one client "
+            "process)")
     if served_tokenizer is not None:
         workload.note = ((workload.note + "; ") if workload.note else "") + (
             f"tokenizer {spec.tokenizer}: this host's side of the server's "
@@ -296,21 +298,39 @@ def _check_replay(workload: Workload, spec: WorkloadSpec, settings: BenchSetting
 RESCORED_DIR = "rescored"
 
 
-def rescore(directory: Path, slo: Slo | None, out_dir: Path | None, plot: PlotWriter
-            ) -> BenchResult:
+def rescore(directory: Path, slo: Slo | None, out_dir: Path | None, plot: PlotWriter,
+            profile: str | None = None) -> BenchResult:
     """`bench --rescore DIR`: the run in DIR judged by another SLO from its requests files,
-    written to `out_dir` (default DIR/rescored/); nothing is sent to any server."""
+    written to `out_dir` (default DIR/rescored/; never DIR itself, whose bench.json is the
+    evidence); nothing is sent to any server. Without `slo`, the SLO of `profile`, else of the
+    profile the run recorded."""
+    out = out_dir or directory / RESCORED_DIR
+    if out.resolve() == directory.resolve():
+        raise UsageError(f"--out {out}: that is the bench run's own directory; re-scoring "
+                         "never writes over the run it reads",
+                         hint="leave --out out (DIR/rescored/) or name another directory")
+    check_output_path(out, "--out", directory=True)
+    report = load_bench_report(directory)
+    slo = slo or _profile_slo(profile or report.profile)
     if slo is None:
-        raise UsageError("--rescore needs the SLO to judge by",
+        raise UsageError("--rescore needs the SLO to judge by: no --goodput, and the profile "
+                         f"{profile or report.profile or '(none recorded)'} states none",
                          hint="e.g. --rescore out/bench-... --goodput tpot:80 --goodput ttft:2000")
     report = rescore_report(directory, slo)
-    out = out_dir or directory / RESCORED_DIR
     for variant in report.variants:
         for level in variant.levels:
             if level.requests_file is not None:
                 level.requests_file = os.path.relpath(directory / level.requests_file, out)
     written = write_report_files(report, out) + plot(report, out)
     return BenchResult(report=report, out_dir=out, written=written, pushed=None, error=None)
+
+
+def _profile_slo(profile: str | None) -> Slo | None:
+    """The SLO a profile states (none: no profile named or recorded, or it states none)."""
+    if profile is None:
+        return None
+    slo = load_profile(profile).slo
+    return slo if slo is not None and (slo.ttft or slo.tpot) else None
 
 
 def _served_tokenizer(profile: Profile, variants: tuple[str, ...]) -> str:

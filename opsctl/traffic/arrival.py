@@ -56,6 +56,21 @@ class Arrival:
                    "concurrency cap" if self.rate else "closed loop")
         return how + (f", {self.duration_s:g} s per level" if self.duration_s else "")
 
+    def replay_s(self, count: int) -> float:
+        """Seconds a trace's own arrivals take for `count` requests from its first (wrapping
+        with no gap); 0 without a trace."""
+        if not self.schedule_s:
+            return 0.0
+        cycles, rest = divmod(count, len(self.schedule_s))
+        return cycles * self.schedule_s[-1] + (self.schedule_s[rest - 1] if rest else 0.0)
+
+    def first_of_cycle(self, index: int) -> int:
+        """The first request index at or after `index` that replays a trace from its first
+        arrival (every level replays the trace from its start); `index` without a trace."""
+        if not self.schedule_s:
+            return index
+        return -(-index // len(self.schedule_s)) * len(self.schedule_s)
+
     def gap_after(self, index: int, poisson: Iterator[float]) -> float:
         """Seconds from request `index` to the next one."""
         if not self.schedule_s:

@@ -148,7 +148,8 @@ class BenchOptions:
     def deadline(self) -> float:
         """Seconds one target's sweep may take: `deadline_s`, or the most its levels could take
         with every request at its timeout (a warm-up wave plus ceil(requests / c) measured
-        waves per level), capped at DEADLINE_CAP_S."""
+        waves per level), capped at DEADLINE_CAP_S; a trace's own arrivals (its length per
+        level) come on top of the cap, so a long trace is never cut by it."""
         if self.deadline_s is not None:
             return self.deadline_s
         if self.arrival.duration_s is not None:
@@ -158,7 +159,8 @@ class BenchOptions:
             per_level = [(1 + math.ceil(self.requests_at(c) / c)) * self.request_timeout_s
                          + (self.requests_at(c) / self.arrival.rate if self.arrival.rate else 0)
                          for c in self.concurrency]
-        return min(sum(per_level), DEADLINE_CAP_S)
+        replay = sum(self.arrival.replay_s(self.requests_at(c)) for c in self.concurrency)
+        return min(sum(per_level), DEADLINE_CAP_S) + replay
 
     def config(self) -> BenchConfig:
         return BenchConfig(

@@ -23,7 +23,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from opsctl.traffic.arrival import Arrival, Batch, drive
@@ -74,6 +74,14 @@ class RequestSpec:
     workload: Workload
 
     sessions: Sessions = field(default_factory=lambda: Sessions(), compare=False)
+
+    def for_phase(self, plan: PhasePlan) -> RequestSpec:
+        """Multi-turn: the phase's own sessions (numbered from its first request, as many side
+        by side as its concurrency) with fresh histories; single requests: this spec."""
+        if self.workload.spec.turns <= 1:
+            return self
+        return replace(self, workload=self.workload.for_phase(plan.start, plan.concurrency),
+                       sessions=Sessions())
 
     async def send(self, client: TrafficClient, index: int) -> RequestResult:
         item = self.workload.item(index)
@@ -174,7 +182,7 @@ class InProcess:
                   ) -> None:
         phase.started, cpu = time.perf_counter(), time.process_time()
         try:
-            await drive(functools.partial(self.spec.send, self.client), plan.indexes(),
+            await drive(functools.partial(self.spec.for_phase(plan).send, self.client), plan.indexes(),
                         plan.concurrency, plan.arrival, phase.batch, on_done)
         finally:
             phase.ended = time.perf_counter()
@@ -197,7 +205,7 @@ async def run_level(
     timed = options.arrival.duration_s is not None
     total = options.requests_at(concurrency)
     warmup, measured = Phase(), Phase()
-    start_index = first_index + concurrency
+    start_index = options.arrival.first_of_cycle(first_index + concurrency)
     done = 0
     sampler: LevelSampler | None = None
 

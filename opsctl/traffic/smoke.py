@@ -98,6 +98,7 @@ class SmokeOptions:
     api: Api = "completions"
     request_timeout_s: float = SMOKE_DEFAULTS.request_timeout_s
     overall_timeout_s: float = SMOKE_DEFAULTS.overall_timeout_s
+    eval_timeout_s: float = SMOKE_DEFAULTS.eval_timeout_s  # each eval's own, after the checks
     max_tokens: int = 32
     stream_max_tokens: int = 64
     stream_requests: int = 3
@@ -141,12 +142,14 @@ class _Run:
 
     async def stage(
         self, name: str, body: Callable[[], Awaitable[tuple[CheckStatus, str]]],
-        sglang_only: bool = False,
+        sglang_only: bool = False, own_budget: bool = False,
     ) -> None:
+        """Run one check; `own_budget`: an eval, bounded by its own eval_timeout_s rather than
+        what the checks left of overall_timeout_s."""
         if not self.reachable:
             self.add(name, "skip", 0.0, "server unreachable", sglang_only)
             return
-        if self.budget() <= 0:
+        if not own_budget and self.budget() <= 0:
             self.add(name, "fail", 0.0, "overall timeout reached before this check", sglang_only)
             return
         start = time.perf_counter()
@@ -216,11 +219,12 @@ async def _run_stages(
         await run.stage("slo", lambda: _slo(run))
         await run.stage("compare", lambda: _compare(run, reference))
         if (gsm8k := options.evals.gsm8k) is not None:
-            await run.stage("gsm8k", lambda: _gsm8k(run, client, gsm8k))
+            await run.stage("gsm8k", lambda: _gsm8k(run, client, gsm8k), own_budget=True)
         if (long_context := options.evals.long_context) is not None:
-            await run.stage("long_context", lambda: _long_context(run, client, long_context))
+            await run.stage("long_context", lambda: _long_context(run, client, long_context),
+                            own_budget=True)
         if (lm_eval := options.evals.lm_eval) is not None:
-            await run.stage("lm_eval", lambda: _lm_eval(run, lm_eval))
+            await run.stage("lm_eval", lambda: _lm_eval(run, lm_eval), own_budget=True)
 
 
 async def _readiness(run: _Run, client: httpx.AsyncClient) -> tuple[CheckStatus, str]:
@@ -400,7 +404,7 @@ async def _gsm8k(run: _Run, client: TrafficClient, plan: Gsm8kPlan
         return "skip", "no model name: cannot send requests"
     status, detail, run.gsm8k = await gsm8k_check(
         client, plan, model=run.model.served_name, api=run.options.api,
-        request_timeout_s=run.options.request_timeout_s, remaining_s=run.remaining(),
+        request_timeout_s=run.options.request_timeout_s, remaining_s=run.options.eval_timeout_s,
         progress=run.options.progress)
     return status, detail
 
@@ -411,7 +415,7 @@ async def _long_context(run: _Run, client: TrafficClient, plan: LongContextPlan
         return "skip", "no model name: cannot send requests"
     status, detail, run.probes = await long_context_check(
         client, plan, model=run.model.served_name, api=run.options.api,
-        request_timeout_s=run.options.request_timeout_s, remaining_s=run.remaining(),
+        request_timeout_s=run.options.request_timeout_s, remaining_s=run.options.eval_timeout_s,
         progress=run.options.progress)
     return status, detail
 
@@ -422,5 +426,5 @@ async def _lm_eval(run: _Run, plan: LmEvalPlan) -> tuple[CheckStatus, str]:
     options = run.options
     target = Target(base_url=options.base_url, model=run.model.served_name, api=options.api,
                     api_key=options.api_key, request_timeout_s=options.request_timeout_s)
-    status, detail, run.lm_eval = await lm_eval_check(plan, target, run.remaining())
+    status, detail, run.lm_eval = await lm_eval_check(plan, target, options.eval_timeout_s)
     return status, detail

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -78,7 +78,7 @@ class WorkloadSpec:
     trace_scale: float = 1.0  # mooncake-trace: each arrival at timestamp x scale (0.5: twice as fast)
     # Multi-turn chat: sessions of `turns` requests, each sending the session's whole history
     # (its earlier prompts and the server's answers) before its next prompt; `session_width`
-    # sessions side by side (bench sets it to the largest concurrency level).
+    # sessions side by side (each bench phase sets it to its own concurrency: `for_phase`).
     turns: int = 1
     session_width: int = 64
 
@@ -92,13 +92,24 @@ class Workload:
         # A trace's arrival times (seconds after its first request, one per item); None: the
         # arrival process is bench's own (closed loop or Poisson).
         self.arrivals_s = arrivals_s
+        self.session_start = 0  # multi-turn: the first request of the first session
+
+    def for_phase(self, start: int, width: int) -> Workload:
+        """The same prompts with sessions numbered from request `start`, `width` of them side
+        by side: a phase at concurrency c keeps c sessions in flight and sends every turn of
+        them even when it sends only a few requests (a width above c would leave a short
+        phase with first turns only)."""
+        phase = Workload(self.name, self.items, replace(self.spec, session_width=max(1, width)),
+                         self.note, self.arrivals_s)
+        phase.session_start = start
+        return phase
 
     def session_turn(self, index: int) -> tuple[int, int]:
         """(session, turn) of request `index`: `session_width` sessions take their turn t one
         after another, then their turn t + 1, so a session's next turn comes `session_width`
         requests after its previous one (already answered at any lower concurrency)."""
         width, turns = max(1, self.spec.session_width), max(1, self.spec.turns)
-        block, offset = divmod(index, width * turns)
+        block, offset = divmod(index - self.session_start, width * turns)
         turn, column = divmod(offset, width)
         return block * width + column, turn
 

@@ -11,6 +11,7 @@ from conftest import SimServer
 
 from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import UsageError
+from opsctl.core.paths import project_root
 from opsctl.traffic import app as traffic
 from opsctl.traffic.bench import BenchOptions, Target, run_bench
 from opsctl.traffic.bench_requests import read_records
@@ -97,7 +98,34 @@ def test_rescore_judges_the_records_by_another_slo(sim_server: StartSim, tmp_pat
 
 def test_rescore_refuses_what_is_no_bench_run(tmp_path: Path) -> None:
     slo = Slo.model_validate({"tpot": {"quantile": 0.5, "threshold_ms": 80}})
-    with pytest.raises(UsageError):
+    with pytest.raises(UsageError, match="bench report"):
         traffic.rescore(tmp_path, slo, None, lambda report, out: [])
+
+
+def test_rescore_never_writes_over_its_run_and_falls_back_to_the_profiles_slo(
+        sim_server: StartSim, tmp_path: Path) -> None:
+    import yaml
+
+    report = run_bench([Target("base", _sim(sim_server))], _options())
+    run = tmp_path / "run"
+    write_report_files(report, run)
+    evidence = (run / "bench.json").read_bytes()
+    plots: Callable[..., list[Path]] = lambda report, out: []  # noqa: E731
+    slo = Slo.model_validate({"tpot": {"quantile": 0.5, "threshold_ms": 80}})
+    for same in (run, run / "." / "requests" / ".."):
+        with pytest.raises(UsageError, match="own directory"):
+            traffic.rescore(run, slo, same, plots)
+    (run / "rescored").write_text("a file where the default output goes")
+    with pytest.raises(UsageError, match="--out"):
+        traffic.rescore(run, slo, None, plots)
+    assert (run / "bench.json").read_bytes() == evidence
+    # No --goodput: the SLO of the profile named (deploy/sim.yaml: TPOT p50 60 ms).
+    by_profile = traffic.rescore(run, None, tmp_path / "by-profile", plots, "sim")
+    assert by_profile.report.config.slo_tpot_ms == 60 and by_profile.report.config.slo_ttft_ms == 600
+    # A profile that states no SLO, and no --goodput: nothing to judge by.
+    data = yaml.safe_load((project_root() / "deploy" / "sim.yaml").read_text())
+    del data["slo"]
+    bare = tmp_path / "no-slo.yaml"
+    bare.write_text(yaml.safe_dump(data))
     with pytest.raises(UsageError, match="needs the SLO"):
-        traffic.rescore(tmp_path, None, None, lambda report, out: [])
+        traffic.rescore(run, None, tmp_path / "none", plots, str(bare))

@@ -15,7 +15,7 @@ from conftest import SimServer
 from opsctl.core.errors import UsageError
 from opsctl.traffic import arrival as arrival_module
 from opsctl.traffic.arrival import Arrival, Batch, drive
-from opsctl.traffic.bench import BenchOptions, Target, run_bench
+from opsctl.traffic.bench import DEADLINE_CAP_S, BenchOptions, Target, run_bench
 from opsctl.traffic.client import RequestResult
 from opsctl.traffic.levels import PhasePlan
 from opsctl.traffic.workers import split
@@ -163,6 +163,38 @@ def test_a_trace_replays_against_the_simulator(sim_server: StartSim, tmp_path: P
     assert report.config.arrival.startswith("trace replay")
 
 
+def test_every_level_replays_the_trace_from_its_first_arrival(
+        sim_server: StartSim, tmp_path: Path) -> None:
+    """Each level's measured requests are the trace's rows in order (a later level used to
+    start where the one before had left off, shifted by its warm-up)."""
+    url = sim_server(env={"OPSCTL_SIM_TTFT_MS": "2", "OPSCTL_SIM_ITL_MS": "1"},
+                     args=["--served-model-name", "glm-5"]).url
+    rows = [{**row, "timestamp": row["timestamp"] // 40} for row in TRACE]
+    work = build(WorkloadSpec(name="mooncake-trace", dataset_path=write_trace(
+        tmp_path / "t.jsonl", rows)))
+    options = BenchOptions(concurrency=(1, 2, 3), requests_per_level=len(rows),
+                           request_timeout_s=10.0, workload=work,
+                           arrival=Arrival(schedule_s=work.arrivals_s))
+    report = run_bench([Target("sim", url)], options)
+    assert report.passed, report.model_dump_json()
+    kept = report._requests  # (requests file, the level's records), level by level
+    assert len(kept) == 3
+    for name, level in kept:
+        records = sorted(level.records, key=lambda r: r["start_s"])
+        outputs = [r["output_tokens"] for r in records]
+        # rows 0 and 1 arrive together (either may start first), then rows 2 and 3
+        assert sorted(outputs[:2]) == [5, 8] and outputs[2:] == [4, 8], (name, outputs)
+
+
+def test_a_long_traces_own_length_is_added_to_the_capped_deadline() -> None:
+    hour = Arrival(schedule_s=(0.0, 1800.0, 3600.0))  # a 1-h trace of 3 requests
+    options = BenchOptions(concurrency=(1, 2), requests_per_level=3, request_timeout_s=1000.0,
+                           arrival=hour)
+    assert options.deadline() == DEADLINE_CAP_S + 2 * 3600.0
+    assert hour.replay_s(3) == 3600.0 and hour.replay_s(5) == 3600.0 + 1800.0
+    assert hour.replay_s(0) == 0.0 and Arrival().replay_s(7) == 0.0
+
+
 # --- token-exact `random` is the default whenever a tokenizer is there -------------------------
 
 
@@ -218,6 +250,39 @@ def test_each_turn_sends_its_sessions_history_with_the_servers_answers(
         # each turn carries the previous prompts and answers: its prompt grows every turn
         assert counts[0] < counts[1] < counts[2], counts
     assert not spec.sessions._history  # the last turn's history is not kept
+
+
+def test_a_phase_numbers_its_own_sessions_as_wide_as_its_concurrency() -> None:
+    work = build(WorkloadSpec(name="words", turns=3, session_width=64))
+    phase = work.for_phase(10, 1)
+    assert [phase.session_turn(i) for i in range(10, 16)] == [
+        (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert work.session_turn(10) == (10, 0)  # the sweep's workload is not changed
+
+
+def test_a_low_level_sends_every_turn_not_only_first_turns(sim_server: StartSim) -> None:
+    """Concurrency 1 and 6 requests of 3-turn sessions: two whole sessions, each turn's prompt
+    longer than the one before (sessions as wide as the largest level sent first turns only)."""
+    from opsctl.traffic.client import make_client
+    from opsctl.traffic.levels import InProcess, Phase, PhasePlan, RequestSpec
+
+    url = sim_server(env={"OPSCTL_SIM_TTFT_MS": "1", "OPSCTL_SIM_ITL_MS": "1"},
+                     args=["--served-model-name", "glm-5"]).url
+    work = build(WorkloadSpec(name="words", input_len=20, output_len=6, turns=3, seed=4,
+                              session_width=64))
+    spec = RequestSpec("chat", "glm-5", 0.0, True, 10.0, work)
+    phase = Phase()
+
+    async def go() -> None:
+        async with make_client(url, None) as client:
+            await InProcess(client, spec).run(PhasePlan(5, 6, 1), phase, None)
+
+    asyncio.run(go())
+    counts = [result.prompt_tokens or 0 for result in phase.batch.results]
+    assert all(result.ok for result in phase.batch.results) and len(counts) == 6
+    for session in (counts[:3], counts[3:]):
+        assert session[0] < session[1] < session[2], counts
+    assert counts[3] < counts[2]  # a new session starts with no history
 
 
 @pytest.mark.parametrize(("args", "says"), [

@@ -146,6 +146,58 @@ def test_a_needle_missed_at_16k_fails_with_exit_5(sim_server: StartSim, tmp_path
     assert "long_context (needle-16k, needle-64k failed)" in error.message
 
 
+def test_each_eval_has_a_budget_of_its_own_after_the_checks(
+        sim_server: StartSim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GSM8K and the probes run with eval_timeout_s each (they used to share what the checks
+    left of the smoke's 600 s), and the report records it."""
+    from opsctl.traffic import smoke as smoke_module
+
+    given: dict[str, float] = {}
+    real_gsm8k, real_probes = smoke_module.gsm8k_check, smoke_module.long_context_check
+
+    async def gsm8k(*args: Any, **kwargs: Any) -> Any:
+        given["gsm8k"] = kwargs["remaining_s"]
+        return await real_gsm8k(*args, **kwargs)
+
+    async def probes(*args: Any, **kwargs: Any) -> Any:
+        given["long_context"] = kwargs["remaining_s"]
+        return await real_probes(*args, **kwargs)
+
+    monkeypatch.setattr(smoke_module, "gsm8k_check", gsm8k)
+    monkeypatch.setattr(smoke_module, "long_context_check", probes)
+    request = app.SmokeRequest(
+        profile="sim", variant=None, base_url=sim(sim_server, **KEY), api_key=None,
+        json_path=tmp_path / "smoke.json", compare_with=None, gateway=None,
+        settings=SmokeSettings(request_timeout_s=30, overall_timeout_s=60, eval_timeout_s=300),
+        evals=eval_request("gsm8k", long_context=True))
+    report = app.smoke(request, locate=_no_locator, push=_no_push, client_factory=make_client,
+                       load_dataset=load_gsm8k).report
+    assert given == {"gsm8k": 300, "long_context": 300}
+    assert status(report, "gsm8k") == status(report, "long_context") == "pass", report.checks
+    assert report.settings is not None and report.settings.eval_timeout_s == 300
+
+
+def test_an_eval_runs_when_the_checks_budget_is_spent() -> None:
+    import asyncio
+
+    from opsctl.traffic.smoke import _Run
+
+    run = _Run(SmokeOptions(base_url="http://127.0.0.1:9", overall_timeout_s=0.0))
+    ran: list[str] = []
+
+    async def body(name: str) -> tuple[Any, str]:
+        ran.append(name)
+        return "pass", "ran"
+
+    async def both() -> None:
+        await run.stage("generations", lambda: body("generations"))
+        await run.stage("gsm8k", lambda: body("gsm8k"), own_budget=True)
+
+    asyncio.run(both())
+    assert ran == ["gsm8k"]
+    assert [(c.name, c.status) for c in run.checks] == [("generations", "fail"), ("gsm8k", "pass")]
+
+
 def test_view_shows_accuracy_with_its_interval_and_the_probes(
     sim_server: StartSim, tmp_path: Path
 ) -> None:

@@ -38,8 +38,10 @@ from opsctl.decide.settings import DecideSettings
 from opsctl.deploy.app import ImageFor
 from opsctl.deploy.launch import Launch
 from opsctl.deploy.ownership import ProfileBusy
+from opsctl.deploy.preflight import PreflightResult, run_preflight
 from opsctl.deploy.state import StateDir
 from opsctl.engine.api import ContainerInfo, RunSpec
+from opsctl.engine.api import Engine as EngineApi
 from opsctl.gate.gate import SmokeAsk
 from opsctl.traffic.bench import BenchOptions, request_files
 from opsctl.traffic.bench_report import (
@@ -181,11 +183,16 @@ class Run:
         self.engine = engine or Engine()
         self.steps: list[str] = []
         self.progress: list[str] = []
+        self.preflights: list[str] = []  # the variant of each preflight run
 
     def decide(self, variants: tuple[str, ...], *, smoke: FakeSmoke | None = None,
                bench: FakeBench | None = None, verify: FakeVerify | None = None,
                image_for: ImageFor | None = None, state: StateDir | None = None
                ) -> DecideResult:
+        def preflight(deployment: Deployment, engine: EngineApi, image: str) -> PreflightResult:
+            self.preflights.append(deployment.variant)
+            return run_preflight(deployment, engine, image)
+
         return decide_app.decide(
             PROFILE, DecideRequest(variants=variants, out_dir=self.out,
                                    settings=DecideSettings(concurrency=LEVELS,
@@ -193,7 +200,7 @@ class Run:
             launch=Launch(engine=self.engine, image_for=image_for or (lambda _: IMAGE),
                           verify=verify or FakeVerify(), state=state,
                           http=FakeSglang(PROFILE.model.served_name, ["ready"]).client,
-                          clock=FakeClock()),
+                          clock=FakeClock(), preflight=preflight),
             smoke=smoke or FakeSmoke(), bench=bench or FakeBench({}), on_step=self.steps.append,
             on_progress=self.progress.append)
 
@@ -239,13 +246,17 @@ def test_the_variant_free_of_failures_at_the_highest_level_wins(tmp_path: Path) 
     assert [p for p in result.written] == [run.out / "decide.json", run.out / "decide.md"]
     for name in ("smoke.json", "bench.json", "bench.md", "verify.json"):
         assert (run.out / "01-baseline" / name).is_file(), name
-    logs = sorted((run.out / "01-baseline").glob("*.log"))  # saved by `down` before removal
-    assert len(logs) == 2  # one per repeat
-    assert all(f"01-baseline/{log.name}" in records["baseline"].evidence for log in logs)
-    # The second repeat's sweep, with its per-request records, beside the first's.
+    # saved by `down` before removal: one per repeat, the second in the repeat's own folder
+    logs = sorted((run.out / "01-baseline").glob("**/*.log"))
+    assert sorted(log.parent.name for log in logs) == ["01-baseline", "repeat-2"]
+    assert all(str(log.relative_to(run.out)) in records["baseline"].evidence for log in logs)
+    # The second repeat's verify and sweep, with its per-request records, beside the first's.
+    assert (run.out / "01-baseline" / "repeat-2" / "verify.json").is_file()
+    assert records["baseline"].evidence.count("01-baseline/verify.json") == 1
     assert (run.out / "01-baseline" / "repeat-2" / "bench.json").is_file()
     assert (run.out / "01-baseline" / "repeat-2" / "requests" / "01-baseline" / "c8.jsonl").is_file()
     assert [r.repeat for r in records["baseline"].runs] == [1, 2]
+    assert run.preflights == ["baseline", "gathercast", "native"]  # the first repeat only
     pooled = records["gathercast"].level(8)
     assert pooled is not None and pooled.repeats == 2 and pooled.requests == 8
     assert pooled.tpot_p50_ci_ms is not None and pooled.output_tokens_per_s_ci is not None
@@ -453,3 +464,18 @@ def test_rescore_judges_a_finished_run_again_from_its_files(tmp_path: Path) -> N
         "gathercast"
     with pytest.raises(UsageError, match="decide report"):
         decide_app.rescore(tmp_path / "nothing", tpot28)
+
+
+def test_rescore_keeps_the_runs_margin_unless_margin_is_given(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    run.decide(("baseline", "gathercast"))
+    recorded = run.out / "decide.json"
+    report = DecideReport.model_validate_json(recorded.read_text())
+    report.margin = 0.10  # as a run with --margin 10 recorded it
+    recorded.write_text(report.model_dump_json())
+    rescored = run.out / "decide-rescored.json"
+    for args, margin in (([], 0.10), (["--margin", "5"], 0.05)):
+        result = CliRunner().invoke(app, ["decide", "--profile", "sim", "--rescore", str(run.out),
+                                          *args])
+        assert result.exit_code == 0, result.output
+        assert DecideReport.model_validate_json(rescored.read_text()).margin == margin
