@@ -143,9 +143,19 @@ class _Search:
         except OpsctlError as exc:
             record.reason, record.log = cause(exc)
         finally:
-            self.runner.down(deployment)
+            self._down(deployment)
             record.total_s = self.clock.monotonic() - started
         return record
+
+    def _down(self, deployment: Deployment) -> None:
+        """Take the point's server down; a Ctrl-C that cuts the removal short (it lands while
+        `down` saves the log or stops the container) finishes it first, then stops the search
+        (a second Ctrl-C leaves it)."""
+        try:
+            self.runner.down(deployment)
+        except KeyboardInterrupt:
+            self.runner.down(deployment)
+            raise
 
     def run(self, points: list[Point]) -> None:
         full = self.state.question.requests

@@ -170,6 +170,24 @@ def test_interrupt_keeps_the_state_and_resume_finishes(tmp_path: Path) -> None:
     assert (tmp_path / STATE_FILE).is_file() and (tmp_path / report.BEST_VARIANT).is_file()
 
 
+class CutDown(FakeRunner):
+    """A Ctrl-C lands while the first point's server is being taken down."""
+
+    def down(self, deployment: Deployment) -> None:
+        super().down(deployment)
+        if self.downs == 1:
+            raise KeyboardInterrupt  # the removal was cut short here
+
+
+def test_a_ctrl_c_during_a_points_down_finishes_the_down_then_stops(tmp_path: Path) -> None:
+    clock = FakeClock()
+    runner = CutDown(clock)
+    with pytest.raises(Interrupted):
+        tune(request(tmp_path), sim_deployment(), runner=runner, clock=clock, plot=no_plot)
+    assert runner.downs == 2 and len(runner.ups) == 1  # the down again; no further point
+    assert load_state(tmp_path).interrupted
+
+
 def test_the_state_records_the_settings_and_a_resume_keeps_its_budget(tmp_path: Path) -> None:
     clock = FakeClock()
     with pytest.raises(Interrupted):
