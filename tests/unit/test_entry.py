@@ -1,12 +1,12 @@
 """The console script's guard: a Ctrl-C while the CLI is still being imported is one line and
-exit 130, never Python's KeyboardInterrupt traceback; a Ctrl-C is neither lost where Python
-cannot raise it nor turned into a death by SIGINT after opsctl chose 130 (issue 25, item 5)."""
+exit 130, never Python's KeyboardInterrupt traceback (issue 25, item 5). The real-process cases
+(CPython's own ways to lose a Ctrl-C or override exit 130) are in
+tests/component/test_entry_signals.py."""
 
 from __future__ import annotations
 
 import sys
 import types
-from pathlib import Path
 
 import pytest
 
@@ -37,87 +37,3 @@ def test_the_console_script_and_python_m_run_the_guard() -> None:
     project = tomllib.loads((project_root() / "pyproject.toml").read_text())
     assert project["project"]["scripts"]["opsctl"] == "opsctl.entry:main"
     assert "from opsctl.entry import main" in (project_root() / "opsctl" / "__main__.py").read_text()
-
-
-# --- CPython's own ways to lose a Ctrl-C or override exit 130, in a real child process --------
-
-_CHILD = """
-import sys, time, types
-fake = types.ModuleType("opsctl.cli")
-
-class _Slow:
-    def __del__(self):
-        time.sleep(30)  # the Ctrl-C lands here, where Python cannot raise it
-
-def main():
-    try:
-        print("ready", flush=True)
-        {body}
-        time.sleep(2)  # the command goes on
-    except KeyboardInterrupt:
-        sys.stderr.write("error: interrupted (Ctrl-C)\\n")
-        sys.exit(130)
-    sys.stderr.write("the Ctrl-C was lost\\n")
-    sys.exit(0)
-
-fake.main = main
-sys.modules["opsctl.cli"] = fake
-{run}
-"""
-_THROUGH_EXEC = 'exec("import time; time.sleep(30)")'  # as a dataclass is built
-_IN_DEL = "_Slow()"
-ONE_LINE = "error: interrupted (Ctrl-C)\n"
-_GUARDED = "from opsctl.entry import main as entry_main; entry_main()"
-_BARE = "main()"
-
-
-def _interrupted(tmp_path: Path, body: str, run: str) -> tuple[int, str]:
-    """Run the child as `python -m` (as `python -m opsctl` runs: CPython's exit path differs
-    from `-c`'s), Ctrl-C it once it is inside `body`; its exit status and stderr."""
-    import os
-    import signal
-    import subprocess
-
-    from opsctl.core.paths import project_root
-
-    (tmp_path / "entry_child.py").write_text(_CHILD.format(body=body, run=run))
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{project_root()}"}
-    child = subprocess.Popen(
-        [sys.executable, "-m", "entry_child"], stdout=subprocess.PIPE, env=env, cwd=tmp_path,
-        stderr=subprocess.PIPE, text=True, start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        assert child.stdout is not None and child.stdout.readline() == "ready\n"
-        import time
-
-        time.sleep(0.3)
-        os.killpg(child.pid, signal.SIGINT)
-        _, err = child.communicate(timeout=20)
-    finally:
-        child.kill()
-    return child.returncode, err
-
-
-def test_a_ctrl_c_through_exec_of_a_string_still_exits_130(tmp_path: Path) -> None:
-    import signal
-
-    # Without the guard CPython overrides the chosen exit 130 with a death by SIGINT...
-    assert _interrupted(tmp_path, _THROUGH_EXEC, _BARE)[0] == -signal.SIGINT
-    # ...with it, the caller sees 130.
-    assert _interrupted(tmp_path, _THROUGH_EXEC, _GUARDED) == (EXIT_INTERRUPTED, ONE_LINE)
-
-
-def test_a_ctrl_c_where_python_cannot_raise_it_is_not_lost(tmp_path: Path) -> None:
-    code, err = _interrupted(tmp_path, _IN_DEL, _BARE)
-    assert code == 0 and "Exception ignored" in err and "the Ctrl-C was lost" in err
-    assert _interrupted(tmp_path, _IN_DEL, _GUARDED) == (EXIT_INTERRUPTED, ONE_LINE)
-
-
-def test_a_ctrl_c_lost_under_opsctls_own_handler_is_one_ctrl_c_not_two(tmp_path: Path) -> None:
-    """Under deploy.ownership.InterruptGuard (up's, decide's handler) the handler already ran for
-    this Ctrl-C; the guard's second-Ctrl-C path (SecondInterrupt) must not fire for it."""
-    body = ("from opsctl.deploy.ownership import InterruptGuard\n"
-            "        with InterruptGuard():\n"
-            "            _Slow()\n"
-            "            time.sleep(2)")
-    assert _interrupted(tmp_path, body, _GUARDED) == (EXIT_INTERRUPTED, ONE_LINE)
