@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 
 from opsctl.deploy import localsim as simproc
-from opsctl.traffic.bench import BenchOptions, sweep
+from opsctl.traffic.bench.sweep import BenchOptions, sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 

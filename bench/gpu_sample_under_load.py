@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from opsctl.traffic.gpu_sample import GpuFigure, GpuProbe, GpuTally
+from opsctl.traffic.bench.gpu_sample import GpuFigure, GpuProbe, GpuTally
 
 LOAD_BYTES = 4 << 30
 

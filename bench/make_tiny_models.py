@@ -23,7 +23,7 @@ VOCAB_SIZE = 512
 
 
 def _vocab() -> list[str]:
-    from opsctl.traffic.prompts import _WORDS
+    from opsctl.traffic.bench.prompts import _WORDS
 
     words = list(dict.fromkeys(["Request", *_WORDS]))
     words += [f"w{i}" for i in range(VOCAB_SIZE - len(SPECIALS) - len(words))]

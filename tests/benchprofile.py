@@ -10,8 +10,8 @@ import yaml
 
 from opsctl.core.paths import project_root
 from opsctl.traffic import app as traffic
+from opsctl.traffic.bench.workloads import WorkloadSpec
 from opsctl.traffic.settings import BenchSettings
-from opsctl.traffic.workloads import WorkloadSpec
 
 
 def sim_profile(tmp_path: Path, host_path: Path | None) -> str:

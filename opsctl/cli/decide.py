@@ -80,7 +80,7 @@ def decide(
     from opsctl.decide import view
     from opsctl.decide.settings import DecideSettings
     from opsctl.deploy import view as deploy_view
-    from opsctl.traffic.bench import parse_concurrency, parse_variants
+    from opsctl.traffic.bench.sweep import parse_concurrency, parse_variants
 
     if rescore is not None:
         _rescore(Path(rescore), profile, goodput or [], None if margin is None else margin / 100.0)
@@ -112,7 +112,7 @@ def _rescore(directory: Path, profile: str | None, goodput: list[str],
     from opsctl.decide import app as decide_app
     from opsctl.decide import view
     from opsctl.decide.report import load_report
-    from opsctl.traffic.bench import parse_goodput
+    from opsctl.traffic.bench.sweep import parse_goodput
 
     slo = parse_goodput(goodput)
     if slo is None:

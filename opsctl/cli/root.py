@@ -28,9 +28,9 @@ if TYPE_CHECKING:
     from opsctl.engine.api import Engine
     from opsctl.gate.gate import SmokeAsk
     from opsctl.traffic.app import LocatedServer, SmokeRequest
-    from opsctl.traffic.bench_report import BenchReport
+    from opsctl.traffic.bench.driver_sglang import ServingContainer
+    from opsctl.traffic.bench.report import BenchReport
     from opsctl.traffic.client import ClientFactory
-    from opsctl.traffic.driver_sglang import ServingContainer
     from opsctl.traffic.smoke_report import SmokeReport
     from opsctl.verify.app import VerifyResult
 
@@ -149,7 +149,7 @@ class Root:
         """The opsctl container serving `base_url` (by label and published port), with commands
         run in it through the engine: `bench --driver sglang-bench`'s collaborator."""
         from opsctl.deploy.urlserver import server_for_url
-        from opsctl.traffic.driver_sglang import ServingContainer
+        from opsctl.traffic.bench.driver_sglang import ServingContainer
 
         engine = self.engine
         info, inner_url = server_for_url(engine, base_url)

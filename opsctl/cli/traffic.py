@@ -233,12 +233,12 @@ def bench(
     from opsctl.core.reports import REPORTS_DIR
     from opsctl.traffic import app as traffic
     from opsctl.traffic import view
-    from opsctl.traffic.bench import parse_concurrency, parse_goodput, parse_variants
+    from opsctl.traffic.bench.driver_sglang import SglangBench
+    from opsctl.traffic.bench.drivers import SGLANG_BENCH, parse_driver
+    from opsctl.traffic.bench.sweep import parse_concurrency, parse_goodput, parse_variants
+    from opsctl.traffic.bench.workloads import WorkloadSpec, parse_dataset_name
     from opsctl.traffic.client import parse_api
-    from opsctl.traffic.driver_sglang import SglangBench
-    from opsctl.traffic.drivers import SGLANG_BENCH, parse_driver
     from opsctl.traffic.settings import DEFAULT_CONCURRENCY, BenchSettings
-    from opsctl.traffic.workloads import WorkloadSpec, parse_dataset_name
 
     if rescore is not None:
         rescored = traffic.rescore(Path(rescore), parse_goodput(goodput or []),

@@ -72,7 +72,7 @@ from opsctl.decide.verdict import compare_pairs, recommend
 from opsctl.deploy.app import Progress
 from opsctl.deploy.launch import Launch
 from opsctl.gate.gate import GateSmoke, SmokeAsk, UpProgress, attention_kind
-from opsctl.traffic.bench_report import BenchReport
+from opsctl.traffic.bench.report import BenchReport
 from opsctl.traffic.smoke_report import SmokeReport
 from opsctl.traffic.smoke_report import verdict_error as smoke_verdict
 from opsctl.verify.app import VerifyResult

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from opsctl.config.sloconfig import Slo, request_is_good
-from opsctl.traffic.stats import percentile
+from opsctl.traffic.bench.stats import percentile
 
 RESAMPLES = 1000
 MIN_RESAMPLES = 200

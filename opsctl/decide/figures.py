@@ -1,5 +1,5 @@
 """A variant's levels pooled over its repeats, from each repeat's bench report and per-request
-records (opsctl.traffic.bench_requests), with bootstrap 95% intervals (opsctl.decide.bootstrap)
+records (opsctl.traffic.bench.records), with bootstrap 95% intervals (opsctl.decide.bootstrap)
 and SLO goodput under the profile's SLO.
 
 Only the figures the ranking reads are kept from a record (ok, TTFT, TPOT, E2E, output tokens):
@@ -16,9 +16,9 @@ from opsctl.config.sloconfig import Slo, check
 from opsctl.decide import bootstrap
 from opsctl.decide.bootstrap import Repeat
 from opsctl.decide.report import Level, RunRecord, VariantRecord
-from opsctl.traffic.bench_report import LevelResult
-from opsctl.traffic.bench_requests import load_report, read_records
-from opsctl.traffic.stats import percentile
+from opsctl.traffic.bench.records import load_report, read_records
+from opsctl.traffic.bench.report import LevelResult
+from opsctl.traffic.bench.stats import percentile
 
 _KEPT = ("ok", "ttft_s", "tpot_s", "e2e_s", "output_tokens")
 

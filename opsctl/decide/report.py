@@ -18,9 +18,9 @@ from opsctl.core.files import atomic_write_text, read_bounded
 from opsctl.core.partial import PartialReport
 from opsctl.core.reports import DECIDE_JSON, DECIDE_MARKDOWN
 from opsctl.decide.settings import DECIDE_DEFAULTS, DecideSettings
+from opsctl.traffic.bench.markdown import fmt
 from opsctl.traffic.evals.divergence import Divergence
 from opsctl.traffic.evals.score import Score
-from opsctl.traffic.markdown import fmt
 
 # 2: --repeats: per-variant `runs` (one per repeat), levels pooled over them with bootstrap 95%
 # intervals and SLO goodput, `repeats`/`margin`/`slo_*`/`tie` at the top. Additive since: the

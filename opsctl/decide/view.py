@@ -14,7 +14,7 @@ from rich.text import Text
 from opsctl.core.text import printable
 from opsctl.decide.app import DecideResult
 from opsctl.decide.report import VariantRecord
-from opsctl.traffic.markdown import fmt
+from opsctl.traffic.bench.markdown import fmt
 
 _STATUS_STYLE = {"qualified": "green", "disqualified": "bold red", "interrupted": "yellow",
                  "not run": "yellow"}

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from opsctl.core.errors import OpsctlError
 from opsctl.core.redact import redact_userinfo
-from opsctl.traffic.bench import BenchOptions, sweep
-from opsctl.traffic.bench_report import VariantResult
+from opsctl.traffic.bench.report import VariantResult
+from opsctl.traffic.bench.sweep import BenchOptions, sweep
 from opsctl.traffic.client import ClientFactory, make_client
 
 LABEL = "trace-load"

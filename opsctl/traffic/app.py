@@ -25,21 +25,21 @@ from opsctl.core.errors import OpsctlError, UsageError
 from opsctl.core.files import check_output_path
 from opsctl.core.redact import redact_userinfo
 from opsctl.core.reports import default_bench_dir, default_smoke_path
-from opsctl.traffic.bench import BenchOptions, Launcher, Progress, Target, parse_targets, run_bench
-from opsctl.traffic.bench_report import BenchReport
-from opsctl.traffic.bench_report import verdict_error as bench_verdict
-from opsctl.traffic.bench_requests import load_report as load_bench_report
-from opsctl.traffic.bench_requests import rescore_report
-from opsctl.traffic.bench_serving import write_report_files
+from opsctl.traffic.bench.drivers import SweepDriver
+from opsctl.traffic.bench.records import load_report as load_bench_report
+from opsctl.traffic.bench.records import rescore_report
+from opsctl.traffic.bench.report import BenchReport
+from opsctl.traffic.bench.report import verdict_error as bench_verdict
+from opsctl.traffic.bench.serving import write_report_files
+from opsctl.traffic.bench.sweep import BenchOptions, Launcher, Progress, Target, parse_targets, run_bench
+from opsctl.traffic.bench.workloads import Workload, WorkloadSpec, build
 from opsctl.traffic.client import ClientFactory
-from opsctl.traffic.drivers import SweepDriver
 from opsctl.traffic.served import local_tokenizer
 from opsctl.traffic.settings import BENCH_DEFAULTS, SMOKE_DEFAULTS, BenchSettings, SmokeSettings
 from opsctl.traffic.smoke import SmokeOptions, run_smoke
 from opsctl.traffic.smoke_evals import DatasetLoader, EvalProgress, EvalRequest, plan_evals
 from opsctl.traffic.smoke_report import SmokeReport, write_report
 from opsctl.traffic.smoke_report import verdict_error as smoke_verdict
-from opsctl.traffic.workloads import Workload, WorkloadSpec, build
 
 
 # Raises LaunchError (exit 4) when no server of the profile runs.
@@ -199,7 +199,7 @@ def bench(
     driver: SweepDriver | None = None,
 ) -> BenchResult:
     """Resolve the targets, sweep each (launching profile variants), write the files, push.
-    `driver` sends the load instead of opsctl's client (`--driver`, opsctl.traffic.drivers)."""
+    `driver` sends the load instead of opsctl's client (`--driver`, opsctl.traffic.bench.drivers)."""
     loaded, targets, active = _bench_plan(request, launcher)
     settings, spec, workload, served_tokenizer = _bench_workload(request, loaded, driver)
     options = BenchOptions.of(

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 
 from opsctl.config import sloconfig
 from opsctl.core.redact import redact
+from opsctl.traffic.bench.stats import itl_note, percentile
 from opsctl.traffic.client import RequestResult
 from opsctl.traffic.smoke_report import CheckStatus, ObjectiveRecord, SloRecord, StreamRecord
-from opsctl.traffic.stats import itl_note, percentile
 
 
 def stream_record(results: Sequence[RequestResult], max_tokens: int,

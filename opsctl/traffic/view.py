@@ -17,10 +17,10 @@ from rich.table import Table
 from rich.text import Text
 
 from opsctl.traffic.app import BenchResult, Pushed, SmokeResult
-from opsctl.traffic.bench import Progress
-from opsctl.traffic.bench_report import BenchReport, LevelResult
+from opsctl.traffic.bench.markdown import SERVER_HEADER, SERVER_NOTE, fmt, server_cells, server_problems
+from opsctl.traffic.bench.report import BenchReport, LevelResult
+from opsctl.traffic.bench.sweep import Progress
 from opsctl.traffic.evals.probes import ProbeResult
-from opsctl.traffic.markdown import SERVER_HEADER, SERVER_NOTE, fmt, server_cells, server_problems
 from opsctl.traffic.smoke_report import SmokeReport
 
 _STATUS_COLOUR = {"pass": "green", "fail": "bold red", "skip": "yellow"}

@@ -11,11 +11,11 @@ import pytest
 from conftest import OpsctlRunner, SimServer
 
 from opsctl.config.sloconfig import Slo
-from opsctl.traffic.arrival import Arrival, Batch, drive, poisson_gaps
-from opsctl.traffic.bench import BenchOptions, Target, run_bench
-from opsctl.traffic.bench_serving import write_report_files
+from opsctl.traffic.bench.arrival import Arrival, Batch, drive, poisson_gaps
+from opsctl.traffic.bench.serving import write_report_files
+from opsctl.traffic.bench.stats import goodput
+from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
 from opsctl.traffic.client import RequestResult
-from opsctl.traffic.stats import goodput
 
 StartSim = Callable[..., SimServer]
 FAST = {"OPSCTL_SIM_TTFT_MS": "5", "OPSCTL_SIM_ITL_MS": "2"}
@@ -150,7 +150,7 @@ def test_duration_mode_against_the_simulator(sim_server: StartSim) -> None:
 
 
 def test_client_cpu_is_recorded_and_a_busy_client_is_flagged() -> None:
-    from opsctl.traffic.stats import summarize, with_client_cpu
+    from opsctl.traffic.bench.stats import summarize, with_client_cpu
 
     level = summarize(1, [], [], duration_s=1.0)
     assert with_client_cpu(level, 0.2, 1.0).client_bound is False

@@ -13,9 +13,9 @@ from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import UsageError
 from opsctl.core.paths import project_root
 from opsctl.traffic import app as traffic
-from opsctl.traffic.bench import BenchOptions, Target, run_bench
-from opsctl.traffic.bench_requests import read_records
-from opsctl.traffic.bench_serving import write_report_files
+from opsctl.traffic.bench.records import read_records
+from opsctl.traffic.bench.serving import write_report_files
+from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
 
 StartSim = Callable[..., SimServer]
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "bench_serving"

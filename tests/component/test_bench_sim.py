@@ -11,9 +11,9 @@ import pytest
 from conftest import SimServer
 
 from opsctl.core.errors import EXIT_LAUNCH, EXIT_SMOKE, EXIT_USAGE, LaunchError
-from opsctl.traffic.bench import BenchOptions, Target, run_bench, sweep
-from opsctl.traffic.bench_report import verdict_error
-from opsctl.traffic.bench_serving import write_report_files
+from opsctl.traffic.bench.report import verdict_error
+from opsctl.traffic.bench.serving import write_report_files
+from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench, sweep
 
 StartSim = Callable[..., SimServer]
 FAST = {"OPSCTL_SIM_TTFT_MS": "5", "OPSCTL_SIM_ITL_MS": "2"}

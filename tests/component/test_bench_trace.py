@@ -13,13 +13,13 @@ import pytest
 from conftest import SimServer
 
 from opsctl.core.errors import UsageError
-from opsctl.traffic import arrival as arrival_module
-from opsctl.traffic.arrival import Arrival, Batch, drive
-from opsctl.traffic.bench import DEADLINE_CAP_S, BenchOptions, Target, run_bench
+from opsctl.traffic.bench import arrival as arrival_module
+from opsctl.traffic.bench.arrival import Arrival, Batch, drive
+from opsctl.traffic.bench.levels import PhasePlan
+from opsctl.traffic.bench.sweep import DEADLINE_CAP_S, BenchOptions, Target, run_bench
+from opsctl.traffic.bench.workers import split
+from opsctl.traffic.bench.workloads import TRACE_BLOCK_TOKENS, WorkloadSpec, build, read_trace
 from opsctl.traffic.client import RequestResult
-from opsctl.traffic.levels import PhasePlan
-from opsctl.traffic.workers import split
-from opsctl.traffic.workloads import TRACE_BLOCK_TOKENS, WorkloadSpec, build, read_trace
 
 tokenizers = pytest.importorskip("tokenizers")  # installed by scripts/setup.sh
 
@@ -225,8 +225,8 @@ def test_session_turns_interleave_sessions_and_keep_turn_order() -> None:
 
 def test_each_turn_sends_its_sessions_history_with_the_servers_answers(
         sim_server: StartSim) -> None:
+    from opsctl.traffic.bench.levels import RequestSpec
     from opsctl.traffic.client import make_client
-    from opsctl.traffic.levels import RequestSpec
 
     url = sim_server(env={"OPSCTL_SIM_TTFT_MS": "1", "OPSCTL_SIM_ITL_MS": "1"},
                      args=["--served-model-name", "glm-5"]).url
@@ -263,8 +263,8 @@ def test_a_phase_numbers_its_own_sessions_as_wide_as_its_concurrency() -> None:
 def test_a_low_level_sends_every_turn_not_only_first_turns(sim_server: StartSim) -> None:
     """Concurrency 1 and 6 requests of 3-turn sessions: two whole sessions, each turn's prompt
     longer than the one before (sessions as wide as the largest level sent first turns only)."""
+    from opsctl.traffic.bench.levels import InProcess, Phase, PhasePlan, RequestSpec
     from opsctl.traffic.client import make_client
-    from opsctl.traffic.levels import InProcess, Phase, PhasePlan, RequestSpec
 
     url = sim_server(env={"OPSCTL_SIM_TTFT_MS": "1", "OPSCTL_SIM_ITL_MS": "1"},
                      args=["--served-model-name", "glm-5"]).url

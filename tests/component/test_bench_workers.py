@@ -25,12 +25,12 @@ import pytest
 from conftest import REPO_ROOT, SimServer
 from hostile import HostileServer
 
-from opsctl.traffic.arrival import Arrival
-from opsctl.traffic.bench import BenchOptions, Target, run_bench
+from opsctl.traffic.bench.arrival import Arrival
+from opsctl.traffic.bench.levels import Phase, PhasePlan, RequestSpec
+from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
+from opsctl.traffic.bench.workers import WorkerDied, WorkerPool, WorkerSetup
+from opsctl.traffic.bench.workloads import Workload, WorkloadSpec, build
 from opsctl.traffic.client import RequestResult, make_client, request_body, stream_generate
-from opsctl.traffic.levels import Phase, PhasePlan, RequestSpec
-from opsctl.traffic.workers import WorkerDied, WorkerPool, WorkerSetup
-from opsctl.traffic.workloads import Workload, WorkloadSpec, build
 
 
 def _workers_of(marker: str) -> list[int]:

@@ -12,6 +12,7 @@ import pytest
 from hostile import MALFORMED, HostileServer
 
 from opsctl.core.httpcap import MAX_BODY_BYTES, MAX_SSE_LINE_BYTES, MAX_STREAM_BYTES
+from opsctl.traffic.bench.stats import summarize
 from opsctl.traffic.client import (
     RequestResult,
     generate,
@@ -21,7 +22,6 @@ from opsctl.traffic.client import (
 )
 from opsctl.traffic.payload import Api
 from opsctl.traffic.served import list_models
-from opsctl.traffic.stats import summarize
 
 APIS: tuple[Api, ...] = ("completions", "chat")
 

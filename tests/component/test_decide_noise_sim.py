@@ -13,8 +13,8 @@ from opsctl.config.sloconfig import Slo
 from opsctl.decide import app as decide_app
 from opsctl.decide.report import DecideReport, RunRecord, VariantRecord
 from opsctl.decide.report import markdown as decide_markdown
-from opsctl.traffic.bench import BenchOptions, Target, run_bench
-from opsctl.traffic.bench_serving import write_report_files
+from opsctl.traffic.bench.serving import write_report_files
+from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
 
 StartSim = Callable[..., SimServer]
 SLO = Slo.model_validate({"tpot": {"quantile": 0.5, "threshold_ms": 1000}})

@@ -14,9 +14,9 @@ from conftest import SimServer
 from tinymodel import build_tiny_tokenizer
 
 from opsctl.traffic import app as traffic
+from opsctl.traffic.bench.server_sampler import NO_METRICS, ServerFigures, sample_level
+from opsctl.traffic.bench.workloads import WorkloadSpec
 from opsctl.traffic.client import make_client
-from opsctl.traffic.server_sampler import NO_METRICS, ServerFigures, sample_level
-from opsctl.traffic.workloads import WorkloadSpec
 
 StartSim = Callable[..., SimServer]
 SLOW_ENOUGH = {"OPSCTL_SIM_TTFT_MS": "20", "OPSCTL_SIM_ITL_MS": "10"}  # a level of ~0.3 s

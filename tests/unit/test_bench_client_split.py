@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from opsctl.core.httpcap import BodyTooLarge, SseLines
-from opsctl.traffic.arrival import Arrival
+from opsctl.traffic.bench.arrival import Arrival
+from opsctl.traffic.bench.levels import Phase, PhasePlan, client_workers
+from opsctl.traffic.bench.stats import summarize, with_client_cpu
+from opsctl.traffic.bench.workers import SEED_STRIDE, _merge, shares, split
 from opsctl.traffic.client import RequestResult
-from opsctl.traffic.levels import Phase, PhasePlan, client_workers
-from opsctl.traffic.stats import summarize, with_client_cpu
-from opsctl.traffic.workers import SEED_STRIDE, _merge, shares, split
 
 
 @pytest.mark.parametrize("ending", [b"\n", b"\r\n", b"\r"])

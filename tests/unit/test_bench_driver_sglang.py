@@ -18,14 +18,14 @@ from opsctl.core.labels import BASE_URL, MANAGED, PROFILE, ROLE, ROLE_SERVER, TR
 from opsctl.deploy.urlserver import server_for_url
 from opsctl.engine import dockerpy
 from opsctl.engine.api import ExecResult, PortBinding
-from opsctl.traffic.arrival import Arrival
-from opsctl.traffic.bench import BenchOptions, Target, run_bench
-from opsctl.traffic.bench_report import verdict_error
-from opsctl.traffic.bench_serving import write_report_files
-from opsctl.traffic.bench_serving_read import level_from_row, parse_row
-from opsctl.traffic.driver_sglang import MAX_ROW_BYTES, SglangBench, bench_argv, workload_for
+from opsctl.traffic.bench.arrival import Arrival
+from opsctl.traffic.bench.driver_sglang import MAX_ROW_BYTES, SglangBench, bench_argv, workload_for
+from opsctl.traffic.bench.report import verdict_error
+from opsctl.traffic.bench.serving import write_report_files
+from opsctl.traffic.bench.serving_read import level_from_row, parse_row
+from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
+from opsctl.traffic.bench.workloads import WorkloadSpec
 from opsctl.traffic.payload import Malformed
-from opsctl.traffic.workloads import WorkloadSpec
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "bench_serving"
 ROW_059 = FIXTURES / "sglang-0.5.9-random.jsonl"

@@ -8,18 +8,18 @@ from pathlib import Path
 import pytest
 
 from opsctl.core.errors import EXIT_LAUNCH, EXIT_SMOKE
-from opsctl.traffic.bench import BenchOptions
-from opsctl.traffic.bench_report import (
+from opsctl.traffic.bench.markdown import delta_percent, markdown_table
+from opsctl.traffic.bench.report import (
     BenchReport,
     ClientInfo,
     VariantResult,
     verdict_error,
 )
-from opsctl.traffic.bench_serving import write_report_files
+from opsctl.traffic.bench.serving import write_report_files
+from opsctl.traffic.bench.stats import summarize
+from opsctl.traffic.bench.sweep import BenchOptions
 from opsctl.traffic.client import RequestResult
-from opsctl.traffic.markdown import delta_percent, markdown_table
 from opsctl.traffic.served import ModelResolution
-from opsctl.traffic.stats import summarize
 from opsctl.traffic.view import write_plots
 
 

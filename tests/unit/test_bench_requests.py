@@ -8,8 +8,8 @@ import pytest
 
 from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import UsageError
-from opsctl.traffic import bench_requests
-from opsctl.traffic.bench_requests import peaks, read_records, record_level, rescore
+from opsctl.traffic.bench import records as bench_requests
+from opsctl.traffic.bench.records import peaks, read_records, record_level, rescore
 from opsctl.traffic.client import RequestResult
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from opsctl.core.errors import UsageError
-from opsctl.traffic.bench import parse_concurrency, parse_targets, parse_variants
+from opsctl.traffic.bench.prompts import make_prompt
+from opsctl.traffic.bench.stats import pcts, percentile, summarize
+from opsctl.traffic.bench.sweep import parse_concurrency, parse_targets, parse_variants
 from opsctl.traffic.client import RequestResult
-from opsctl.traffic.prompts import make_prompt
-from opsctl.traffic.stats import pcts, percentile, summarize
 
 
 def test_percentile_interpolates_between_closest_ranks() -> None:

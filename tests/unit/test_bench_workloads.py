@@ -10,8 +10,8 @@ import pytest
 from conftest import SimServer
 
 from opsctl.core.errors import UsageError
-from opsctl.traffic.bench import BenchOptions, Target, run_bench
-from opsctl.traffic.workloads import WorkloadSpec, build, load_tokenizer, parse_dataset_name
+from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
+from opsctl.traffic.bench.workloads import WorkloadSpec, build, load_tokenizer, parse_dataset_name
 
 tokenizers = pytest.importorskip("tokenizers")  # installed by scripts/setup.sh; CI fails a skip
 

@@ -43,21 +43,21 @@ from opsctl.deploy.state import StateDir
 from opsctl.engine.api import ContainerInfo, RunSpec
 from opsctl.engine.api import Engine as EngineApi
 from opsctl.gate.gate import SmokeAsk
-from opsctl.traffic.bench import BenchOptions, request_files
-from opsctl.traffic.bench_report import (
+from opsctl.traffic.bench.records import record_level
+from opsctl.traffic.bench.report import (
     BenchReport,
     ClientInfo,
     LevelResult,
     VariantResult,
 )
-from opsctl.traffic.bench_requests import record_level
-from opsctl.traffic.bench_serving import write_report_files
+from opsctl.traffic.bench.serving import write_report_files
+from opsctl.traffic.bench.stats import summarize
+from opsctl.traffic.bench.sweep import BenchOptions, request_files
 from opsctl.traffic.client import RequestResult
 from opsctl.traffic.evals.gsm8k import EvalResult
 from opsctl.traffic.evals.probes import ProbeResult
 from opsctl.traffic.evals.score import score
 from opsctl.traffic.smoke_report import CheckResult, GenerationRecord, SmokeReport, write_report
-from opsctl.traffic.stats import summarize
 from opsctl.verify.app import VerifyResult
 from opsctl.verify.checks import FieldCheck
 

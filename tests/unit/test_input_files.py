@@ -22,9 +22,9 @@ from opsctl.config.resolve import check_model_config
 from opsctl.core.errors import EXIT_USAGE, OpsctlError
 from opsctl.core.files import read_bounded
 from opsctl.observe.alertmanager import load_receivers
+from opsctl.traffic.bench.workloads import WorkloadSpec, build
 from opsctl.traffic.evals.dataset import load_gsm8k
 from opsctl.traffic.smoke_report import load_reference
-from opsctl.traffic.workloads import WorkloadSpec, build
 from opsctl.tune.state import STATE_FILE, load_state
 from opsctl.verify.app import read_log
 

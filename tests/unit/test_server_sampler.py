@@ -12,16 +12,8 @@ import httpx
 import pytest
 
 from opsctl.core.httpcap import MAX_BODY_BYTES, CappedAsyncTransport
-from opsctl.traffic.gpu_sample import GpuProbe, GpuTally, on_this_host, parse_query
-from opsctl.traffic.promtext import (
-    Histogram,
-    HistogramError,
-    bucket_quantile,
-    delta,
-    histograms,
-    parse_selected,
-)
-from opsctl.traffic.server_sampler import (
+from opsctl.traffic.bench.gpu_sample import GpuProbe, GpuTally, on_this_host, parse_query
+from opsctl.traffic.bench.server_sampler import (
     ESTIMATE_NOTE,
     NO_METRICS,
     LevelSampler,
@@ -32,6 +24,14 @@ from opsctl.traffic.server_sampler import (
     fetch_metrics,
     latency,
     sample_level,
+)
+from opsctl.traffic.promtext import (
+    Histogram,
+    HistogramError,
+    bucket_quantile,
+    delta,
+    histograms,
+    parse_selected,
 )
 
 ITL = "sglang:inter_token_latency_seconds"

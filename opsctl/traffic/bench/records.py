@@ -34,7 +34,7 @@ from opsctl.core.errors import UsageError
 from opsctl.core.files import atomic_write_bytes, read_bounded
 from opsctl.core.redact import redact
 from opsctl.core.reports import BENCH_JSON
-from opsctl.traffic.bench_report import BenchReport, Goodput
+from opsctl.traffic.bench.report import BenchReport, Goodput
 from opsctl.traffic.client import RequestResult
 
 MAX_RECORDS_PER_LEVEL = 50_000

@@ -5,7 +5,7 @@ Inside the container the tokenizer is the server's own (the path /model_info nam
 server is on loopback; HF_HUB_OFFLINE=1 keeps bench_serving off the hub. Per level it gets
 `--max-concurrency c --num-prompts N`, `--request-rate` (Poisson) or `inf` (closed loop), the
 seed, `--warmup-requests c`, and writes one JSONL row to a fresh file under /tmp, read back with
-`cat` under a byte cap and then removed (opsctl.traffic.bench_serving_read turns it into a
+`cat` under a byte cap and then removed (opsctl.traffic.bench.serving_read turns it into a
 LevelResult). Workloads: `random` is bench_serving's `random-ids` (uniform token ids; its
 `random` samples ShareGPT and downloads it when no local file is given), `sharegpt` reads
 `--dataset-path` inside the container, `generated-shared-prefix` maps onto its --gsp-* options
@@ -31,14 +31,14 @@ from typing import Protocol, TypeVar
 
 from opsctl.core.errors import OpsctlError, UsageError
 from opsctl.core.redact import redact, redact_userinfo
-from opsctl.traffic.bench import BenchOptions, Progress, deadline_reached, resolve_model
-from opsctl.traffic.bench_report import LevelResult, Pcts, VariantResult
-from opsctl.traffic.bench_serving_read import SOURCE, level_from_row, parse_row
+from opsctl.traffic.bench.drivers import BACKENDS, SGLANG_BENCH
+from opsctl.traffic.bench.levels import CUT_SHORT
+from opsctl.traffic.bench.report import LevelResult, Pcts, VariantResult
+from opsctl.traffic.bench.serving_read import SOURCE, level_from_row, parse_row
+from opsctl.traffic.bench.sweep import BenchOptions, Progress, deadline_reached, resolve_model
+from opsctl.traffic.bench.workloads import Workload, WorkloadSpec
 from opsctl.traffic.client import Api, ClientFactory, make_client
-from opsctl.traffic.drivers import BACKENDS, SGLANG_BENCH
-from opsctl.traffic.levels import CUT_SHORT
 from opsctl.traffic.payload import Malformed
-from opsctl.traffic.workloads import Workload, WorkloadSpec
 
 _DATASETS = {"random": "random-ids", "sharegpt": "sharegpt",
              "generated-shared-prefix": "generated-shared-prefix"}
@@ -150,7 +150,7 @@ def bench_argv(options: BenchOptions, concurrency: int, *, served: str, tokenize
 
 
 class SglangBench:
-    """The `sglang-bench` driver (opsctl.traffic.drivers.SweepDriver)."""
+    """The `sglang-bench` driver (opsctl.traffic.bench.drivers.SweepDriver)."""
 
     name = SGLANG_BENCH
 

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 from opsctl.config.sloconfig import Slo, request_is_good
 from opsctl.core.redact import redact
-from opsctl.traffic.bench_report import CLIENT_BOUND_SHARE, Goodput, LevelResult, Pcts
-from opsctl.traffic.bench_requests import peaks
+from opsctl.traffic.bench.records import peaks
+from opsctl.traffic.bench.report import CLIENT_BOUND_SHARE, Goodput, LevelResult, Pcts
 from opsctl.traffic.client import RequestResult
 
 _ERROR_EXAMPLES = 3  # distinct failure messages kept per level

@@ -29,10 +29,10 @@ from typing import Any
 
 from opsctl.core.files import atomic_write_text
 from opsctl.core.reports import BENCH_JSON, BENCH_MARKDOWN, BENCH_SERVING_JSONL
-from opsctl.traffic.bench_report import BenchReport, LevelResult, Pcts, VariantResult
-from opsctl.traffic.bench_requests import details, write_levels
-from opsctl.traffic.drivers import backend_name
-from opsctl.traffic.markdown import markdown_table
+from opsctl.traffic.bench.drivers import backend_name
+from opsctl.traffic.bench.markdown import markdown_table
+from opsctl.traffic.bench.records import details, write_levels
+from opsctl.traffic.bench.report import BenchReport, LevelResult, Pcts, VariantResult
 
 # (sglang's metric stem, the level's field): e.g. mean_ttft_ms, p99_e2e_latency_ms.
 _FIGURES = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("itl", "itl_ms"),

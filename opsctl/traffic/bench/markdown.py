@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from opsctl.traffic.bench_report import BenchReport, LevelResult, VariantResult
-    from opsctl.traffic.server_sampler import LatencyFigure
+    from opsctl.traffic.bench.report import BenchReport, LevelResult, VariantResult
+    from opsctl.traffic.bench.server_sampler import LatencyFigure
 
 # (label, how to read it from a level, format)
 _ROWS: tuple[tuple[str, Callable[[LevelResult], float | None], str], ...] = (

@@ -1,11 +1,11 @@
 """One concurrency level of a sweep: warm-up, then the measured phase, then its LevelResult.
 
 A level runs its phases through a `Runner`: `InProcess` sends from the sweep's own event loop;
-opsctl.traffic.workers' pool splits a phase across client processes, each with its own loop,
+opsctl.traffic.bench.workers' pool splits a phase across client processes, each with its own loop,
 when one loop would be busy enough to delay the very chunks it times (`client_workers`).
 Either way the level counts the CPU of every client process over its measured phase, reports
 it per streamed token, and flags the level `client_bound` when the busiest client process used
-most of a core or all of them most of the usable cores (opsctl.traffic.stats.with_client_cpu).
+most of a core or all of them most of the usable cores (opsctl.traffic.bench.stats.with_client_cpu).
 
 Warm-up: `concurrency` requests at once, excluded from the statistics (their failures still
 count); with several workers each warms its own connections with its share. A level whose
@@ -26,16 +26,16 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
-from opsctl.traffic.arrival import Arrival, Batch, drive
-from opsctl.traffic.bench_report import LevelResult
-from opsctl.traffic.bench_requests import record_level
+from opsctl.traffic.bench.arrival import Arrival, Batch, drive
+from opsctl.traffic.bench.records import record_level
+from opsctl.traffic.bench.report import LevelResult
+from opsctl.traffic.bench.server_sampler import LevelSampler
+from opsctl.traffic.bench.stats import summarize, with_client_cpu
+from opsctl.traffic.bench.workloads import Workload
 from opsctl.traffic.client import Api, RequestResult, TrafficClient, request_body, stream_generate
-from opsctl.traffic.server_sampler import LevelSampler
-from opsctl.traffic.stats import summarize, with_client_cpu
-from opsctl.traffic.workloads import Workload
 
 if TYPE_CHECKING:
-    from opsctl.traffic.bench import BenchOptions, Progress
+    from opsctl.traffic.bench.sweep import BenchOptions, Progress
 
 CUT_SHORT = "cut short"
 # The automatic rule: one client process per this many concurrent streams (at the 20-30 us of

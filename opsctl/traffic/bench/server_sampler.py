@@ -44,7 +44,7 @@ from pydantic import BaseModel
 
 from opsctl.core.httpcap import IDENTITY, capped_async_transport
 from opsctl.core.redact import auth_headers
-from opsctl.traffic.gpu_sample import GpuFigure, GpuProbe, GpuQueryFailed, GpuTally, on_this_host
+from opsctl.traffic.bench.gpu_sample import GpuFigure, GpuProbe, GpuQueryFailed, GpuTally, on_this_host
 from opsctl.traffic.promtext import (
     Histogram,
     HistogramError,

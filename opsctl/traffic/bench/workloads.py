@@ -1,7 +1,7 @@
 """What bench asks: the prompt and output length of request number i, from a fixed seed.
 
 - `words`: prompts over a fixed word list, about one token per word, unique per
-  request (opsctl.traffic.prompts); no tokenizer, nothing shared between prompts.
+  request (opsctl.traffic.bench.prompts); no tokenizer, nothing shared between prompts.
 - `random` (the default when `--dataset-name` is not given): token-exact prompts of `input_len`
   tokens, random token ids decoded with the served model's own tokenizer (a local
   tokenizer.json read with the `tokenizers` library, never a hub download), re-encoded and
@@ -33,7 +33,7 @@ from typing import Any, Literal, Protocol
 
 from opsctl.core.errors import UsageError
 from opsctl.core.files import read_bounded
-from opsctl.traffic.prompts import make_prompt, random_words
+from opsctl.traffic.bench.prompts import make_prompt, random_words
 
 DatasetName = Literal["words", "random", "sharegpt", "generated-shared-prefix", "mooncake-trace"]
 DATASET_NAMES: tuple[DatasetName, ...] = ("words", "random", "sharegpt", "generated-shared-prefix",

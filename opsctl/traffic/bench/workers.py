@@ -45,15 +45,15 @@ from multiprocessing.connection import Connection
 from types import TracebackType
 from typing import Any
 
-from opsctl.traffic.arrival import Arrival
+from opsctl.traffic.bench.arrival import Arrival
+from opsctl.traffic.bench.levels import InProcess, Phase, PhasePlan, RequestSpec
 from opsctl.traffic.client import ClientFactory
-from opsctl.traffic.levels import InProcess, Phase, PhasePlan, RequestSpec
 
 STOP_GRACE_S = 5.0  # stopped workers report what finished within this
 EXIT_GRACE_S = 2.0  # then `close` terminates, then kills
 SEED_STRIDE = 1_000_003
 # The worker's command: a fresh interpreter, its socket to the parent as a file descriptor.
-_CHILD = "import sys; from opsctl.traffic.workers import worker_main; worker_main(int(sys.argv[1]))"
+_CHILD = "import sys; from opsctl.traffic.bench.workers import worker_main; worker_main(int(sys.argv[1]))"
 
 
 class WorkerDied(RuntimeError):

@@ -1,21 +1,21 @@
 """`opsctl bench`'s load: a concurrency sweep per variant -> BenchReport.
 
-Load model (opsctl.traffic.arrival): a closed loop by default; at concurrency c, c workers each
+Load model (opsctl.traffic.bench.arrival): a closed loop by default; at concurrency c, c workers each
 send one streaming request at a time; or Poisson arrivals at `request_rate` with c as the cap;
 either for N requests or for `duration_s` seconds per level. c warm-up requests (closed loop)
 run first and are excluded from the statistics (their failures still count). Prompts and output
-lengths come from the workload (opsctl.traffic.workloads: word prompts by default, token-exact
+lengths come from the workload (opsctl.traffic.bench.workloads: word prompts by default, token-exact
 random, ShareGPT or shared-prefix groups). Output length is fixed with `ignore_eos` (an
 sglang/vLLM extension; `ignore_eos=False` for servers that refuse it) and `max_tokens`.
 
-Per level: TTFT, ITL, TPOT and E2E mean/p50/p90/p95/p99/std/max (see opsctl.traffic.stats),
+Per level: TTFT, ITL, TPOT and E2E mean/p50/p90/p95/p99/std/max (see opsctl.traffic.bench.stats),
 goodput under the profile's SLO, output tokens/s and requests/s over the measured phase's wall
 time, and failures by kind. ITL gaps are
 pooled over all requests of the level; TPOT is per request, (e2e - ttft) / (output_tokens - 1),
 with output tokens from the server's usage chunk when it sends one, else counted chunks.
 
-The level itself (warm-up, measured phase, client CPU) is opsctl.traffic.levels; at high
-concurrency its phases are split across client worker processes (opsctl.traffic.workers,
+The level itself (warm-up, measured phase, client CPU) is opsctl.traffic.bench.levels; at high
+concurrency its phases are split across client worker processes (opsctl.traffic.bench.workers,
 `client_workers`; by default one per STREAMS_PER_WORKER streams, at most the usable cores less
 one).
 
@@ -46,17 +46,9 @@ from opsctl.core.errors import LaunchError, OpsctlError, UsageError, stop_reason
 from opsctl.core.httpcap import answer_json, checked_base_url
 from opsctl.core.options import comma_items
 from opsctl.core.redact import API_KEY_ENV, mask_secret, redact, redact_model, redact_userinfo
-from opsctl.traffic.arrival import Arrival
-from opsctl.traffic.bench_report import (
-    BenchConfig,
-    BenchReport,
-    ClientInfo,
-    VariantResult,
-)
-from opsctl.traffic.bench_requests import LevelRecords, level_path
-from opsctl.traffic.client import Api, ClientFactory, make_client
-from opsctl.traffic.drivers import OPSCTL, SweepDriver
-from opsctl.traffic.levels import (
+from opsctl.traffic.bench.arrival import Arrival
+from opsctl.traffic.bench.drivers import OPSCTL, SweepDriver
+from opsctl.traffic.bench.levels import (
     CUT_SHORT,
     InProcess,
     RequestSpec,
@@ -64,6 +56,17 @@ from opsctl.traffic.levels import (
     run_level,
     usable_cores,
 )
+from opsctl.traffic.bench.records import LevelRecords, level_path
+from opsctl.traffic.bench.report import (
+    BenchConfig,
+    BenchReport,
+    ClientInfo,
+    VariantResult,
+)
+from opsctl.traffic.bench.server_sampler import sample_level
+from opsctl.traffic.bench.workers import WorkerPool, WorkerSetup
+from opsctl.traffic.bench.workloads import Workload, WorkloadSpec, build
+from opsctl.traffic.client import Api, ClientFactory, make_client
 from opsctl.traffic.served import (
     ModelResolution,
     ModelsUnlisted,
@@ -72,12 +75,9 @@ from opsctl.traffic.served import (
     resolve_served_name,
     tokenizer_from_model_info,
 )
-from opsctl.traffic.server_sampler import sample_level
 from opsctl.traffic.settings import BENCH_DEFAULTS as _D
 from opsctl.traffic.settings import DEFAULT_CONCURRENCY as DEFAULT_CONCURRENCY
 from opsctl.traffic.settings import BenchSettings
-from opsctl.traffic.workers import WorkerPool, WorkerSetup
-from opsctl.traffic.workloads import Workload, WorkloadSpec, build
 
 # A level opens this many connections and sends this many warm-up requests at once: far above
 # what one 8-GPU server admits, so a larger one is a typo (an extra digit), refused up front.

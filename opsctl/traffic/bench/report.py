@@ -22,9 +22,9 @@ from opsctl.core.errors import (
 )
 from opsctl.core.partial import PartialReport
 from opsctl.core.reports import BENCH_JSON
+from opsctl.traffic.bench.server_sampler import ServerFigures
 from opsctl.traffic.client import Api
 from opsctl.traffic.served import ModelResolution
-from opsctl.traffic.server_sampler import ServerFigures
 
 SCHEMA_VERSION = 1
 CLIENT_BOUND_SHARE = 0.9  # of one core per client process: each event loop is single-threaded
@@ -98,7 +98,7 @@ class LevelResult(BaseModel):
     # What the server's /metrics (and this host's nvidia-smi) said during the measured phase;
     # None: not sampled (reports written before the sampler existed load unchanged).
     server: ServerFigures | None = None
-    # sglang.bench_serving's peak figures (opsctl.traffic.bench_requests.peaks); None: no
+    # sglang.bench_serving's peak figures (opsctl.traffic.bench.records.peaks); None: no
     # timed success, or a driver that does not give them.
     max_output_tokens_per_s: float | None = None
     max_concurrent_requests: int | None = None

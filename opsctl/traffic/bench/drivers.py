@@ -1,9 +1,9 @@
 """What `bench --driver` puts in place of opsctl's own client: the whole sweep of one target.
 
-A driver's `sweep` takes the same arguments as `opsctl.traffic.bench.sweep` and fills the same
+A driver's `sweep` takes the same arguments as `opsctl.traffic.bench.sweep.sweep` and fills the same
 VariantResult, so the report, the A/B table and the verdict do not depend on which one sent the
 load; `workload` refuses, before any launch, what the driver cannot run; `name` is what the
-report's config records. opsctl.traffic.driver_sglang is the one besides opsctl's own.
+report's config records. opsctl.traffic.bench.driver_sglang is the one besides opsctl's own.
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from opsctl.core.errors import UsageError
-from opsctl.traffic.bench_report import VariantResult
+from opsctl.traffic.bench.report import VariantResult
+from opsctl.traffic.bench.workloads import Workload, WorkloadSpec
 from opsctl.traffic.client import Api, ClientFactory
-from opsctl.traffic.workloads import Workload, WorkloadSpec
 
 if TYPE_CHECKING:
-    from opsctl.traffic.bench import BenchOptions, Progress
+    from opsctl.traffic.bench.sweep import BenchOptions, Progress
 
-OPSCTL = "opsctl"  # opsctl's own client (opsctl.traffic.bench.sweep)
+OPSCTL = "opsctl"  # opsctl's own client (opsctl.traffic.bench.sweep.sweep)
 SGLANG_BENCH = "sglang-bench"  # sglang.bench_serving in the serving container
 DRIVERS = (OPSCTL, SGLANG_BENCH)
 # bench_serving's backend per opsctl --api: both send the OpenAI body to the path opsctl uses

@@ -1,7 +1,7 @@
 """One level of `bench --driver sglang-bench`: sglang.bench_serving's result row as a LevelResult.
 
 The keys are the ones both pinned releases write to `--output-file` (0.5.9's
-`sglang/bench_serving.py`, 0.5.23's `sglang/benchmark/serving.py`; opsctl.traffic.bench_serving
+`sglang/bench_serving.py`, 0.5.23's `sglang/benchmark/serving.py`; opsctl.traffic.bench.serving
 writes the same shape): `completed`, `duration`, `total_input_tokens`, `total_output_tokens`,
 `request_throughput`, `output_throughput` and `<stat>_<figure>_ms` for the figures ttft, tpot,
 itl and e2e_latency. Only what the row holds is taken; a statistic a release does not write
@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from opsctl.traffic.bench_report import LevelResult, Pcts
+from opsctl.traffic.bench.report import LevelResult, Pcts
 from opsctl.traffic.payload import Malformed, decode_json, snippet
 
 # (LevelResult field, bench_serving's figure stem): e.g. mean_ttft_ms, p99_e2e_latency_ms.
