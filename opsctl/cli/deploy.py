@@ -98,10 +98,23 @@ def profile_schema() -> None:
 
 
 def _profile_name(profile: str | None) -> str | None:
-    """The name a profile option (a name or a YAML path) stands for; None means every profile."""
-    from opsctl.config.profiles import load_profile
+    """The name a profile option (a name or a YAML path) stands for; None means every profile.
 
-    return load_profile(profile).name if profile else None
+    A plain name that names no loadable profile under deploy/ is taken as the profile label
+    itself: the containers of a profile that was given as a path carry its name, and the hints
+    opsctl prints after a failure (`opsctl down --profile NAME`) must work for them too. A
+    path must load (its name is inside it)."""
+    from opsctl.config.profiles import load_profile, profile_is_path
+    from opsctl.core.errors import OpsctlError
+
+    if not profile:
+        return None
+    try:
+        return load_profile(profile).name
+    except OpsctlError:
+        if profile_is_path(profile):
+            raise
+        return profile
 
 
 @app.command()

@@ -224,11 +224,16 @@ def check_argv(deployment: Deployment, environ: Mapping[str, str] | None = None)
 # --- loading ---------------------------------------------------------------------------------
 
 
+def profile_is_path(name_or_path: str) -> bool:
+    """Whether `--profile` names a YAML file (else a file's stem under deploy/)."""
+    return Path(name_or_path).suffix in {".yaml", ".yml"} or os.sep in name_or_path
+
+
 def profile_path(name_or_path: str | None) -> Path:
     """`--profile` takes a file's stem under deploy/ or a path; default from $OPSCTL_PROFILE."""
     chosen = name_or_path or os.environ.get(DEFAULT_PROFILE_ENV) or DEFAULT_PROFILE
     candidate = Path(chosen)
-    if candidate.suffix in {".yaml", ".yml"} or os.sep in chosen:
+    if profile_is_path(chosen):
         if not candidate.exists():
             raise ProfileError(f"profile file {chosen} does not exist", hint="check the path")
         return candidate  # read_profile says why a directory or an unreadable file is refused
