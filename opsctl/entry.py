@@ -9,10 +9,14 @@ tests/integration/test_interrupt_points.py and reproduced in tests/unit/test_ent
 
 - A KeyboardInterrupt raised where Python cannot raise it (a weakref callback inside the import
   machinery, a `__del__`) is printed as "Exception ignored in ..." with a traceback, and the
-  Ctrl-C is lost. The unraisable hook below raises it again in the main thread, from a
-  helper thread a moment later (raised inside the hook, it would be unraisable again), as an
-  asynchronous exception rather than a second signal: the SIGINT handler already ran once for
-  this Ctrl-C (deploy.ownership.InterruptGuard counts a second run as a second Ctrl-C).
+  Ctrl-C is lost. The unraisable hook below raises it again in the main thread, as the same
+  type, from a helper thread a moment later (raised inside the hook, it would be unraisable
+  again), as an asynchronous exception rather than a second signal: the SIGINT handler already
+  ran once for this Ctrl-C (deploy.ownership.InterruptGuard counts a second run as a second
+  Ctrl-C). It is armed only while the CLI runs: `main` disarms it (and clears a pending one)
+  on its way out, so nothing lands after opsctl chose its exit, and at interpreter shutdown
+  the previous hook reports as before. A corner left: a first Ctrl-C lost this way and a real
+  second one within those 50 ms give the guard's second-Ctrl-C clean-up a KeyboardInterrupt.
 - A KeyboardInterrupt that passes through `exec()` of a string (dataclasses, namedtuple and
   pydantic build functions that way, at import and at run time) sets the interpreter's
   "unhandled KeyboardInterrupt" flag; CPython then kills the process with SIGINT when it exits,
@@ -23,6 +27,7 @@ tests/integration/test_interrupt_points.py and reproduced in tests/unit/test_ent
 
 from __future__ import annotations
 
+import _thread
 import ctypes
 import sys
 import threading
@@ -32,24 +37,49 @@ from typing import Any
 STARTING = "error: interrupted (Ctrl-C) while starting\n"
 _REDELIVERY_S = 0.05
 _previous_hook = sys.unraisablehook
+# Re-raising is armed only while the CLI runs: once `main` is on its way out, a Ctrl-C that
+# could not be raised goes to the previous hook (it must never land after opsctl chose its exit).
+_armed = threading.Lock()
+_state = {"armed": False}
+
+
+def _interrupts(exc: BaseException | None) -> bool:
+    """A Ctrl-C, or an interrupt type opsctl's own handler raises (deploy.ownership's
+    SecondInterrupt): a BaseException that is no Exception, SystemExit or GeneratorExit."""
+    return isinstance(exc, BaseException) and not isinstance(
+        exc, Exception | SystemExit | GeneratorExit)
 
 
 def _ctrl_c_not_lost(unraisable: Any) -> None:
     """sys.unraisablehook: a Ctrl-C that landed where it could not be raised is raised again in
-    the main thread (as if the signal came now); anything else goes to the previous hook."""
-    if isinstance(unraisable.exc_value, KeyboardInterrupt) \
+    the main thread, as the same type; anything else, and anything once the CLI is done or the
+    interpreter is shutting down, goes to the previous hook."""
+    exc = unraisable.exc_value
+    if _interrupts(exc) and _state["armed"] and not sys.is_finalizing() \
             and threading.current_thread() is threading.main_thread():
-        threading.Thread(target=_interrupt_soon, name="ctrl-c", daemon=True).start()
+        # _thread, not threading: Thread.start waits for the thread, which never answers at
+        # interpreter shutdown.
+        _thread.start_new_thread(_interrupt_soon, (type(exc),))
         return
     _previous_hook(unraisable)
 
 
-def _interrupt_soon() -> None:
+def _interrupt_soon(kind: type[BaseException]) -> None:
     time.sleep(_REDELIVERY_S)  # the hook has returned by then
     main = threading.main_thread().ident
-    if main is not None:  # raised at the main thread's next bytecode
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(main),
-                                                   ctypes.py_object(KeyboardInterrupt))
+    with _armed:
+        if _state["armed"] and main is not None:  # raised at the main thread's next bytecode
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(main), ctypes.py_object(kind))
+
+
+def _disarm() -> None:
+    """No re-raise from here on, and none pending (a NULL exception clears it)."""
+    with _armed:
+        _state["armed"] = False
+        main = threading.main_thread().ident
+        if main is not None:
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(main), None)
+    sys.unraisablehook = _previous_hook
 
 
 def _forget_unhandled_interrupt() -> None:
@@ -57,10 +87,12 @@ def _forget_unhandled_interrupt() -> None:
 
 
 def main() -> None:
+    _state["armed"] = True
     sys.unraisablehook = _ctrl_c_not_lost
     try:
         _run()
     finally:
+        _disarm()
         _forget_unhandled_interrupt()
 
 

@@ -26,8 +26,8 @@ from opsctl.core.files import check_output_path
 from opsctl.core.redact import redact_userinfo
 from opsctl.core.reports import default_bench_dir, default_smoke_path
 from opsctl.traffic.bench.drivers import SweepDriver
+from opsctl.traffic.bench.records import REQUESTS_DIR, rescore_report
 from opsctl.traffic.bench.records import load_report as load_bench_report
-from opsctl.traffic.bench.records import rescore_report
 from opsctl.traffic.bench.report import BenchReport
 from opsctl.traffic.bench.report import verdict_error as bench_verdict
 from opsctl.traffic.bench.serving import write_report_files
@@ -305,13 +305,13 @@ def rescore(directory: Path, slo: Slo | None, out_dir: Path | None, plot: PlotWr
     evidence); nothing is sent to any server. Without `slo`, the SLO of `profile`, else of the
     profile the run recorded."""
     out = out_dir or directory / RESCORED_DIR
-    if out.resolve() == directory.resolve():
-        raise UsageError(f"--out {out}: that is the bench run's own directory; re-scoring "
-                         "never writes over the run it reads",
+    if out.resolve() == directory.resolve() or (out / REQUESTS_DIR).is_dir():
+        raise UsageError(f"--out {out}: that is a bench run's own directory (its bench.json and "
+                         "requests files are the evidence); re-scoring never writes over a run",
                          hint="leave --out out (DIR/rescored/) or name another directory")
     check_output_path(out, "--out", directory=True)
     report = load_bench_report(directory)
-    slo = slo or _profile_slo(profile or report.profile)
+    slo = slo or _profile_slo(profile, report.profile)
     if slo is None:
         raise UsageError("--rescore needs the SLO to judge by: no --goodput, and the profile "
                          f"{profile or report.profile or '(none recorded)'} states none",
@@ -325,11 +325,17 @@ def rescore(directory: Path, slo: Slo | None, out_dir: Path | None, plot: PlotWr
     return BenchResult(report=report, out_dir=out, written=written, pushed=None, error=None)
 
 
-def _profile_slo(profile: str | None) -> Slo | None:
-    """The SLO a profile states (none: no profile named or recorded, or it states none)."""
-    if profile is None:
-        return None
-    slo = load_profile(profile).slo
+def _profile_slo(asked: str | None, recorded: str | None) -> Slo | None:
+    """The SLO of the profile asked for (--profile: it must load), else of the one the run
+    recorded when it loads here by that name (a run of a profile given as a path, or from
+    another host, may not); None when neither states one."""
+    try:
+        loaded = load_profile(asked) if asked else load_profile(recorded) if recorded else None
+    except OpsctlError:
+        if asked:
+            raise
+        loaded = None
+    slo = loaded.slo if loaded is not None else None
     return slo if slo is not None and (slo.ttft or slo.tpot) else None
 
 

@@ -118,6 +118,10 @@ def test_rescore_never_writes_over_its_run_and_falls_back_to_the_profiles_slo(
     (run / "rescored").write_text("a file where the default output goes")
     with pytest.raises(UsageError, match="--out"):
         traffic.rescore(run, slo, None, plots)
+    (run / "rescored").unlink()
+    again = traffic.rescore(run, slo, None, plots)  # DIR/rescored/, holding no requests files
+    with pytest.raises(UsageError, match="own directory"):  # rescoring that one into DIR
+        traffic.rescore(again.out_dir, slo, run, plots)
     assert (run / "bench.json").read_bytes() == evidence
     # No --goodput: the SLO of the profile named (deploy/sim.yaml: TPOT p50 60 ms).
     by_profile = traffic.rescore(run, None, tmp_path / "by-profile", plots, "sim")
@@ -129,3 +133,9 @@ def test_rescore_never_writes_over_its_run_and_falls_back_to_the_profiles_slo(
     bare.write_text(yaml.safe_dump(data))
     with pytest.raises(UsageError, match="needs the SLO"):
         traffic.rescore(run, None, tmp_path / "none", plots, str(bare))
+    # The profile the run recorded does not load here by its name (it was a path): no SLO.
+    recorded = json.loads((run / "bench.json").read_text())
+    recorded["profile"] = "a-profile-given-as-a-path"
+    (run / "bench.json").write_text(json.dumps(recorded))
+    with pytest.raises(UsageError, match="needs the SLO"):
+        traffic.rescore(run, None, tmp_path / "none2", plots)

@@ -89,3 +89,33 @@ def test_a_ctrl_c_lost_under_opsctls_own_handler_is_one_ctrl_c_not_two(tmp_path:
             "            _Slow()\n"
             "            time.sleep(2)")
     assert _interrupted(tmp_path, body, _GUARDED) == (EXIT_INTERRUPTED, ONE_LINE)
+
+
+def test_an_interrupt_at_interpreter_shutdown_neither_hangs_nor_lands_late(tmp_path: Path) -> None:
+    """A KeyboardInterrupt from a finalizer after the CLI returned (as a Ctrl-C at exit gives):
+    the guard is disarmed by then, so the process exits at once with the status chosen (the
+    hook once started a thread at shutdown and hung in Thread.start)."""
+    import os
+    import subprocess
+
+    from opsctl.core.paths import project_root
+
+    child = tmp_path / "at_exit_child.py"
+    child.write_text(
+        "import sys, types\n"
+        "fake = types.ModuleType('opsctl.cli')\n"
+        "class AtExit:\n"
+        "    def __del__(self):\n"
+        "        raise KeyboardInterrupt\n"
+        "def main():\n"
+        "    global keep\n"
+        "    keep = AtExit()  # finalized while the interpreter shuts down\n"
+        "    sys.exit(3)\n"
+        "fake.main = main\n"
+        "sys.modules['opsctl.cli'] = fake\n"
+        "from opsctl.entry import main as entry_main\n"
+        "entry_main()\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{project_root()}"}
+    done = subprocess.run([sys.executable, "-m", "at_exit_child"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 3, done.stderr
