@@ -205,6 +205,13 @@ def load_report(directory: Path) -> DecideReport:
                               "(decide.json schema_version 2)") from None
 
 
+def _within_variant(path: str) -> str:
+    """An evidence file's label: its path inside the variant's folder (repeat-2/verify.json
+    apart from the first repeat's verify.json)."""
+    parts = Path(path).parts
+    return str(Path(*parts[1:])) if len(parts) > 1 else path
+
+
 def _link(path: str | None, text: str) -> str:
     return f"[{text}]({path})" if path else "-"
 
@@ -264,7 +271,7 @@ def markdown(report: DecideReport) -> str:
     if out:
         lines += ["", "### Disqualified", ""]
         lines += [f"- **{r.variant}** ({r.failed_gate}): {r.reason}; evidence: "
-                  + ", ".join(_link(path, Path(path).name) for path in r.evidence)
+                  + ", ".join(_link(path, _within_variant(path)) for path in r.evidence)
                   for r in out]
     lines += _resolved_lines(report)
     lines += ["", "## Latency and throughput", "",

@@ -329,7 +329,9 @@ def test_failed_gates_disqualify_with_reason_and_evidence_and_the_run_goes_on(
     assert "output tok/s, TPOT p50 30.0 ms at concurrency 8" in result.report.recommendation
     assert [p.a + "/" + p.b for p in result.report.pairs] == ["bf16kv/native"]
     assert run.running() == []
-    assert "### Disqualified" in (out / "decide.md").read_text()
+    page = (out / "decide.md").read_text()
+    assert "### Disqualified" in page
+    assert "[smoke.json](03-bf16kv/smoke.json)" in page  # labelled inside the variant's folder
 
 
 def test_no_qualified_variant_is_exit_5(tmp_path: Path) -> None:
