@@ -40,16 +40,8 @@ _REDELIVERY_S = 0.05
 _previous_hook = sys.unraisablehook
 # Re-raising is armed only while the CLI runs: once `main` is on its way out, a Ctrl-C that
 # could not be raised goes to the previous hook (it must never land after opsctl chose its exit).
-_armed = threading.Lock()
+_lock = threading.Lock()
 _state = {"armed": False}
-
-
-def _interrupts(exc: BaseException | None) -> bool:
-    """A Ctrl-C. Only KeyboardInterrupt: other BaseExceptions reach this hook in normal runs
-    (an asyncio.CancelledError in a finalizer), and raising one of them again in the main
-    thread broke clean-ups (a fresh-clone CI run found it). deploy.ownership's SecondInterrupt
-    lost in a finalizer stays lost (the corner in the module docstring)."""
-    return isinstance(exc, KeyboardInterrupt)
 
 
 def _ctrl_c_not_lost(unraisable: Any) -> None:
@@ -57,7 +49,10 @@ def _ctrl_c_not_lost(unraisable: Any) -> None:
     the main thread, as the same type; anything else, and anything once the CLI is done or the
     interpreter is shutting down, goes to the previous hook."""
     exc = unraisable.exc_value
-    if _interrupts(exc) and _state["armed"] and not sys.is_finalizing() \
+    # Only KeyboardInterrupt: other BaseExceptions reach this hook in normal runs (an
+    # asyncio.CancelledError in a finalizer), and raising one again in the main thread broke
+    # clean-ups (a fresh-clone CI run found it).
+    if isinstance(exc, KeyboardInterrupt) and _state["armed"] and not sys.is_finalizing() \
             and threading.current_thread() is threading.main_thread():
         # _thread, not threading: Thread.start waits for the thread, which never answers at
         # interpreter shutdown.
@@ -69,14 +64,14 @@ def _ctrl_c_not_lost(unraisable: Any) -> None:
 def _interrupt_soon(kind: type[BaseException]) -> None:
     time.sleep(_REDELIVERY_S)  # the hook has returned by then
     main = threading.main_thread().ident
-    with _armed:
+    with _lock:
         if _state["armed"] and main is not None:  # raised at the main thread's next bytecode
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(main), ctypes.py_object(kind))
 
 
 def _disarm() -> None:
     """No re-raise from here on, and none pending (a NULL exception clears it)."""
-    with _armed:
+    with _lock:
         _state["armed"] = False
         main = threading.main_thread().ident
         if main is not None:
