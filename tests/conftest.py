@@ -93,7 +93,14 @@ def sim_image() -> str:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Under CI (CI=true), any skipped test fails the run: .ci/run must install what tests need."""
+    """The run fails when the tests removed a container they did not create (checked once, by
+    the process that saw the whole run); under CI (CI=true), any skipped test fails it too:
+    .ci/run must install what tests need."""
+    if not _is_xdist_worker(session.config):
+        gone = _foreign_containers_removed()
+        if gone:
+            print(f"\nthe tests removed containers they did not create: {', '.join(gone)}")
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if not os.environ.get("CI"):
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -156,18 +163,22 @@ def _containers_now() -> dict[str, str] | None:
 _BEFORE: dict[str, str] | None = None
 
 
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    """Under pytest-xdist the controller sees the whole run; a worker sees only its share, and
+    another worker's containers come and go while it runs."""
+    return hasattr(config, "workerinput")
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     global _BEFORE
-    _BEFORE = _containers_now()
+    if not _is_xdist_worker(session.config):
+        _BEFORE = _containers_now()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _nothing_foreign_removed() -> Iterator[None]:
-    """Fails the run when a container that existed before the tests started (a user's server,
-    the quickstart's `opsctl-sim`) is gone after them: tests remove only what they created."""
-    yield
+def _foreign_containers_removed() -> list[str]:
+    """Containers that existed before the tests started (a user's server, the quickstart's
+    `opsctl-sim`) and are gone now: tests remove only what they created."""
     after = _containers_now()
     if _BEFORE is None or after is None:
-        return
-    gone = sorted(name for cid, name in _BEFORE.items() if cid not in after)
-    assert not gone, f"the tests removed containers they did not create: {', '.join(gone)}"
+        return []
+    return sorted(name for cid, name in _BEFORE.items() if cid not in after)

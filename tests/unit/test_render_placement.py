@@ -13,7 +13,7 @@ import pytest
 
 from opsctl.config.profiles import load_profile
 from opsctl.core import labels
-from opsctl.core.errors import EXIT_USAGE, UsageError
+from opsctl.core.errors import UsageError
 from opsctl.render import app as render
 from opsctl.render import placement
 from opsctl.render.serving import LWS_API
@@ -149,25 +149,3 @@ def test_a_bad_affinity_file_is_one_line(tmp_path: Path, content: str, words: st
         placement.affinity(path)
     with pytest.raises(UsageError, match="No such file"):
         placement.affinity(tmp_path / "missing.yaml")
-
-
-def test_cli_options(opsctl: Any, tmp_path: Path) -> None:
-    affinity = tmp_path / "affinity.json"
-    affinity.write_text(json.dumps(AFFINITY))
-    out = tmp_path / "out"
-    done = opsctl("render", "k8s", "--profile", "sim", "--out", str(out), "--replicas", "2",
-                  "--node-selector", "pool=gpu", "--toleration", "nvidia.com/gpu:NoSchedule",
-                  "--affinity", str(affinity), "--priority-class", "llm",
-                  "--pdb-max-unavailable", "1", "--keda-max-replicas", "4",
-                  "--keda-prometheus", "http://prometheus:9090")
-    assert done.returncode == 0, done.stderr
-    assert "needs KEDA's controller" in done.stderr and "PriorityClass llm must exist" in done.stderr
-    names = sorted(path.name for path in out.iterdir())
-    assert any("poddisruptionbudget" in name for name in names)
-    assert any("scaledobject" in name for name in names)
-    for bad, words in ((["--toleration", "x:Sometimes"], "effect 'Sometimes'"),
-                       (["--keda-max-replicas", "4"], "needs --keda-prometheus"),
-                       (["--affinity", str(tmp_path / "none.yaml")], "No such file")):
-        refused = opsctl("render", "k8s", "--profile", "sim", "--out", str(tmp_path / "x"), *bad)
-        assert refused.returncode == EXIT_USAGE and words in refused.stderr, refused.stderr
-        assert "Traceback" not in refused.stderr and not (tmp_path / "x").exists()
