@@ -2,6 +2,7 @@
 
     python3 bench/kv_gather_cast_table.py bench/results/kv_gather_cast_bound_h200.json   # print
     python3 bench/kv_gather_cast_table.py THAT_JSON --update docs/kv-gather-cast.md   # in place
+    python3 bench/kv_gather_cast_table.py THAT_JSON --check README.md docs/kv-gather-cast.md  # lint
 
 The RTX PRO 6000 columns are a PROJECTION, not a measurement. Ours: the H200 step time at the
 smallest size is taken as a fixed cost (78 launches, latency-bound; assumed unchanged), and the
@@ -104,15 +105,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("report", type=Path)
     parser.add_argument("--update", type=Path, help="rewrite the table block of this file")
+    parser.add_argument("--check", type=Path, nargs="+", default=[],
+                        help="exit 1 when a file's table block differs from the report's")
     args = parser.parse_args()
     table = render(json.loads(args.report.read_text()))
+    stale = [path for path in args.check if _with_table(path.read_text(), table) != path.read_text()]
+    for path in stale:
+        print(f"{path}: the table block differs from {args.report}; run --update {path}", file=sys.stderr)
+    if args.check:
+        return 1 if stale else 0
     if args.update is None:
         sys.stdout.write(table)
         return 0
-    text = args.update.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    args.update.write_text(text[:start] + "\n" + table + text[end:])
+    args.update.write_text(_with_table(args.update.read_text(), table))
     return 0
+
+
+def _with_table(text: str, table: str) -> str:
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    return text[:start] + "\n" + table + text[end:]
 
 
 if __name__ == "__main__":
