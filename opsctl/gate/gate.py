@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from opsctl.config.profiles import Deployment, Profile
 from opsctl.config.review import computes
 from opsctl.config.runspec import base_url
+from opsctl.core import labels
 from opsctl.core.clock import Clock
 from opsctl.core.errors import Interrupted, LaunchError, OpsctlError, SmokeError, UsageError
-from opsctl.core import labels
 from opsctl.deploy.app import Progress, find_servers
 from opsctl.deploy.launch import Launch
 from opsctl.deploy.state import LastGood, StateDir, Verdict, host_checkpoint
