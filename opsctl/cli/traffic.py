@@ -84,8 +84,9 @@ def smoke(
     With --eval gsm8k and --long-context, also accuracy and long-context retrieval (offline:
     local, sha256-pinned files only). The API key comes from $OPSCTL_API_KEY and is masked in
     every output.
-    Exit 0 pass, 2 bad usage (or a dataset that is not the pinned one), 4 server unreachable,
-    5 a check, the SLO, the accuracy threshold or a probe failed.
+    Exit 0 pass, 2 bad usage (or a dataset that is not the pinned one), 4 server not serving
+    (unreachable, or no model list), 5 a check, the SLO, the accuracy threshold or a probe
+    failed.
     """
     from pathlib import Path
 

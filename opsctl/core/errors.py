@@ -82,6 +82,9 @@ class OpsctlError(Exception):
         self.hint = hint or self.default_hint
         # Evidence printed before the one-line error (log lines, a failing step's output).
         self.details = details or []
+        # What the failure left behind (a container it could not remove), each a line naming
+        # it and the command that removes it, for a report to list.
+        self.left: list[str] = []
 
 
 class UsageError(OpsctlError):

@@ -25,8 +25,9 @@ SERVED_MODEL = "opsctl.served-model"
 # host at `up`, or "unavailable: <reason>" (opsctl.deploy.state.CheckpointRecord).
 CHECKPOINT = "opsctl.checkpoint"
 STOP_GRACE_SECONDS = "opsctl.stop-grace-seconds"
-# A fresh random id per `up` run: its cleanup removes only containers carrying its own id, so
-# a concurrent or later run's server is never taken for this run's leftover.
+# A fresh random id per `up` run (and per throwaway verification container): its cleanup
+# removes only containers carrying its own id, so a concurrent or later run's container is
+# never taken for this run's leftover.
 RUN_ID = "opsctl.run-id"
 STANDIN = "opsctl.standin"
 

@@ -69,7 +69,7 @@ from opsctl.decide.report import (
 )
 from opsctl.decide.settings import DECIDE_DEFAULTS, DecideSettings
 from opsctl.decide.verdict import compare_pairs, recommend
-from opsctl.deploy.app import Progress
+from opsctl.deploy.app import Progress, left_behind
 from opsctl.deploy.launch import Launch
 from opsctl.gate.gate import GateSmoke, SmokeAsk, UpProgress, attention_kind
 from opsctl.traffic.bench.report import BenchReport
@@ -180,15 +180,18 @@ def decide(
                         smoked[running.variant] = found
         except BaseException as exc:
             on_step("stopped: removing what this run started")
-            _remove_quietly(ctx, profile.name)
+            report.left_behind = _remove_quietly(ctx, profile.name, exc)
             report.record_stop(exc)
             if running.status == "not run":
                 running.status, running.reason = "interrupted", report.partial_reason
             _conclude(report, smoked, clock.monotonic() - began, out, slo)
             written = write_report(report, out)
             if isinstance(exc, KeyboardInterrupt):
-                return DecideResult(report, out, written,
-                                    report.stop_error("decide", out / DECIDE_JSON))
+                stopped = report.stop_error("decide", out / DECIDE_JSON)
+                if stopped is not None and report.left_behind:
+                    stopped.message = "; ".join([stopped.message, *report.left_behind])
+                    stopped.args = (stopped.message,)
+                return DecideResult(report, out, written, stopped)
             raise
     _conclude(report, smoked, clock.monotonic() - began, out, slo)
     return DecideResult(report, out, write_report(report, out), _verdict_error(report, out))
@@ -286,8 +289,11 @@ def _run_variant(ctx: _Ctx, deployment: Deployment, image: str,
     finally:
         ctx.ticker.phase("down")
         # The server's whole log is saved into the variant's folder before it is removed.
-        logs = ctx.launch.down(deployment.profile.name, logs_dir=folder,
-                               on_note=ctx.on_step).logs
+        try:
+            logs = ctx.launch.down(deployment.profile.name, logs_dir=folder,
+                                   on_note=ctx.on_step).logs
+        except OpsctlError as exc:  # a lost daemon, a full disk: name what this run left
+            raise left_behind(exc, started.container) from None
         record.evidence += [_rel(out, path) for path in logs]
 
 
@@ -365,15 +371,27 @@ def _rel(out: Path, path: Path) -> str:
     return str(path.relative_to(out))
 
 
-def _remove_quietly(ctx: _Ctx, profile_name: str) -> None:
-    """After Ctrl-C or a bug: remove this run's server; a failure here must not hide why."""
+def _remove_quietly(ctx: _Ctx, profile_name: str, cause: BaseException) -> list[str]:
+    """After Ctrl-C, a bug or a teardown that failed: remove this run's server; a failure here
+    must not hide why. Returns what is left behind (each line names the container and the
+    command that removes it); the error the run ends with names it too."""
     try:
         removed = ctx.launch.down(profile_name, logs_dir=ctx.request.out_dir).removed
     except OpsctlError as exc:
         ctx.on_step(f"could not remove the server: {exc.message}")
-        return
+        known = cause.left if isinstance(cause, OpsctlError) else []
+        left = [*known, *(line for line in exc.left if line not in known)] or [
+            f"the server of profile {profile_name!r} may be left: `opsctl down --profile "
+            f"{profile_name}` removes it once the engine answers"]
+        if isinstance(cause, OpsctlError):
+            for line in left:
+                if line not in cause.message:
+                    cause.message = f"{cause.message}; {line}"
+                    cause.args = (cause.message,)
+        return left
     if removed:
         ctx.on_step(f"removed {', '.join(removed)}")
+    return []
 
 
 def _conclude(report: DecideReport, smoked: dict[str, SmokeReport], elapsed_s: float,

@@ -176,6 +176,9 @@ class DecideReport(PartialReport):
     # What the run was asked (decide's settings, defaults filled in); absent in runs before it.
     # A rescore keeps it and records the margin it judged by in `margin`.
     settings: DecideSettings | None = None
+    # Containers this run could not remove (a lost daemon, a full disk), each with the command
+    # that removes it.
+    left_behind: list[str] = []
 
 
 def write_report(report: DecideReport, out_dir: Path, names: tuple[str, str] = (
@@ -240,6 +243,9 @@ def _status(record: VariantRecord) -> str:
 
 def markdown(report: DecideReport) -> str:
     lines = [f"# opsctl decide: {report.profile}", ""]
+    if report.left_behind:
+        lines += ["**Left behind** (this run could not remove them):", "",
+                  *[f"- {line}" for line in report.left_behind], ""]
     if report.partial:
         lines += [f"**Partial run** ({report.partial_reason}): the variants after the one "
                   "that was running were not measured.", ""]

@@ -328,10 +328,28 @@ def down(engine: Engine, profile_name: str | None = None, grace_seconds: int | N
         for info in find_servers(engine, profile_name):  # again: what runs now, under the locks
             on_note(f"stopping {info.name} (saving its log first)")
             grace = _grace(info) if grace_seconds is None else grace_seconds
-            retired = custody.retire(info, grace, "`opsctl down`")
+            try:
+                retired = custody.retire(info, grace, "`opsctl down`")
+            except OpsctlError as exc:  # a lost daemon, a full disk: say what is left
+                raise left_behind(exc, info) from None
             removed.append(retired.name)
             saved.append(retired.log)
     return DownResult(removed=removed, logs=saved)
+
+
+def left_behind(exc: OpsctlError, info: ContainerInfo) -> OpsctlError:
+    """`exc` naming the container a removal left, and the commands that remove it; its
+    `left` holds that line for a report (decide's)."""
+    profile = info.labels.get(labels.PROFILE, "")
+    left = (f"{info.name} ({info.id[:12]}) is left: `opsctl down"
+            + (f" --profile {profile}" if profile else "")
+            + f"` removes it, saving its log (or `docker rm -f {info.id[:12]}`)")
+    if left not in exc.message:
+        exc.message = f"{exc.message}; {left}"
+        exc.args = (exc.message,)
+    if left not in exc.left:
+        exc.left.append(left)
+    return exc
 
 
 def logs(engine: Engine, profile_name: str | None, *, follow: bool, tail: int) -> LogsResult:

@@ -42,7 +42,7 @@ import requests
 import urllib3.exceptions
 
 from opsctl.core.errors import BuildError, DaemonUnreachable, LaunchError
-from opsctl.core.labels import MANAGED, ROLE, ROLE_VERIFY, TRUE
+from opsctl.core.labels import MANAGED, ROLE, ROLE_VERIFY, RUN_ID, TRUE
 from opsctl.engine.api import (
     DIGEST_PATTERN,
     BuildEvent,
@@ -382,6 +382,10 @@ def push_error(target: str, detail: str) -> BuildError:
 # --- the engine --------------------------------------------------------------------------------
 
 DAEMON_TIMEOUT_SECONDS = 10
+# How long the clean-up of a cut-off throwaway create keeps looking for a container the daemon
+# creates late, and how often (`DockerEngine._remove_late_create`).
+LATE_CREATE_SECONDS = 3.0
+LATE_CREATE_POLL_SECONDS = 0.25
 
 
 def connect(timeout: float = DAEMON_TIMEOUT_SECONDS) -> Engine:
@@ -582,6 +586,25 @@ class DockerEngine:
                                   f"{max_bytes >> 20} MiB", hint="capture fewer steps")
         return bytes(data)
 
+    def _remove_late_create(self, name: str, token: str) -> None:
+        """Remove the throwaway container a cut-off create may have made. The daemon can finish
+        creating it after a first look (CI found one in state Created): when the name finds
+        nothing, look again by this run's label for `LATE_CREATE_SECONDS`, never wider."""
+        try:
+            self._client.api.remove_container(name, force=True)
+            return
+        except docker.errors.NotFound:
+            pass
+        deadline = time.monotonic() + LATE_CREATE_SECONDS
+        while True:
+            found = self._client.api.containers(
+                all=True, filters={"label": [f"{ROLE}={ROLE_VERIFY}", f"{RUN_ID}={token}"]})
+            for container in found:
+                self._remove_quietly(container["Id"])
+            if found or time.monotonic() >= deadline:
+                return
+            time.sleep(LATE_CREATE_POLL_SECONDS)
+
     def _remove_quietly(self, container_id: str) -> None:
         with contextlib.suppress(docker.errors.NotFound):
             self._client.api.remove_container(container_id, force=True)
@@ -736,21 +759,24 @@ class DockerEngine:
     ) -> tuple[int, str]:
         """Run a throwaway container (no network; no GPU unless `gpus`) and return (exit code,
         output); with `gpus`, the engine's refusal to give GPUs is (125, its words)."""
-        # Named up front: a Ctrl-C while the daemon creates it leaves no id in hand, only the name.
-        name = f"opsctl-verify-{secrets.token_hex(6)}"
+        # Named and labelled up front with this run's own token: a Ctrl-C while the daemon
+        # creates it leaves no id in hand, only the name and the label.
+        token = secrets.token_hex(6)
+        name = f"opsctl-verify-{token}"
         # `docker run --gpus all`: every GPU through the engine's NVIDIA device driver.
         requests_all = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpus else None
         try:
             container = self._client.containers.create(
                 image=image, command=command, network_disabled=True, detach=True, name=name,
-                labels={MANAGED: TRUE, ROLE: ROLE_VERIFY}, mounts=docker_mounts(mounts),
+                labels={MANAGED: TRUE, ROLE: ROLE_VERIFY, RUN_ID: token},
+                mounts=docker_mounts(mounts),
                 device_requests=requests_all,
             )
         except docker.errors.ImageNotFound:
             raise BuildError(f"image {image} vanished before verification", hint="rebuild") from None
         except BaseException:  # created after all, or not: either way nothing is left
             with contextlib.suppress(docker.errors.DockerException, requests.RequestException):
-                self._remove_quietly(name)
+                self._remove_late_create(name, token)
             raise
         try:
             try:

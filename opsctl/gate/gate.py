@@ -7,7 +7,8 @@ the evals the profile configures, and its greedy outputs are compared with the l
 variant's smoke report when both compute the same attention. Dense and sparse attention differ
 past `index_topk` tokens by design, and other weights differ anyway: then only the absolute
 gates apply, and the result says so. Any failed gate, error or Ctrl-C removes X and brings the
-last good variant back; a pass records X, its image and its report as the last good. Only a
+last good variant back (with none recorded: the variant that ran before the gate, relaunched
+and verified the same way); a pass records X, its image and its report as the last good. Only a
 complete, passing smoke report passes: smoke turns Ctrl-C into a partial report, which the gate
 turns back into Interrupted (exit 130, after the rollback), never into a pass.
 
@@ -26,9 +27,10 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from opsctl.config.profiles import Deployment, Profile
 from opsctl.config.review import computes
 from opsctl.config.runspec import base_url
+from opsctl.core import labels
 from opsctl.core.clock import Clock
 from opsctl.core.errors import Interrupted, LaunchError, OpsctlError, SmokeError, UsageError
-from opsctl.deploy.app import Progress
+from opsctl.deploy.app import Progress, find_servers
 from opsctl.deploy.launch import Launch
 from opsctl.deploy.state import LastGood, StateDir, Verdict, host_checkpoint
 from opsctl.engine.api import Engine
@@ -83,6 +85,9 @@ Push = Callable[[str, dict[str, Any], str], None]
 class Rollback:
     deployment: Deployment
     image: str
+    # "last good": the recorded last good variant; "running before the gate": with none
+    # recorded, what the gate stopped (its variant and image from the container's labels).
+    source: str = "last good"
 
 
 @dataclass(frozen=True)
@@ -152,6 +157,11 @@ def _gate(ctx: _Ctx, deployment: Deployment, smoke: GateSmoke, push: Push | None
                    long_context="long_context" in eval_config.model_fields_set,
                    lm_eval=eval_config.lm_eval is not None)
     smoke.check(ask)
+    if last is None:
+        on_step(f"no last good variant recorded: a failed gate brings back {_what(back)}"
+                if back is not None else
+                "no last good variant recorded and nothing was running: a failed gate "
+                "brings nothing back")
     if back is not None and last is not None and back.deployment.config_hash() != last.config_hash:
         on_step(f"note: the profile changed since {back.deployment.variant!r} passed; "
                 "a rollback brings it back as the profile says now")
@@ -179,11 +189,13 @@ def _gate(ctx: _Ctx, deployment: Deployment, smoke: GateSmoke, push: Push | None
     on_step(f"failed: {'; '.join(failed)}")
     rolled_back, problem = _restore(ctx, profile, back)
     if back is None:
-        where = "nothing was rolled back: no last good variant is recorded"
+        where = ("nothing was rolled back: no last good variant is recorded"
+                 + ("" if last is not None else " and nothing was running before the gate"))
     elif rolled_back:
-        where = f"rolled back to {rolled_back!r}"
+        where = f"rolled back to {_what(back)}"
     else:
-        where = f"bringing back {back.deployment.variant!r} failed too: {problem}"
+        where = (f"bringing back {back.deployment.variant!r} failed too: {problem}; nothing of "
+                 f"profile {profile.name!r} is serving")
     error = GateFailed(
         f"gate failed for {profile.name}/{variant}: {'; '.join(failed)}; {variant!r} removed, {where}",
         hint=(f"smoke report: {report}; " if report else "")
@@ -195,9 +207,11 @@ def _gate(ctx: _Ctx, deployment: Deployment, smoke: GateSmoke, push: Push | None
 
 def _rollback_target(profile: Profile, last: LastGood | None, engine: Engine,
                      state: StateDir) -> Rollback | None:
-    """The last good variant and image, both still there; refused before anything stops."""
+    """The last good variant and image, both still there; refused before anything stops.
+    With no last good recorded: what runs now (the variant and image its container's labels
+    name), when the profile still has that variant and the engine the image."""
     if last is None:
-        return None
+        return _running_before(profile, engine)
     record = state.last_good_path(profile.name)
     if last.variant not in profile.variants:
         raise UsageError(
@@ -210,6 +224,20 @@ def _rollback_target(profile: Profile, last: LastGood | None, engine: Engine,
             hint=f"rebuild it so a failed gate can bring {last.variant!r} back, or remove {record} "
             "to gate without a rollback target")
     return Rollback(profile.resolve(last.variant), last.image)
+
+
+def _running_before(profile: Profile, engine: Engine) -> Rollback | None:
+    for info in find_servers(engine, profile.name):
+        variant = info.labels.get(labels.VARIANT, "")
+        image = info.labels.get(labels.IMAGE) or info.image
+        if info.status == "running" and variant in profile.variants \
+                and engine.image_labels(image) is not None:
+            return Rollback(profile.resolve(variant), image, "running before the gate")
+    return None
+
+
+def _what(back: Rollback) -> str:
+    return f"{back.deployment.variant!r} ({back.source})"
 
 
 def _comparison(deployment: Deployment, last: LastGood | None,
@@ -301,11 +329,13 @@ def _restore(ctx: _Ctx, profile: Profile, back: Rollback | None) -> tuple[str | 
             ctx.on_step(f"removed {', '.join(removed)}")
         if back is None:
             return None, None
-        ctx.on_step(f"bringing back last good {back.deployment.variant!r} ({back.image})")
+        ctx.on_step(f"bringing back {back.source} {back.deployment.variant!r} ({back.image})")
         _launch(ctx, back.deployment, back.image)
         ctx.on_step(f"{back.deployment.variant!r} is back")
     except OpsctlError as exc:
-        ctx.on_step(f"rollback failed: {exc.message}")
+        gone = (f"; {back.deployment.variant!r} ({back.source}) is no longer serving"
+                if back is not None else "")
+        ctx.on_step(f"rollback failed: {exc.message}{gone}")
         return None, exc.message
     return back.deployment.variant, None
 

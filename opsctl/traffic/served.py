@@ -96,7 +96,8 @@ async def list_models(client: httpx.AsyncClient, timeout_s: float) -> list[str]:
 
 
 class ModelsUnlisted(ValueError):
-    """GET /v1/models gave no model list (a timeout, an error status, a bad body)."""
+    """GET /v1/models gave no model list (no whole answer, an error status, a bad body, an
+    empty list): the server is not serving, exit 4 in every command."""
 
 
 class NameUnresolved(ValueError):
@@ -112,6 +113,8 @@ async def resolve_served_name(client: httpx.AsyncClient, timeout_s: float,
         listed = await list_models(client, timeout_s)
     except ValueError as exc:
         raise ModelsUnlisted(str(exc)) from None
+    if not listed:  # a server that lists nothing serves nothing yet
+        raise ModelsUnlisted("GET /v1/models lists no model")
     try:
         name, source, notes = choose_served_name(listed, requested, profile_alias)
     except ValueError as exc:

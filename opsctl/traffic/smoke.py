@@ -147,7 +147,7 @@ class _Run:
         """Run one check; `own_budget`: an eval, bounded by its own eval_timeout_s rather than
         what the checks left of overall_timeout_s."""
         if not self.reachable:
-            self.add(name, "skip", 0.0, "server unreachable", sglang_only)
+            self.add(name, "skip", 0.0, "server not serving", sglang_only)
             return
         if not own_budget and self.budget() <= 0:
             self.add(name, "fail", 0.0, "overall timeout reached before this check", sglang_only)
@@ -255,7 +255,10 @@ async def _model_listed(run: _Run, client: httpx.AsyncClient) -> tuple[CheckStat
         run.model = await resolve_served_name(client, run.budget(), options.model,
                                               options.profile_alias)
     except ModelsUnlisted as exc:
-        return "fail", str(exc)
+        # Ready means /v1/models lists the model: a server that gives no list (no whole
+        # answer, an error status, a bad body, an empty list) is not serving - exit 4, as in
+        # bench and verify (docs/smoke-and-bench.md, "Exit codes").
+        raise ServerUnreachable(f"not serving: {exc}") from None
     except NameUnresolved as exc:
         return "fail", f"{exc}; pass --model NAME"
     name, source, notes = run.model.served_name, run.model.served_name_source, run.model.notes

@@ -205,8 +205,9 @@ def verdict_error(report: SmokeReport, json_path: Path) -> OpsctlError | None:
     if stopped is not None:
         return stopped
     if not report.reachable:
+        why = next((c.detail for c in report.checks if c.status == "fail"), "")
         return ServerUnreachable(
-            f"smoke: no server answers at {report.base_url}",
+            f"smoke: the server at {report.base_url} is not serving" + (f" ({why})" if why else ""),
             hint=f"start it (`opsctl up`) or check --base-url; report in {json_path}",
         )
     if report.passed:

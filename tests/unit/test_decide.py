@@ -27,6 +27,7 @@ from opsctl.core.errors import (
     EXIT_INTERRUPTED,
     EXIT_LAUNCH,
     EXIT_SMOKE,
+    DaemonUnreachable,
     LaunchError,
     OpsctlError,
     UsageError,
@@ -481,3 +482,43 @@ def test_rescore_keeps_the_runs_margin_unless_margin_is_given(tmp_path: Path) ->
                                           *args])
         assert result.exit_code == 0, result.output
         assert DecideReport.model_validate_json(rescored.read_text()).margin == margin
+
+
+@pytest.mark.parametrize("failure", [
+    DaemonUnreachable("the Docker engine stopped answering: ConnectionError (while listing "
+                      "containers)"),
+    DaemonUnreachable("the Docker engine failed mid-call (500: write /var/lib/docker/...: no "
+                      "space left on device) while removing a container"),
+], ids=["daemon-lost", "enospc"])
+def test_a_teardown_that_cannot_remove_the_container_names_it(
+        tmp_path: Path, failure: DaemonUnreachable) -> None:
+    """Issue 25: after daemon loss or on a full disk, decide left a container without naming
+    it; the one line and decide.json/decide.md now name it and the command that removes it."""
+    run = Run(tmp_path)
+    lost = failure.message.startswith("the Docker engine stopped")
+
+    def bench(ask: BenchAsk) -> BenchReport:
+        report = FakeBench({})(ask)
+        # From here on the engine cannot remove (and, when lost, not even list) containers.
+        run.engine.fail("stop", failure, times=100)
+        if lost:
+            run.engine.fail("find", failure, times=100)
+        return report
+
+    with pytest.raises(DaemonUnreachable) as caught:
+        decide_app.decide(
+            PROFILE, DecideRequest(variants=("baseline", "gathercast"), out_dir=run.out,
+                                   settings=DecideSettings(concurrency=LEVELS,
+                                                           requests_per_level=4)),
+            launch=Launch(engine=run.engine, image_for=lambda _: IMAGE, verify=FakeVerify(), state=None,
+                          http=FakeSglang(PROFILE.model.served_name, ["ready"]).client,
+                          clock=FakeClock()),
+            smoke=FakeSmoke(), bench=bench, on_step=run.steps.append)
+    (container,) = run.engine.containers.values()
+    named = f"{container.name} ({container.id[:12]}) is left"
+    assert named in caught.value.message
+    assert f"`opsctl down --profile {PROFILE.name}`" in caught.value.message
+    saved = json.loads((run.out / "decide.json").read_text())
+    assert saved["partial"] is True
+    assert any(named in line for line in saved["left_behind"])
+    assert named in (run.out / "decide.md").read_text()

@@ -230,6 +230,51 @@ def test_without_a_last_good_nothing_is_rolled_back(box: Box) -> None:
     assert box.state.last_good(PROFILE.name) is None
 
 
+def plain_up(box: Box, variant: str) -> None:
+    """`opsctl up --variant VARIANT` without --gate: no last good is recorded."""
+    box.launch(FakeVerify()).up(PROFILE.resolve(variant))
+    assert box.running() == [variant] and box.state.last_good(PROFILE.name) is None
+
+
+def test_a_first_gate_that_fails_brings_back_what_ran_before_it(box: Box) -> None:
+    """Issue 25: with no last good recorded, a failed first gate stopped `baseline` (started
+    by a plain `up`) and restored nothing."""
+    plain_up(box, "baseline")
+    verify = FakeVerify()
+    result = box.gate("corrupt", FakeSmoke(failing={"corrupt": {"slo": "too slow"}}), verify)
+    assert result.error is not None and result.error.exit_code == EXIT_SMOKE
+    assert result.rolled_back == "baseline" and box.running() == ["baseline"]
+    assert "rolled back to 'baseline' (running before the gate)" in result.error.message
+    assert verify.calls == ["corrupt", "baseline"]  # brought back through the verified launch
+    assert box.state.last_good(PROFILE.name) is None  # what ran before is no last good
+
+
+def test_ctrl_c_in_a_first_gate_brings_back_what_ran_before_it(box: Box) -> None:
+    plain_up(box, "baseline")
+    with pytest.raises(KeyboardInterrupt):
+        box.gate("corrupt", FakeSmoke(interrupt="corrupt"))
+    assert box.running() == ["baseline"]
+    assert box.state.last_good(PROFILE.name) is None
+
+
+def test_a_first_gate_whose_relaunch_fails_names_what_no_longer_serves(box: Box) -> None:
+    plain_up(box, "baseline")
+    result = box.gate("corrupt", verify=FakeVerify(mismatching=("corrupt", "baseline")))
+    assert result.error is not None and result.error.exit_code == EXIT_SMOKE
+    assert "bringing back 'baseline' failed too" in result.error.message
+    assert "nothing of profile 'sim' is serving" in result.error.message
+    assert any("'baseline' (running before the gate) is no longer serving" in step
+               for step in box.steps)
+    assert box.engine.containers == {}
+
+
+def test_a_first_gate_with_nothing_running_says_so(box: Box) -> None:
+    result = box.gate("corrupt", FakeSmoke(failing={"corrupt": {"slo": "too slow"}}))
+    assert result.error is not None
+    assert "nothing was running before the gate" in result.error.message
+    assert any("nothing was running" in step for step in box.steps)
+
+
 def test_a_failed_rollback_is_named_in_the_one_line(box: Box) -> None:
     passed_baseline(box)
     verify = FakeVerify(mismatching=("corrupt", "baseline"))  # the last good no longer verifies
