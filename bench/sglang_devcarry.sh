@@ -9,7 +9,7 @@ grep -qx '/.devcarry/' "$ROOT/.git/info/exclude" 2>/dev/null || echo /.devcarry/
 mkdir -p "$ROOT/.devcarry"
 rm -rf "$ROOT/.devcarry/overlay"; mkdir -p "$ROOT/.devcarry/overlay"
 cd "$HERE"
-for p in bench/run_sglang_gpu.sh bench/make_tiny_models.py bench/sglang_bundle patches/sglang/0.5.15 sglang-args/0.5.15 \
+for p in bench/run_sglang_gpu.sh bench/make_tiny_models.py bench/sglang_bundle patches/sglang/0.5.15 \
          opsctl tests/gpu pyproject.toml; do
   mkdir -p "$ROOT/.devcarry/overlay/$(dirname "$p")"; cp -r "$p" "$ROOT/.devcarry/overlay/$p"
 done

@@ -1,4 +1,4 @@
-"""Extract a pinned sglang's real argument parser into `sglang-args/<version>/cli-args.json`.
+"""Extract a pinned sglang's real argument parser into `patches/sglang/<version>/cli-args.json`.
 
 The flags opsctl renders are checked against this record (`spec.py`), so it must come
 from sglang's own code, never from a hand-kept list: the real wheel comes from the wheel cache

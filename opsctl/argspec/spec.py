@@ -1,4 +1,4 @@
-"""The pinned sglang's own argument parser, rebuilt from `sglang-args/<version>/cli-args.json`.
+"""The pinned sglang's own argument parser, rebuilt from `patches/sglang/<version>/cli-args.json`.
 
 The JSON is extracted from the real sglang wheel by `opsctl sglang-args extract` (see
 `sglang_args_extract.py`) and committed; nothing here is a hand-kept flag list. `ArgSpec.check`
@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from opsctl.core.errors import ProfileError
-from opsctl.core.paths import project_root
+from opsctl.core.paths import RELEASES_DIR, release_dir
 
-SPEC_DIR = "sglang-args"
 SPEC_FILE = "cli-args.json"
 SPEC_FORMAT = 1
 # \Z, not $: $ also matches before a trailing newline; 64 characters at most (a path part).
@@ -35,13 +34,13 @@ _TYPES: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "custom:j
 
 
 def spec_path(version: str) -> Path:
-    return project_root() / SPEC_DIR / version / SPEC_FILE
+    return release_dir(version) / SPEC_FILE
 
 
 def extract_hint(version: str) -> str:
     return (
         f"run `opsctl sglang-args extract --version {version}` and commit "
-        f"{SPEC_DIR}/{version}/{SPEC_FILE}"
+        f"{RELEASES_DIR}/{version}/{SPEC_FILE}"
     )
 
 

@@ -9,7 +9,7 @@ the transformers the wheel's METADATA pins with `==`.
 `opsctl sglang-args stack --version V` records, from the real wheels and by running the real code:
 the release's `==` pins, and for each model config opsctl ships (a GLM-5-shaped `config.json`,
 tests/fixtures/glm5) what that transformers' `AutoConfig` makes of it. The record is
-`sglang-args/<version>/stack.json`; profile validation reads it (config/profiles.py) and CI makes
+`patches/sglang/<version>/stack.json`; profile validation reads it (config/profiles.py) and CI makes
 it again from the wheels and compares (tests/integration/test_stack_records.py).
 """
 
@@ -31,9 +31,10 @@ from opsctl.argspec.extract import ensure_wheel, recorded_wheel_name
 from opsctl.core import wheels
 from opsctl.core.errors import BuildError, UsageError
 from opsctl.core.files import atomic_write_text, check_output_path, sha256_file
-from opsctl.core.paths import project_root, require_checkout
+from opsctl.core.paths import RELEASES_DIR, project_root, release_dir, require_checkout
 
 STACK_FORMAT = 1
+STACK_FILE = "stack.json"
 PROBE = Path(__file__).with_name("stack_probe.py")
 PROBE_TIMEOUT_S = 120
 # The model configs every record is checked against, by architecture (a directory with config.json).
@@ -41,7 +42,7 @@ MODEL_CONFIGS = {"GlmMoeDsaForCausalLM": Path("tests/fixtures/glm5")}
 
 
 def stack_path(version: str) -> Path:
-    return project_root() / "sglang-args" / version / "stack.json"
+    return release_dir(version) / STACK_FILE
 
 
 def stack_command(version: str) -> str:
@@ -63,7 +64,7 @@ class StackRecord:
         error = str(found.get("error") or "").split(". ")[0]
         return (f"sglang {self.version}'s image holds transformers {self.transformers} (the wheel's "
                 f"pin), which cannot load a {architecture} config.json: {error} "
-                f"(executed; recorded in sglang-args/{self.version}/stack.json)")
+                f"(executed; recorded in {RELEASES_DIR}/{self.version}/{STACK_FILE})")
 
 
 def metadata_pins(wheel: Path) -> dict[str, str]:

@@ -54,7 +54,7 @@ def profile_resolve(
         help="A GLM-5-shaped config.json (default: tests/fixtures/glm5/config.json).")] = None,
     write_records: Annotated[bool, typer.Option(
         "--write-records", help="Resolve every variant of every profile under deploy/ on its "
-        "target GPU and write sglang-args/<version>/resolved/<profile>.<variant>.json.")] = False,
+        "target GPU and write patches/sglang/<version>/resolved/<profile>.<variant>.json.")] = False,
 ) -> None:
     """Run the pinned sglang's own ServerArgs resolution offline (CPU, real wheel) and print
     what /server_info will say on the box: backends, KV dtype and row, page size, CUDA graphs,

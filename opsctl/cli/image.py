@@ -26,9 +26,9 @@ def sglang_args_extract(
     wheel_dir: Annotated[Path | None, typer.Option(
         "--wheel-dir", help="Wheel cache (default $OPSCTL_WHEEL_CACHE or /var/cache/opsctl-wheels).")] = None,
     output: Annotated[Path | None, typer.Option(
-        "--output", help="Write here instead of sglang-args/<version>/cli-args.json.")] = None,
+        "--output", help="Write here instead of patches/sglang/<version>/cli-args.json.")] = None,
 ) -> None:
-    """Record sglang's parser from the real wheel into sglang-args/<version>/cli-args.json."""
+    """Record sglang's parser from the real wheel into patches/sglang/<version>/cli-args.json."""
     from opsctl.image import app as image_app
     from opsctl.image import view
 
@@ -41,7 +41,7 @@ def sglang_args_stack(
     wheel_dir: Annotated[Path | None, typer.Option(
         "--wheel-dir", help="Wheel cache (default $OPSCTL_WHEEL_CACHE or /var/cache/opsctl-wheels).")] = None,
     output: Annotated[Path | None, typer.Option(
-        "--output", help="Write here instead of sglang-args/<version>/stack.json.")] = None,
+        "--output", help="Write here instead of patches/sglang/<version>/stack.json.")] = None,
 ) -> None:
     """Record what the release's image holds (its == pins) and whether its transformers loads GLM-5."""
     from opsctl.image import app as image_app

@@ -8,8 +8,9 @@ the scheduler's runtime figures need the GPUs and are listed under `not_run`), e
 the profile left to sglang that sglang changed, the KV row width from the release's own pool
 sizing, or the release's refusal with its file:line.
 
-Records live at `sglang-args/<version>/resolved/<profile>.<variant>.json`, one per variant,
-regenerated together by `opsctl profile resolve --write-records` and compared in CI.
+Records live in the release's folder (opsctl.core.paths.release_dir), at
+`patches/sglang/<version>/resolved/<profile>.<variant>.json`, one per variant, regenerated
+together by `opsctl profile resolve --write-records` and compared in CI.
 """
 
 from __future__ import annotations
@@ -26,11 +27,10 @@ from typing import Any
 from opsctl.argspec import resolution
 from opsctl.argspec.resolution import GpuReport as GpuReport
 from opsctl.argspec.resolution import Probed
-from opsctl.argspec.spec import SPEC_DIR
 from opsctl.config.profiles import Deployment, check_argv, to_argv
 from opsctl.core.errors import ProfileError, UsageError
 from opsctl.core.files import atomic_write_text, read_bounded, sha256_file
-from opsctl.core.paths import project_root
+from opsctl.core.paths import project_root, release_dir, releases_root
 
 RECORD_FORMAT = 1
 RECORD_DIR = "resolved"
@@ -153,7 +153,7 @@ def _positive_int(value: Any) -> bool:
 
 
 def record_path(deployment: Deployment) -> Path:
-    return (project_root() / SPEC_DIR / deployment.image.sglang_version / RECORD_DIR
+    return (release_dir(deployment.image.sglang_version) / RECORD_DIR
             / f"{deployment.profile.name}.{deployment.variant}.json")
 
 
@@ -316,7 +316,7 @@ def write(resolved: list[Resolved], stale_from: Iterable[str] = ()) -> list[Path
         written.append(item.path)
     keep = {item.path for item in resolved}
     for profile in stale_from:
-        for old in (project_root() / SPEC_DIR).glob(f"*/{RECORD_DIR}/{profile}.*.json"):
+        for old in releases_root().glob(f"*/{RECORD_DIR}/{profile}.*.json"):
             if old not in keep:
                 old.unlink()
     return written

@@ -78,7 +78,7 @@ def show(profile: Profile, variant: str | None = None) -> ProfileShow:
 
 # --- the README's variant table, generated from the `profile resolve` records -------------------
 
-VARIANT_TABLE_BEGIN = "<!-- variant-table: generated from sglang-args/<version>/resolved/ by " \
+VARIANT_TABLE_BEGIN = "<!-- variant-table: generated from patches/sglang/<version>/resolved/ by " \
     "scripts/variant_table.py; a unit test compares -->"
 VARIANT_TABLE_END = "<!-- /variant-table -->"
 _UNRESOLVED = "(no current record: run `opsctl profile resolve --write-records`)"

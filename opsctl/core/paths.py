@@ -1,6 +1,6 @@
-"""Where opsctl finds its project files: profiles (deploy/), Dockerfiles (docker/), patch sets
-(patches/), monitoring files (monitoring/), the pinned releases' records (sglang-args/) and the
-GLM-5 config fixture `profile resolve` defaults to.
+"""Where opsctl finds its project files: profiles (deploy/), Dockerfiles (docker/), the pinned
+sglang releases (patches/sglang/<version>/: each one's patch set and records), monitoring files
+(monitoring/) and the GLM-5 config fixture `profile resolve` defaults to.
 
 Three layouts, decided in this order:
 
@@ -25,12 +25,17 @@ from pathlib import Path
 PROJECT_DIR_ENV = "OPSCTL_PROJECT_DIR"
 # The project's data, as paths relative to the project root: what a wheel carries under
 # opsctl/_data/ (the same relative paths there), and what marks a checkout.
-PACKAGED = ("deploy", "docker", "monitoring", "patches", "sglang-args", "tests/fixtures/glm5")
+PACKAGED = ("deploy", "docker", "monitoring", "patches", "tests/fixtures/glm5")
 # Never packaged: host state a checkout keeps beside its profiles, what .gitignore keeps out of
 # these folders (the simulator's base digest: its base is built on each host). Committed locks
 # are packaged.
 NOT_PACKAGED = ("deploy/locks/sim.json",)
 DATA_DIR = "_data"  # the wheel's data folder, inside the opsctl package
+# One folder per pinned sglang release, relative to the project root: its patch set
+# (manifest.json and the files the manifest lists: all the patch set's identity covers) beside
+# its records (cli-args.json, stack.json, resolved/<profile>.<variant>.json). opsctl.sim, an
+# island, keeps its own copy of this path (a unit test compares the two).
+RELEASES_DIR = "patches/sglang"
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # .../opsctl
 
@@ -71,8 +76,18 @@ def layout() -> Layout:
 
 
 def project_root() -> Path:
-    """The directory holding deploy/, docker/, patches/, monitoring/ and sglang-args/."""
+    """The directory holding deploy/, docker/, patches/ and monitoring/."""
     return layout().data
+
+
+def releases_root() -> Path:
+    """The folder holding one folder per pinned sglang release (`RELEASES_DIR`)."""
+    return project_root() / RELEASES_DIR
+
+
+def release_dir(version: str) -> Path:
+    """The folder of pinned sglang release `version`: its patch set and its records."""
+    return releases_root() / version
 
 
 def source_root() -> Path:

@@ -27,10 +27,11 @@ from opsctl import __version__
 from opsctl.config import patchsets
 from opsctl.config.profile_checks import is_secret_name
 from opsctl.config.profiles import PATCH_SWITCH_ENV, Deployment, ImageSpec, Profile
+from opsctl.config.resolve import RECORD_DIR
 from opsctl.core import labels, wheels
 from opsctl.core.errors import BuildError, ProfileError, UsageError
 from opsctl.core.files import sha256_file
-from opsctl.core.paths import project_root, source_root
+from opsctl.core.paths import RELEASES_DIR, project_root, source_root
 from opsctl.image import imagecheck, patchset
 from opsctl.image.lock import lock_dir, read_lock
 
@@ -297,8 +298,9 @@ def _simulator_inputs(root: Path, source: Path) -> dict[str, Path]:
     files: dict[str, Path] = {"app/opsctl/__init__.py": source / "opsctl" / "__init__.py"}
     for path in sim_modules(source):
         files[f"app/opsctl/sim/{path.name}"] = path
-    # The releases' own resolutions of the profiles' variants (opsctl.sim.records reads them).
-    for path in sorted(root.glob("sglang-args/*/resolved/*.json")):
+    # The releases' own resolutions of the profiles' variants (opsctl.sim.records reads them),
+    # at the same path under app/ as under the project root.
+    for path in sorted((root / RELEASES_DIR).glob(f"*/{RECORD_DIR}/*.json")):
         files[f"app/{path.relative_to(root).as_posix()}"] = path
     for dist in SIM_DISTRIBUTIONS:
         wheel = wheels.fetch(dist, importlib.metadata.version(dist))

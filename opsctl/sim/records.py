@@ -1,14 +1,15 @@
 """The pinned release's own resolution of a variant, as `opsctl profile resolve` recorded it.
 
-`sglang-args/<release>/resolved/<profile>.<variant>.json` holds what sglang itself resolved for
+`patches/sglang/<release>/resolved/<profile>.<variant>.json` holds what sglang itself resolved for
 that variant's argv (its real code, run offline from the wheel, the GLM-5 fixture as the model,
 the profile's RTX PRO 6000 Blackwell reported). When the simulator runs exactly such an argv on
 the release of a record, and no config.json tells it another model, it reports the record's
 values; any other argv falls back to opsctl.sim.releases (tested against every record). The
-records sit beside the package: `<repo>/sglang-args` in a checkout, `/opt/opsctl/app/sglang-args`
-in the image (opsctl.image.plan copies them), inside it as `opsctl/_data/sglang-args` in an
-installed wheel (opsctl.core.paths; the simulator is an island and cannot import it). Standard
-library only.
+release folders sit beside the package: `<repo>/patches/sglang` in a checkout,
+`/opt/opsctl/app/patches/sglang` in the image (opsctl.image.plan copies the records there),
+inside it as `opsctl/_data/patches/sglang` in an installed wheel (opsctl.core.paths.RELEASES_DIR;
+the simulator is an island and cannot import it, so it keeps its own copy, compared by a unit
+test). Standard library only.
 """
 
 from __future__ import annotations
@@ -19,16 +20,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+RELEASES_DIR = "patches/sglang"  # opsctl.core.paths.RELEASES_DIR, relative to the project root
+RECORD_DIR = "resolved"  # opsctl.config.resolve.RECORD_DIR, inside a release's folder
 _PACKAGE = Path(__file__).resolve().parents[1]
-RECORDS_ROOT = next((path for path in (_PACKAGE.parent / "sglang-args", _PACKAGE / "_data" / "sglang-args")
-                     if path.is_dir()), _PACKAGE.parent / "sglang-args")
+RECORDS_ROOT = next((path for path in (_PACKAGE.parent / RELEASES_DIR, _PACKAGE / "_data" / RELEASES_DIR)
+                     if path.is_dir()), _PACKAGE.parent / RELEASES_DIR)
 MAX_RECORD_BYTES = 1 << 20
 
 
 @functools.lru_cache(maxsize=8)
 def _records(root: Path, release: str) -> tuple[tuple[tuple[str, ...], dict[str, Any]], ...]:
     found = []
-    for path in sorted((root / release / "resolved").glob("*.json")):
+    for path in sorted((root / release / RECORD_DIR).glob("*.json")):
         try:
             if path.stat().st_size > MAX_RECORD_BYTES:
                 continue

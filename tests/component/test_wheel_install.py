@@ -111,7 +111,7 @@ def test_opsctl_is_the_wheels_and_finds_its_packaged_data(installed: Installed) 
     assert Path(module).is_relative_to(installed.venv), module
     assert (kind, Path(data), Path(source)) == (paths.INSTALLED, installed.data, installed.data.parents[1])
     # The simulator (an island, no opsctl.core) finds the packaged resolution records itself.
-    assert Path(records) == installed.data / "sglang-args"
+    assert Path(records) == installed.data / paths.RELEASES_DIR
 
 
 def test_profile_show_and_up_dry_run_read_the_packaged_profile(installed: Installed) -> None:
@@ -131,7 +131,7 @@ def test_build_dry_run_plans_from_the_packaged_dockerfiles_and_patch_set(install
     assert str(installed.data / "docker" / "sim.Dockerfile") in sim.stdout
     # Locks are host state: an installed opsctl keeps them in its state directory.
     assert str(Path(installed.env["OPSCTL_STATE_DIR"]) / "locks" / "sim.json") in sim.stdout
-    assert "app/sglang-args/0.5.23/resolved/sim.baseline.json" in sim.stdout
+    assert "app/patches/sglang/0.5.23/resolved/sim.baseline.json" in sim.stdout
     glm = installed.opsctl("build", "--dry-run", "--profile", GLM, "--variant", "gathercast")
     assert glm.returncode == 0, glm.stderr
     assert str(installed.data / "docker" / "Dockerfile") in glm.stdout
@@ -145,7 +145,7 @@ def test_rewriting_the_committed_records_is_refused_when_installed(installed: In
     run = installed.opsctl("profile", "resolve", "--write-records")
     assert run.returncode == EXIT_USAGE, run.stdout + run.stderr
     assert "installed package" in run.stderr and "Traceback" not in run.stderr
-    assert not list((installed.data / "sglang-args").glob("*/resolved/*.json.tmp*"))
+    assert not list((installed.data / paths.RELEASES_DIR).glob("*/resolved/*.json.tmp*"))
 
 
 def test_the_sdist_manifest_grafts_exactly_the_packaged_folders() -> None:

@@ -182,7 +182,7 @@ def test_a_variant_pinning_another_release_gets_its_own_image(locks: dict[str, s
                                                              standins: None, tmp_path: Path) -> None:
     # A variant that pins another patch set's release, built on that release's stand-in: the
     # same Dockerfile, that release's patch set, its own tag. GLM-5 cannot be on 0.5.9 (its
-    # transformers has no glm_moe_dsa: sglang-args/0.5.9/stack.json), so the derived profile
+    # transformers has no glm_moe_dsa: patches/sglang/0.5.9/stack.json), so the derived profile
     # serves a model 0.5.9 loads.
     text = (project_root() / "deploy" / f"{PROFILE}.yaml").read_text()
     text = text.replace("architecture: GlmMoeDsaForCausalLM", "architecture: DeepseekV3ForCausalLM")

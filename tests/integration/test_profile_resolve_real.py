@@ -1,6 +1,6 @@
 """The pinned sglang's own resolution, run for real (the wheel from the cache or PyPI).
 
-1. Every committed record under sglang-args/<version>/resolved/ equals a fresh resolution of
+1. Every committed record under patches/sglang/<version>/resolved/ equals a fresh resolution of
    its variant (apart from `provenance.run`, the side environment pip happened to assemble), so
    a hand edit or a profile change without `opsctl profile resolve --write-records` fails here.
 2. What sglang 0.5.23 resolves for the GPU profile's dense and sparse variants on sm_120.
@@ -25,7 +25,7 @@ import pytest
 from opsctl.config import resolve
 from opsctl.config.profiles import load_profile
 from opsctl.core.errors import EXIT_BUILD
-from opsctl.core.paths import project_root
+from opsctl.core.paths import project_root, releases_root
 
 GPU_PROFILE = "glm5-nvfp4-rtx6000"
 
@@ -46,7 +46,7 @@ def fresh() -> dict[str, resolve.Resolved]:
 
 
 def test_committed_records_equal_a_fresh_resolution(fresh: dict[str, resolve.Resolved]) -> None:
-    committed = sorted(project_root().glob(f"sglang-args/*/{resolve.RECORD_DIR}/*.json"))
+    committed = sorted(releases_root().glob(f"*/{resolve.RECORD_DIR}/*.json"))
     assert sorted(r.path for r in fresh.values()) == committed, (
         "records and variants differ: run `opsctl profile resolve --write-records`")
     for item in fresh.values():
@@ -86,12 +86,12 @@ def test_offline_without_the_wheel_is_one_line_and_exit_3(tmp_path: Path) -> Non
     env = {**os.environ, "OPSCTL_WHEEL_CACHE": str(tmp_path / "cache"), "PIP_NO_INDEX": "1",
            "PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": str(tmp_path / "none"),
            "OPSCTL_PROJECT_DIR": str(project_root())}
-    before = sorted(project_root().glob("sglang-args/*/resolved/*.json"))
+    before = sorted(releases_root().glob(f"*/{resolve.RECORD_DIR}/*.json"))
     done = subprocess.run([sys.executable, "-m", "opsctl", "profile", "resolve", "-p", GPU_PROFILE,
                            "-v", "native"], capture_output=True, text=True, env=env, timeout=300,
                           check=False)
     assert done.returncode == EXIT_BUILD, done.stderr
     assert "Traceback" not in done.stderr + done.stdout
     assert done.stderr.startswith("error: pip download sglang==0.5.23 failed")
-    assert sorted(project_root().glob("sglang-args/*/resolved/*.json")) == before
+    assert sorted(releases_root().glob(f"*/{resolve.RECORD_DIR}/*.json")) == before
     assert not list((tmp_path / "cache").glob("resolve/*"))

@@ -1,6 +1,6 @@
 """Re-extract the pinned sglang parsers from the real wheels (needs PyPI unless cached).
 
-1. The committed sglang-args/<version>/cli-args.json must equal a fresh extraction (apart from
+1. The committed patches/sglang/<version>/cli-args.json must equal a fresh extraction (apart from
    `provenance.run`: time and interpreter), so a hand edit of the record fails here.
 2. `ArgSpec.check` must agree with sglang's own parser on a corpus built from every flag.
 
@@ -40,7 +40,7 @@ def test_committed_record_equals_a_fresh_extraction(version: str, tmp_path: Path
     fresh = json.loads(result.path.read_text())
     assert fresh["provenance"]["run"]["extracted_at"]
     assert _without_run(fresh) == _without_run(committed), (
-        f"sglang-args/{version}/cli-args.json differs from the real wheel's parser; "
+        f"patches/sglang/{version}/cli-args.json differs from the real wheel's parser; "
         f"regenerate it with `opsctl sglang-args extract --version {version}`"
     )
 

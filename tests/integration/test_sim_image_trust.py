@@ -27,7 +27,7 @@ STRAY = "zz_stray.py"
 @pytest.fixture
 def copy(tmp_path: Path) -> dict[str, str]:
     root = tmp_path / "project"
-    for name in ("opsctl", "deploy", "docker", "sglang-args", "patches"):
+    for name in ("opsctl", "deploy", "docker", "patches"):
         shutil.copytree(project_root() / name, root / name,
                         ignore=shutil.ignore_patterns("__pycache__", "locks"))
     (root / "opsctl" / "sim" / STRAY).write_text("raise SystemExit('never baked in')\n")

@@ -1,7 +1,7 @@
 """The image stack of each pinned sglang release, made again from the real wheels (needs PyPI unless
 cached): its == pins, and whether the transformers it pins loads GLM-5's config.json.
 
-1. The committed sglang-args/<version>/stack.json equals a fresh one (a hand edit fails here).
+1. The committed patches/sglang/<version>/stack.json equals a fresh one (a hand edit fails here).
 2. For every variant of every GPU profile, the transformers its image will hold (its release's pin)
    parses the GLM-5-shaped config.json with AutoConfig: executed, not read.
 3. The failure the box's first run met is reproduced: 0.5.9's transformers 4.57.1 cannot.
@@ -19,9 +19,9 @@ import pytest
 from opsctl.argspec import stack
 from opsctl.config.profiles import load_profile
 from opsctl.core import wheels
-from opsctl.core.paths import project_root
+from opsctl.core.paths import project_root, releases_root
 
-PINNED = sorted(p.parent.name for p in (project_root() / "sglang-args").glob("*/stack.json"))
+PINNED = sorted(p.parent.name for p in releases_root().glob(f"*/{stack.STACK_FILE}"))
 GPU_PROFILES = ("glm5-nvfp4-rtx6000",)
 GLM5 = project_root() / "tests" / "fixtures" / "glm5"
 
@@ -30,7 +30,7 @@ GLM5 = project_root() / "tests" / "fixtures" / "glm5"
 def test_committed_stack_record_equals_a_fresh_one(version: str, tmp_path: Path) -> None:
     committed = json.loads(stack.stack_path(version).read_text())
     fresh = json.loads(stack.generate(version, wheels.cache_dir(), tmp_path / "stack.json").path.read_text())
-    assert fresh == committed, (f"sglang-args/{version}/stack.json differs from the real wheels; "
+    assert fresh == committed, (f"patches/sglang/{version}/stack.json differs from the real wheels; "
                                 f"regenerate it with `{stack.stack_command(version)}`")
 
 

@@ -184,7 +184,7 @@ def test_expected_image_follows_the_lock(lock_dir: Path) -> None:
 
 def two_release_profile(tmp_path: Path) -> Profile:
     """The GLM profile plus a variant `old` on sglang 0.5.9, for a model 0.5.9 can load (GLM-5
-    itself cannot be on 0.5.9: its transformers has no glm_moe_dsa, sglang-args/0.5.9/stack.json)."""
+    itself cannot be on 0.5.9: its transformers has no glm_moe_dsa, patches/sglang/0.5.9/stack.json)."""
     text = (Path(__file__).parents[2] / "deploy" / "glm5-nvfp4-rtx6000.yaml").read_text()
     text = text.replace("architecture: GlmMoeDsaForCausalLM", "architecture: DeepseekV3ForCausalLM")
     text = text.replace('    SGLANG_TIMEOUT_KEEP_ALIVE: "900"', "")

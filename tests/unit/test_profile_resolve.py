@@ -163,7 +163,7 @@ def test_one_probe_per_release_and_gpu_and_the_model_path_is_the_profiles() -> N
     assert record["kv_row"]["bytes"] == 656
     assert "torch.cuda.is_available (called 3x)" in record["faked"]
     assert record["provenance"]["torch_pinned"] == "2.14.1"
-    assert resolved[1].path == (project_root() / "sglang-args/0.5.23/resolved/"
+    assert resolved[1].path == (project_root() / "patches/sglang/0.5.23/resolved/"
                                 "glm5-nvfp4-rtx6000.native.json")
 
 
@@ -192,12 +192,12 @@ def test_an_import_that_needs_the_gpu_is_unresolved_and_says_where() -> None:
 def test_write_replaces_records_whole_and_removes_vanished_variants(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PROJECT_DIR_ENV, str(tmp_path))
-    old = tmp_path / "sglang-args/0.5.23/resolved/p.gone.json"
-    other = tmp_path / "sglang-args/0.5.23/resolved/q.kept.json"
+    old = tmp_path / "patches/sglang/0.5.23/resolved/p.gone.json"
+    other = tmp_path / "patches/sglang/0.5.23/resolved/q.kept.json"
     for path in (old, other):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("{}")
-    new = resolve.Resolved({"variant": "a"}, tmp_path / "sglang-args/0.5.23/resolved/p.a.json")
+    new = resolve.Resolved({"variant": "a"}, tmp_path / "patches/sglang/0.5.23/resolved/p.a.json")
     assert resolve.write([new], stale_from=["p"]) == [new.path]
     assert json.loads(new.path.read_text()) == {"variant": "a"}
     assert not old.exists() and other.exists()

@@ -1,4 +1,4 @@
-"""ArgSpec: the pinned sglang parsers rebuilt from the committed sglang-args/<version>/cli-args.json."""
+"""ArgSpec: the pinned sglang parsers rebuilt from the committed patches/sglang/<version>/cli-args.json."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from opsctl.argspec import spec as sglang_args
 from opsctl.argspec.spec import ArgSpec, load_spec
 from opsctl.core.errors import EXIT_USAGE, ProfileError
-from opsctl.core.paths import PROJECT_DIR_ENV, project_root
+from opsctl.core.paths import PROJECT_DIR_ENV, RELEASES_DIR, release_dir
 
 PINNED = ("0.5.23", "0.5.9")
 MODEL = ["--model-path", "/models/GLM-5-NVFP4"]
@@ -167,7 +167,7 @@ def test_a_path_is_not_a_version(version: str) -> None:
 
 def test_corrupt_spec_is_a_profile_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PROJECT_DIR_ENV, str(tmp_path))
-    path = tmp_path / "sglang-args" / "1.0.0" / "cli-args.json"
+    path = tmp_path / RELEASES_DIR / "1.0.0" / "cli-args.json"
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
     with pytest.raises(ProfileError) as raised:
@@ -185,7 +185,7 @@ def test_a_rewritten_spec_is_read_again(tmp_path: Path, monkeypatch: pytest.Monk
 
 @pytest.mark.parametrize("version", PINNED)
 def test_committed_records_carry_provenance(version: str) -> None:
-    record = json.loads((project_root() / "sglang-args" / version / "cli-args.json").read_text())
+    record = json.loads((release_dir(version) / "cli-args.json").read_text())
     assert record["sglang_version"] == version
     assert record["format"] == sglang_args.SPEC_FORMAT
     provenance = record["provenance"]
@@ -213,7 +213,7 @@ def _spec(actions: list[dict[str, Any]], **parser: Any) -> ArgSpec:
 
 
 def _write_spec(root: Path, actions: list[dict[str, Any]]) -> None:
-    path = root / "sglang-args" / "1.0.0" / "cli-args.json"
+    path = root / RELEASES_DIR / "1.0.0" / "cli-args.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {"format": sglang_args.SPEC_FORMAT, "sglang_version": "1.0.0",
               "parser": {"allow_abbrev": True}, "actions": actions}

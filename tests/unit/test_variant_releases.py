@@ -52,7 +52,7 @@ def test_every_variant_runs_0523_on_one_image_chosen_at_run_time() -> None:
 
 
 def test_0_5_9_cannot_load_glm5_and_is_refused_with_the_executed_reason(tmp_path: Path) -> None:
-    # sglang 0.5.9 pins transformers 4.57.1, which has no glm_moe_dsa (sglang-args/0.5.9/stack.json,
+    # sglang 0.5.9 pins transformers 4.57.1, which has no glm_moe_dsa (patches/sglang/0.5.9/stack.json,
     # made by running that transformers' AutoConfig on tests/fixtures/glm5).
     text = _with_variant(_glm_text(), '    image: {sglang_version: "0.5.9", base: "x:1"}\n'
                          "    server: {disable_prefill_cuda_graph: false}\n")
