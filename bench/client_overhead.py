@@ -29,6 +29,7 @@ import httpx
 
 from opsctl.deploy import localsim as simproc
 from opsctl.traffic.bench.sweep import BenchOptions, sweep
+from opsctl.traffic.settings import BenchSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,8 +65,10 @@ def main() -> int:
                          "--enable-metrics"], sim_env)
     url = sim.url
     try:
-        options = BenchOptions(concurrency=(args.concurrency,), requests_per_level=args.requests,
-                               input_words=args.input_words, output_tokens=args.output_tokens)
+        options = BenchOptions(BenchSettings(concurrency=(args.concurrency,),
+                                             requests_per_level=args.requests,
+                                             input_words=args.input_words,
+                                             output_tokens=args.output_tokens))
         before = _server_itl(url)
         variant = asyncio.run(sweep("sim", url, options))
         after = _server_itl(url)

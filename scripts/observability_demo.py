@@ -31,6 +31,7 @@ from opsctl.observe.promconfig import ScrapeTargets
 from opsctl.observe.promnames import slo_rules
 from opsctl.observe.report import QUERY_TIMEOUT_SECONDS
 from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
+from opsctl.traffic.settings import BenchSettings
 from opsctl.traffic.smoke import SmokeOptions, run_smoke
 
 LEVELS = (1, 8, 16, 32)
@@ -91,8 +92,9 @@ def main() -> int:
         for level in LEVELS:
             threads = []
             for variant, url in sims.items():
-                options = BenchOptions(concurrency=(level,), requests_per_level=34 * level,
-                                       input_words=64, output_tokens=OUTPUT_TOKENS)
+                options = BenchOptions(BenchSettings(concurrency=(level,),
+                                                     requests_per_level=34 * level,
+                                                     input_words=64, output_tokens=OUTPUT_TOKENS))
 
                 def sweep(variant: str = variant, url: str = url,
                           options: BenchOptions = options) -> None:

@@ -137,7 +137,8 @@ def bench(
                         "each is brought up, swept and taken down (or names the --base-url "
                         "targets in order).")] = None,
     concurrency: Annotated[str | None, typer.Option("--concurrency", help="Comma-separated "
-                           "levels (default 1,2,4,8,16,32,64).")] = None,
+                           "levels (default "
+                           f"{','.join(map(str, BENCH_DEFAULTS.concurrency))}).")] = None,
     base_url: Annotated[list[str] | None, typer.Option("--base-url", help="[NAME=]URL of a "
                         "running server; repeat for several.")] = None,
     out: Annotated[str | None, typer.Option("--out", help="Report directory (default "
@@ -150,7 +151,7 @@ def bench(
                                                help="Output tokens per request.")
                              ] = BENCH_DEFAULTS.output_tokens,
     model: ModelOpt = None,
-    api: ApiOpt = "completions",
+    api: ApiOpt = BENCH_DEFAULTS.api,
     request_timeout: Annotated[float, typer.Option(
         help="Seconds per request.", callback=within(0.01, 86400))
     ] = BENCH_DEFAULTS.request_timeout_s,

@@ -20,6 +20,7 @@ from opsctl.core.redact import redact_userinfo
 from opsctl.traffic.bench.report import VariantResult
 from opsctl.traffic.bench.sweep import BenchOptions, sweep
 from opsctl.traffic.client import ClientFactory, make_client
+from opsctl.traffic.settings import BENCH_DEFAULTS, BenchSettings
 
 LABEL = "trace-load"
 WAVES = 1000  # requests per worker: never the reason the load ends
@@ -42,7 +43,7 @@ class LoadSummary:
 class LoadShape:
     input_words: int = 128
     output_tokens: int = 1024
-    request_timeout_s: float = 600.0
+    request_timeout_s: float = BENCH_DEFAULTS.request_timeout_s
     api_key: str | None = None
 
 
@@ -52,9 +53,12 @@ def steady_load(base_url: str, concurrency: int, shape: LoadShape,
     """Hold `concurrency` streaming requests in flight until the block exits."""
     summary = LoadSummary(concurrency=concurrency)
     result = VariantResult(variant=LABEL, base_url=redact_userinfo(base_url))
-    options = BenchOptions(concurrency=(concurrency,), requests_per_level=concurrency * WAVES,
-                           input_words=shape.input_words, output_tokens=shape.output_tokens,
-                           request_timeout_s=shape.request_timeout_s, api_key=shape.api_key)
+    options = BenchOptions(BenchSettings(concurrency=(concurrency,),
+                                         requests_per_level=concurrency * WAVES,
+                                         input_words=shape.input_words,
+                                         output_tokens=shape.output_tokens,
+                                         request_timeout_s=shape.request_timeout_s),
+                           api_key=shape.api_key)
     loop = asyncio.new_event_loop()
 
     def run() -> None:

@@ -202,12 +202,12 @@ def bench(
     `driver` sends the load instead of opsctl's client (`--driver`, opsctl.traffic.bench.drivers)."""
     loaded, targets, active = _bench_plan(request, launcher)
     settings, spec, workload, served_tokenizer = _bench_workload(request, loaded, driver)
-    options = BenchOptions.of(
-        settings, arrival_seed=spec.seed, api_key=request.api_key,
+    options = BenchOptions(
+        settings, api_key=request.api_key,
         profile_alias=loaded.model.served_name if loaded else None,
         slo=request.slo or (loaded.slo if loaded else None), workload=workload, driver=driver,
+        arrival_seed=spec.seed,
     )
-    options = replace(options, arrival=replace(options.arrival, schedule_s=workload.arrivals_s))
     out = request.out_dir or default_bench_dir()
     with progress() if progress else nullcontext(None) as on_progress:
         report = run_bench(targets, options, profile_name=loaded.name if loaded else None,
@@ -245,9 +245,7 @@ def _bench_workload(request: BenchRequest, loaded: Profile | None,
             if not spec.defaulted:  # asked for by name: the missing tokenizer is the error
                 raise
             served_tokenizer, unmapped = None, exc.message  # the default: words, and why
-    workload = (driver.workload(spec, settings.api, settings.requests_per_level,
-                                settings.duration_s)
-                if driver else build(spec))
+    workload = driver.workload(spec, settings) if driver else build(spec)
     if workload.name != "random":
         served_tokenizer = None  # the default fell back to words (the note says why)
     _note_workload(workload, spec, unmapped, served_tokenizer)

@@ -1,8 +1,9 @@
 """The settings of `smoke` and `bench`, one model each, their defaults written here only.
 
 The CLI's option defaults, the gate's and decide's smoke, decide's sweep, `tune`'s bench and
-the runtime options (SmokeOptions, BenchOptions) all read them from these models, and each
-report records the settings it ran with (SmokeReport.settings, BenchReport.config).
+the runtime options (SmokeOptions; BenchOptions holds its BenchSettings) all read them from
+these models, and each report records the settings it ran with (SmokeReport.settings,
+BenchReport.config.settings).
 """
 
 from __future__ import annotations

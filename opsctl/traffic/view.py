@@ -245,7 +245,7 @@ def write_plots(report: BenchReport, out_dir: Path) -> list[Path]:
                 xs, ys = zip(*points, strict=True)
                 ax.plot(xs, ys, marker="o", label=run.variant)
         ax.set_xscale("log", base=2)
-        levels = report.config.concurrency
+        levels = report.config.settings.concurrency
         ax.set_xticks(levels, [str(level) for level in levels])
         ax.minorticks_off()
         ax.set_xlabel("concurrency")

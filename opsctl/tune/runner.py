@@ -12,6 +12,7 @@ from opsctl.core.errors import Interrupted
 from opsctl.deploy.launch import Launch
 from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
 from opsctl.traffic.client import ClientFactory, make_client
+from opsctl.traffic.settings import BenchSettings
 from opsctl.tune.app import Measure
 from opsctl.tune.settings import TuneSettings
 
@@ -32,9 +33,11 @@ class DeployRunner:
 
     def bench(self, base_url: str, concurrency: int, requests: int) -> Measure:
         asked = self.settings
-        options = BenchOptions(concurrency=(concurrency,), requests_per_level=requests,
-                               input_words=asked.input_words, output_tokens=asked.output_tokens,
-                               request_timeout_s=asked.request_timeout_s, api_key=self.api_key)
+        options = BenchOptions(BenchSettings(concurrency=(concurrency,), requests_per_level=requests,
+                                             input_words=asked.input_words,
+                                             output_tokens=asked.output_tokens,
+                                             request_timeout_s=asked.request_timeout_s),
+                               api_key=self.api_key)
         report = run_bench([Target(label=LABEL, base_url=base_url)], options,
                            client_factory=self.client_factory)
         stopped = report.stop_error("bench", "tune")

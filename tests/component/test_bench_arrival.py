@@ -16,6 +16,7 @@ from opsctl.traffic.bench.serving import write_report_files
 from opsctl.traffic.bench.stats import goodput
 from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
 from opsctl.traffic.client import RequestResult
+from opsctl.traffic.settings import BenchSettings
 
 StartSim = Callable[..., SimServer]
 FAST = {"OPSCTL_SIM_TTFT_MS": "5", "OPSCTL_SIM_ITL_MS": "2"}
@@ -86,9 +87,9 @@ def test_request_rate_run_writes_figures_goodput_and_bench_serving_jsonl(
         sim_server: StartSim, tmp_path: Path) -> None:
     slo = Slo.model_validate({"ttft": {"quantile": 0.5, "threshold_ms": 600},
                               "tpot": {"quantile": 0.5, "threshold_ms": 60}})
-    options = BenchOptions(concurrency=(16,), requests_per_level=32, input_words=16,
-                           output_tokens=8, request_timeout_s=10.0,
-                           arrival=Arrival(rate=8.0, seed=0), slo=slo)
+    options = BenchOptions(BenchSettings(concurrency=(16,), requests_per_level=32,
+                                         input_words=16, output_tokens=8, request_timeout_s=10.0,
+                                         request_rate=8.0), arrival_seed=0, slo=slo)
     report = run_bench([Target("sim", sim(sim_server))], options)
     assert report.passed, report.model_dump_json()
     level = report.variants[0].levels[0]
@@ -140,8 +141,8 @@ def test_cli_goodput_thresholds_without_a_profile(sim_server: StartSim, opsctl: 
 
 
 def test_duration_mode_against_the_simulator(sim_server: StartSim) -> None:
-    options = BenchOptions(concurrency=(2,), input_words=8, output_tokens=4,
-                           request_timeout_s=10.0, arrival=Arrival(duration_s=1.0))
+    options = BenchOptions(BenchSettings(concurrency=(2,), input_words=8, output_tokens=4,
+                                         request_timeout_s=10.0, duration_s=1.0))
     report = run_bench([Target("sim", sim(sim_server))], options)
     level = report.variants[0].levels[0]
     assert report.passed and level.requests == level.completed > 2

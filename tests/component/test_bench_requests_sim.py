@@ -16,6 +16,7 @@ from opsctl.traffic import app as traffic
 from opsctl.traffic.bench.records import read_records
 from opsctl.traffic.bench.serving import write_report_files
 from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
+from opsctl.traffic.settings import BenchSettings
 
 StartSim = Callable[..., SimServer]
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "bench_serving"
@@ -28,10 +29,9 @@ NOT_WRITTEN = {"sharegpt_output_len", "total_input_text_tokens", "total_input_vi
 
 def _options(**overrides: object) -> BenchOptions:
     values: dict[str, object] = {"concurrency": (1, 3), "requests_per_level": 6,
-                                 "input_words": 16, "output_tokens": 8, "request_timeout_s": 10.0,
-                                 "server_figures": False}
+                                 "input_words": 16, "output_tokens": 8, "request_timeout_s": 10.0}
     values.update(overrides)
-    return BenchOptions(**values)  # type: ignore[arg-type]
+    return BenchOptions(BenchSettings.model_validate(values), server_figures=False)
 
 
 def _sim(start: StartSim) -> str:

@@ -14,6 +14,7 @@ from opsctl.core.errors import EXIT_LAUNCH, EXIT_SMOKE, EXIT_USAGE, LaunchError
 from opsctl.traffic.bench.report import verdict_error
 from opsctl.traffic.bench.serving import write_report_files
 from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench, sweep
+from opsctl.traffic.settings import BenchSettings
 
 StartSim = Callable[..., SimServer]
 FAST = {"OPSCTL_SIM_TTFT_MS": "5", "OPSCTL_SIM_ITL_MS": "2"}
@@ -25,12 +26,12 @@ def sim(start: StartSim, *args: str, **env: str) -> str:
                  wait=wait).url
 
 
-def small(**overrides: object) -> BenchOptions:
+def small(api_key: str | None = None, **overrides: object) -> BenchOptions:
     values: dict[str, object] = {"concurrency": (1, 4), "requests_per_level": 8,
                                  "input_words": 16, "output_tokens": 8,
                                  "request_timeout_s": 10.0}
     values.update(overrides)
-    return BenchOptions(**values)  # type: ignore[arg-type]
+    return BenchOptions(BenchSettings.model_validate(values), api_key=api_key)
 
 
 def test_sweep_measures_every_level(sim_server: StartSim) -> None:
@@ -191,5 +192,5 @@ def test_a_failed_launch_still_stops_and_goes_on(sim_server: StartSim) -> None:
 
 @pytest.mark.parametrize("levels", [(3,)])
 def test_requests_default_to_four_per_concurrency(levels: tuple[int, ...]) -> None:
-    options = BenchOptions(concurrency=levels)
+    options = BenchOptions(BenchSettings(concurrency=levels))
     assert options.requests_at(3) == 16 and options.requests_at(64) == 256

@@ -18,8 +18,15 @@ from opsctl.traffic.bench.arrival import Arrival, Batch, drive
 from opsctl.traffic.bench.levels import PhasePlan
 from opsctl.traffic.bench.sweep import DEADLINE_CAP_S, BenchOptions, Target, run_bench
 from opsctl.traffic.bench.workers import split
-from opsctl.traffic.bench.workloads import TRACE_BLOCK_TOKENS, WorkloadSpec, build, read_trace
+from opsctl.traffic.bench.workloads import (
+    TRACE_BLOCK_TOKENS,
+    Workload,
+    WorkloadSpec,
+    build,
+    read_trace,
+)
 from opsctl.traffic.client import RequestResult
+from opsctl.traffic.settings import BenchSettings
 
 tokenizers = pytest.importorskip("tokenizers")  # installed by scripts/setup.sh
 
@@ -153,8 +160,9 @@ def test_a_trace_replays_against_the_simulator(sim_server: StartSim, tmp_path: P
     rows = [{**row, "timestamp": row["timestamp"] // 40} for row in TRACE]  # ~0.1 s in all
     work = build(WorkloadSpec(name="mooncake-trace", dataset_path=write_trace(
         tmp_path / "t.jsonl", rows)))
-    options = BenchOptions(concurrency=(2,), requests_per_level=len(rows), request_timeout_s=10.0,
-                           workload=work, arrival=Arrival(schedule_s=work.arrivals_s))
+    options = BenchOptions(BenchSettings(concurrency=(2,), requests_per_level=len(rows),
+                                         request_timeout_s=10.0), workload=work)
+    assert options.arrival.schedule_s == work.arrivals_s  # the trace's own arrival times
     report = run_bench([Target("sim", url)], options)
     assert report.passed, report.model_dump_json()
     level = report.variants[0].levels[0]
@@ -172,9 +180,8 @@ def test_every_level_replays_the_trace_from_its_first_arrival(
     rows = [{**row, "timestamp": row["timestamp"] // 40} for row in TRACE]
     work = build(WorkloadSpec(name="mooncake-trace", dataset_path=write_trace(
         tmp_path / "t.jsonl", rows)))
-    options = BenchOptions(concurrency=(1, 2, 3), requests_per_level=len(rows),
-                           request_timeout_s=10.0, workload=work,
-                           arrival=Arrival(schedule_s=work.arrivals_s))
+    options = BenchOptions(BenchSettings(concurrency=(1, 2, 3), requests_per_level=len(rows),
+                                         request_timeout_s=10.0), workload=work)
     report = run_bench([Target("sim", url)], options)
     assert report.passed, report.model_dump_json()
     kept = report._requests  # (requests file, the level's records), level by level
@@ -188,8 +195,10 @@ def test_every_level_replays_the_trace_from_its_first_arrival(
 
 def test_a_long_traces_own_length_is_added_to_the_capped_deadline() -> None:
     hour = Arrival(schedule_s=(0.0, 1800.0, 3600.0))  # a 1-h trace of 3 requests
-    options = BenchOptions(concurrency=(1, 2), requests_per_level=3, request_timeout_s=1000.0,
-                           arrival=hour)
+    trace = Workload("mooncake-trace", None, WorkloadSpec(name="mooncake-trace"),
+                     arrivals_s=hour.schedule_s)
+    options = BenchOptions(BenchSettings(concurrency=(1, 2), requests_per_level=3,
+                                         request_timeout_s=1000.0), workload=trace)
     assert options.deadline() == DEADLINE_CAP_S + 2 * 3600.0
     assert hour.replay_s(3) == 3600.0 and hour.replay_s(5) == 3600.0 + 1800.0
     assert hour.replay_s(0) == 0.0 and Arrival().replay_s(7) == 0.0

@@ -25,12 +25,12 @@ import pytest
 from conftest import REPO_ROOT, SimServer
 from hostile import HostileServer
 
-from opsctl.traffic.bench.arrival import Arrival
 from opsctl.traffic.bench.levels import Phase, PhasePlan, RequestSpec
 from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
 from opsctl.traffic.bench.workers import WorkerDied, WorkerPool, WorkerSetup
 from opsctl.traffic.bench.workloads import Workload, WorkloadSpec, build
 from opsctl.traffic.client import RequestResult, make_client, request_body, stream_generate
+from opsctl.traffic.settings import BenchSettings
 
 
 def _workers_of(marker: str) -> list[int]:
@@ -70,8 +70,9 @@ def _level(tmp_path: Path) -> dict[str, object]:
 
 def test_a_level_split_across_workers_sends_every_request_once() -> None:
     with HostileServer("ok") as server:
-        options = BenchOptions(concurrency=(4,), requests_per_level=12, input_words=8,
-                               output_tokens=16, request_timeout_s=10.0, client_workers=2)
+        options = BenchOptions(BenchSettings(concurrency=(4,), requests_per_level=12,
+                                             input_words=8, output_tokens=16,
+                                             request_timeout_s=10.0, client_workers=2))
         report = run_bench([Target("hostile", server.url)], options)
         prompts = [r.body.get("prompt") for r in server.requests if r.path == "/v1/completions"]
     assert report.passed, report.model_dump_json()
@@ -88,9 +89,9 @@ def test_poisson_arrivals_across_workers_send_the_whole_count(sim_server: Callab
                                                               ) -> None:
     url = sim_server(env={"OPSCTL_SIM_TTFT_MS": "5", "OPSCTL_SIM_ITL_MS": "2"},
                      args=["--served-model-name", "glm-5"]).url
-    options = BenchOptions(concurrency=(4,), requests_per_level=16, input_words=8,
-                           output_tokens=8, request_timeout_s=10.0, client_workers=3,
-                           arrival=Arrival(rate=50.0, seed=1))
+    options = BenchOptions(BenchSettings(concurrency=(4,), requests_per_level=16, input_words=8,
+                                         output_tokens=8, request_timeout_s=10.0,
+                                         client_workers=3, request_rate=50.0), arrival_seed=1)
     report = run_bench([Target("sim", url)], options)
     level = report.variants[0].levels[0]
     assert report.passed and (level.client_workers, level.completed) == (3, 16)

@@ -15,6 +15,7 @@ from opsctl.decide.report import DecideReport, RunRecord, VariantRecord
 from opsctl.decide.report import markdown as decide_markdown
 from opsctl.traffic.bench.serving import write_report_files
 from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
+from opsctl.traffic.settings import BenchSettings
 
 StartSim = Callable[..., SimServer]
 SLO = Slo.model_validate({"tpot": {"quantile": 0.5, "threshold_ms": 1000}})
@@ -32,9 +33,9 @@ def _decide(sim_server: StartSim, out: Path, slower_by: float) -> DecideReport:
                        args=["--served-model-name", "glm-5"]).url
             for itl in (ITL_MS, ITL_MS * (1 + slower_by))]
     records = [_record("fast", 0), _record("slow", 1)]
-    options = BenchOptions(concurrency=(4,), requests_per_level=16, input_words=16,
-                           output_tokens=24, request_timeout_s=30.0, server_figures=False,
-                           slo=SLO)
+    options = BenchOptions(BenchSettings(concurrency=(4,), requests_per_level=16, input_words=16,
+                                         output_tokens=24, request_timeout_s=30.0),
+                           server_figures=False, slo=SLO)
     for repeat in (1, 2):
         for record, url in zip(records, urls, strict=True):
             folder = out / record.directory / f"repeat-{repeat}"

@@ -251,16 +251,18 @@ def test_the_bench_deadline_ends_a_server_that_stops_answering(tmp_path: Path) -
     level = variant["levels"][0]
     assert level["aborted"] == "the 3s deadline was reached"
     assert (level["completed"], level["in_flight_cut"]) == (2, 1)
-    assert bench_json(tmp_path)["config"]["deadline_s"] == 3.0
+    config = bench_json(tmp_path)["config"]
+    assert config["sweep_deadline_s"] == config["settings"]["deadline_s"] == 3.0
 
 
 def test_the_default_deadline_is_derived_and_capped(tmp_path: Path) -> None:
     from opsctl.traffic.bench.sweep import DEADLINE_CAP_S, BenchOptions
+    from opsctl.traffic.settings import BenchSettings
 
-    assert BenchOptions(concurrency=(1, 2), requests_per_level=4,
-                        request_timeout_s=10).deadline() == (1 + 4 + 1 + 2) * 10
+    assert BenchOptions(BenchSettings(concurrency=(1, 2), requests_per_level=4,
+                                      request_timeout_s=10)).deadline() == (1 + 4 + 1 + 2) * 10
     assert BenchOptions().deadline() == DEADLINE_CAP_S == 3600.0
-    assert BenchOptions(deadline_s=5).deadline() == 5
+    assert BenchOptions(BenchSettings(deadline_s=5)).deadline() == 5
 
 
 def test_a_slow_drip_that_never_finishes_is_ended_by_the_deadline(tmp_path: Path) -> None:

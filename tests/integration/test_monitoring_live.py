@@ -40,6 +40,7 @@ from opsctl.observe.promnames import slo_rules
 from opsctl.observe.report import QUERY_TIMEOUT_SECONDS, with_variant
 from opsctl.observe.view import plot_decode_latency
 from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
+from opsctl.traffic.settings import BenchSettings
 from opsctl.traffic.smoke import SmokeOptions, run_smoke
 
 pytestmark = pytest.mark.prometheus
@@ -206,8 +207,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             _abort_one_stream(url)
         bench = run_bench(
             [Target("gathercast", sims["gathercast"]), Target("baseline", sims["baseline"])],
-            BenchOptions(concurrency=(1, 4), requests_per_level=8, input_words=16,
-                         output_tokens=16, request_timeout_s=60),
+            BenchOptions(BenchSettings(concurrency=(1, 4), requests_per_level=8, input_words=16,
+                                       output_tokens=16, request_timeout_s=60)),
             profile_name="sim",
         )
         push_report("bench", bench.model_dump(mode="json"), pushgateway)

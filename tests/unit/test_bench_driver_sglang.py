@@ -18,7 +18,6 @@ from opsctl.core.labels import BASE_URL, MANAGED, PROFILE, ROLE, ROLE_SERVER, TR
 from opsctl.deploy.urlserver import server_for_url
 from opsctl.engine import dockerpy
 from opsctl.engine.api import ExecResult, PortBinding
-from opsctl.traffic.bench.arrival import Arrival
 from opsctl.traffic.bench.driver_sglang import MAX_ROW_BYTES, SglangBench, bench_argv, workload_for
 from opsctl.traffic.bench.report import verdict_error
 from opsctl.traffic.bench.serving import write_report_files
@@ -26,6 +25,7 @@ from opsctl.traffic.bench.serving_read import level_from_row, parse_row
 from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
 from opsctl.traffic.bench.workloads import WorkloadSpec
 from opsctl.traffic.payload import Malformed
+from opsctl.traffic.settings import BenchSettings
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "bench_serving"
 ROW_059 = FIXTURES / "sglang-0.5.9-random.jsonl"
@@ -38,10 +38,12 @@ def _row(**changes: Any) -> dict[str, Any]:
 
 
 def _options(concurrency: tuple[int, ...] = (2,), spec: WorkloadSpec = RANDOM,
-             **fields: Any) -> BenchOptions:
+             arrival_seed: int = 0, driver: SglangBench | None = None,
+             api_key: str | None = None, **fields: Any) -> BenchOptions:
     fields.setdefault("requests_per_level", 8)
-    workload = workload_for(spec, "completions", fields["requests_per_level"], None)
-    return BenchOptions(concurrency=concurrency, workload=workload, deadline_s=600, **fields)
+    settings = BenchSettings(concurrency=concurrency, deadline_s=600, **fields)
+    return BenchOptions(settings, workload=workload_for(spec, settings), driver=driver,
+                        arrival_seed=arrival_seed, api_key=api_key)
 
 
 # --- the real rows ---------------------------------------------------------------------------
@@ -137,7 +139,7 @@ def test_argv_of_a_closed_loop_random_level() -> None:
 
 
 def test_argv_of_poisson_chat_sharegpt_and_shared_prefix() -> None:
-    poisson = _argv(_options(api="chat", ignore_eos=False, arrival=Arrival(rate=2.5, seed=1)))
+    poisson = _argv(_options(api="chat", ignore_eos=False, request_rate=2.5, arrival_seed=1))
     assert _flag(poisson, "--backend") == "sglang-oai-chat"
     assert _flag(poisson, "--request-rate") == "2.5" and "--disable-ignore-eos" in poisson
     sharegpt = _argv(_options(spec=WorkloadSpec(name="sharegpt", dataset_path=Path("/data/sg.json"))))
@@ -165,7 +167,7 @@ def test_what_bench_serving_cannot_express_is_refused_up_front(
     spec: WorkloadSpec, requests: int | None, duration: float | None, said: str
 ) -> None:
     with pytest.raises(UsageError) as caught:
-        workload_for(spec, "completions", requests, duration)
+        workload_for(spec, BenchSettings(requests_per_level=requests, duration_s=duration))
     assert said in caught.value.message and "\n" not in caught.value.message
 
 

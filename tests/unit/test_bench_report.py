@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
-from opsctl.core.errors import EXIT_LAUNCH, EXIT_SMOKE
+from opsctl.core.errors import EXIT_LAUNCH, EXIT_SMOKE, EXIT_USAGE, UsageError
 from opsctl.traffic.bench.markdown import delta_percent, markdown_table
+from opsctl.traffic.bench.records import load_report
 from opsctl.traffic.bench.report import (
+    SCHEMA_VERSION,
+    BenchConfig,
     BenchReport,
     ClientInfo,
     VariantResult,
@@ -20,6 +24,7 @@ from opsctl.traffic.bench.stats import summarize
 from opsctl.traffic.bench.sweep import BenchOptions
 from opsctl.traffic.client import RequestResult
 from opsctl.traffic.served import ModelResolution
+from opsctl.traffic.settings import BenchSettings
 from opsctl.traffic.view import write_plots
 
 
@@ -38,7 +43,7 @@ def _variant(name: str, itl: float, failed: int = 0) -> VariantResult:
 
 
 def _report(*variants: VariantResult) -> BenchReport:
-    options = BenchOptions(concurrency=(1, 2))
+    options = BenchOptions(BenchSettings(concurrency=(1, 2)))
     failed = sum(v.failed_requests for v in variants)
     return BenchReport(
         started_at="2026-01-01T00:00:00+00:00", duration_s=1.0, config=options.config(),
@@ -99,3 +104,40 @@ def test_plots_are_optional_without_matplotlib(tmp_path: Path, monkeypatch: pyte
     assert view.write_plots(_report(_variant("baseline", 0.02)), tmp_path) == []
     assert list(tmp_path.iterdir()) == []
     assert "pip install" in view.PLOTS_HINT
+
+
+def test_the_config_records_the_settings_model_itself(tmp_path: Path) -> None:
+    """Each setting's name, type and default are BenchSettings' own: the runtime options and
+    the report's config hold the model, never a copy of its fields, and bench.json reads back
+    with the settings the sweep ran with."""
+    settings = BenchSettings(concurrency=(1, 2), requests_per_level=5, input_words=64,
+                             request_rate=2.0, deadline_s=30.0, client_workers=2,
+                             api="chat", ignore_eos=False)
+    assert not set(BenchConfig.model_fields) & set(BenchSettings.model_fields)
+    assert not {f.name for f in dataclasses.fields(BenchOptions)} & set(BenchSettings.model_fields)
+    config = BenchOptions(settings, arrival_seed=3).config()
+    assert config.settings == settings and config.sweep_deadline_s == 30.0
+    assert config.arrival == "Poisson arrivals at 2 req/s (seed 3) under the concurrency cap"
+    assert (config.dataset_name, config.random_input_len, config.driver) == ("words", 64, "opsctl")
+    report = _report(_variant("baseline", 0.1)).model_copy(update={"config": config})
+    write_report_files(report, tmp_path)
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert data["schema_version"] == SCHEMA_VERSION == 2
+    assert data["config"]["settings"] == settings.model_dump(mode="json")
+    assert load_report(tmp_path).config == config
+
+
+def test_a_report_of_another_schema_version_is_refused_in_one_line(tmp_path: Path) -> None:
+    """schema_version 1 had every setting as a field of `config`: --rescore says which version
+    it reads (exit 2), never a traceback or a half-read report."""
+    write_report_files(_report(_variant("baseline", 0.1)), tmp_path)
+    data = json.loads((tmp_path / "bench.json").read_text())
+    config = data["config"]
+    data["schema_version"] = 1
+    data["config"] = {**config.pop("settings"), **config,
+                      "deadline_s": config.pop("sweep_deadline_s")}
+    (tmp_path / "bench.json").write_text(json.dumps(data))
+    with pytest.raises(UsageError) as caught:
+        load_report(tmp_path)
+    assert "schema_version 2" in caught.value.message and "\n" not in caught.value.message
+    assert caught.value.exit_code == EXIT_USAGE

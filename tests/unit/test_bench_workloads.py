@@ -12,6 +12,7 @@ from conftest import SimServer
 from opsctl.core.errors import UsageError
 from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
 from opsctl.traffic.bench.workloads import WorkloadSpec, build, load_tokenizer, parse_dataset_name
+from opsctl.traffic.settings import BenchSettings
 
 tokenizers = pytest.importorskip("tokenizers")  # installed by scripts/setup.sh; CI fails a skip
 
@@ -115,8 +116,9 @@ def test_token_exact_and_shared_prefix_runs_against_the_simulator(
                               tokenizer=tokenizer_path),
                  WorkloadSpec(name="generated-shared-prefix", groups=2, prompts_per_group=3,
                               prefix_len=32, input_len=8, output_len=4)):
-        options = BenchOptions(concurrency=(2,), requests_per_level=6, request_timeout_s=10.0,
-                               workload=build(spec), output_tokens=4)
+        options = BenchOptions(BenchSettings(concurrency=(2,), requests_per_level=6,
+                                             request_timeout_s=10.0, output_tokens=4),
+                               workload=build(spec))
         report = run_bench([Target("sim", url)], options)
         assert report.passed, report.model_dump_json()
         level = report.variants[0].levels[0]

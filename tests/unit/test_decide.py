@@ -58,6 +58,7 @@ from opsctl.traffic.client import RequestResult
 from opsctl.traffic.evals.gsm8k import EvalResult
 from opsctl.traffic.evals.probes import ProbeResult
 from opsctl.traffic.evals.score import score
+from opsctl.traffic.settings import BenchSettings
 from opsctl.traffic.smoke_report import CheckResult, GenerationRecord, SmokeReport, write_report
 from opsctl.verify.app import VerifyResult
 from opsctl.verify.checks import FieldCheck
@@ -170,7 +171,7 @@ class FakeBench:
         result = VariantResult(variant=ask.deployment.variant, base_url=ask.base_url,
                                levels=levels)
         report = BenchReport(started_at="2026-11-29T11:00:00+00:00", duration_s=1.0,
-                             config=BenchOptions(concurrency=ask.concurrency).config(),
+                             config=BenchOptions(BenchSettings(concurrency=ask.concurrency)).config(),
                              client=ClientInfo(hostname="h", platform="p", python="3", cpu_count=1),
                              variants=[result], failed_requests=0, passed=True)
         report._requests = request_files(report.variants)

@@ -14,6 +14,7 @@ from opsctl.traffic.bench.server_sampler import GaugeFigure, LatencyFigure, Serv
 from opsctl.traffic.bench.stats import summarize
 from opsctl.traffic.bench.sweep import BenchOptions
 from opsctl.traffic.client import RequestResult
+from opsctl.traffic.settings import BenchSettings
 from opsctl.traffic.view import render_bench
 
 
@@ -27,7 +28,7 @@ def level(concurrency: int, server: ServerFigures | None) -> LevelResult:
 def report(*levels: LevelResult) -> BenchReport:
     run = VariantResult(variant="gathercast", base_url="http://x", levels=list(levels))
     return BenchReport(started_at="2026-01-01T00:00:00+00:00", duration_s=1.0,
-                       config=BenchOptions(concurrency=(1, 2)).config(),
+                       config=BenchOptions(BenchSettings(concurrency=(1, 2))).config(),
                        client=ClientInfo(hostname="h", platform="p", python="3.11", cpu_count=2),
                        variants=[run], failed_requests=0, passed=True)
 

@@ -37,8 +37,9 @@ from opsctl.traffic.bench.report import LevelResult, Pcts, VariantResult
 from opsctl.traffic.bench.serving_read import SOURCE, level_from_row, parse_row
 from opsctl.traffic.bench.sweep import BenchOptions, Progress, deadline_reached, resolve_model
 from opsctl.traffic.bench.workloads import Workload, WorkloadSpec
-from opsctl.traffic.client import Api, ClientFactory, make_client
+from opsctl.traffic.client import ClientFactory, make_client
 from opsctl.traffic.payload import Malformed
+from opsctl.traffic.settings import BenchSettings
 
 _DATASETS = {"random": "random-ids", "sharegpt": "sharegpt",
              "generated-shared-prefix": "generated-shared-prefix"}
@@ -80,12 +81,12 @@ class ServingContainer:
 ContainerFinder = Callable[[str], ServingContainer]
 
 
-def workload_for(spec: WorkloadSpec, api: Api, requests_per_level: int | None,
-                 duration_s: float | None) -> Workload:
+def workload_for(spec: WorkloadSpec, settings: BenchSettings) -> Workload:
     """The workload record of the report (bench_serving builds the prompts); UsageError for
     what bench_serving cannot express."""
     other = "or --driver opsctl"
-    if duration_s is not None:
+    requests_per_level = settings.requests_per_level
+    if settings.duration_s is not None:
         raise UsageError(f"--duration: {SOURCE} has no fixed-duration mode",
                          hint=f"give --requests per level, {other}")
     if spec.name not in _DATASETS:
@@ -109,7 +110,7 @@ def workload_for(spec: WorkloadSpec, api: Api, requests_per_level: int | None,
             "sharegpt": f"ShareGPT conversations from {spec.dataset_path} in the container",
             "generated-shared-prefix": f"{spec.groups} x {spec.prompts_per_group} prompts "
             f"sharing {spec.prefix_len}-token prefixes, {spec.input_len}-token questions"}
-    note = (f"{SOURCE} (backend {BACKENDS[api]}, dataset {_DATASETS[spec.name]}) inside each "
+    note = (f"{SOURCE} (backend {BACKENDS[settings.api]}, dataset {_DATASETS[spec.name]}) inside each "
             f"serving container: {what[spec.name]}, lengths counted by the server's tokenizer")
     return Workload(spec.name, None, spec, note)
 
@@ -126,14 +127,14 @@ def bench_argv(options: BenchOptions, concurrency: int, *, served: str, tokenize
     """bench_serving's command line for one level (both pinned releases take these flags)."""
     spec = options.work().spec
     rate = options.arrival.rate
-    argv = ["python3", "-m", "sglang.bench_serving", "--backend", BACKENDS[options.api],
+    argv = ["python3", "-m", "sglang.bench_serving", "--backend", BACKENDS[options.settings.api],
             "--base-url", base_url, "--model", tokenizer, "--served-model-name", served,
             "--tokenizer", tokenizer, "--dataset-name", _DATASETS[spec.name],
             "--num-prompts", str(requests_at(options, concurrency)),
             "--max-concurrency", str(concurrency),
             "--request-rate", repr(rate) if rate else "inf", "--seed", str(spec.seed),
             "--warmup-requests", str(concurrency), "--output-file", output_file, "--disable-tqdm"]
-    if not options.ignore_eos:
+    if not options.settings.ignore_eos:
         argv.append("--disable-ignore-eos")
     if spec.name == "random":
         argv += ["--random-input-len", str(spec.input_len),
@@ -157,9 +158,8 @@ class SglangBench:
     def __init__(self, find: ContainerFinder) -> None:
         self._find = find
 
-    def workload(self, spec: WorkloadSpec, api: Api, requests_per_level: int | None,
-                 duration_s: float | None) -> Workload:
-        return workload_for(spec, api, requests_per_level, duration_s)
+    def workload(self, spec: WorkloadSpec, settings: BenchSettings) -> Workload:
+        return workload_for(spec, settings)
 
     async def sweep(
         self, label: str, base_url: str, options: BenchOptions, progress: Progress | None = None,
@@ -174,16 +174,16 @@ class SglangBench:
         try:
             async with asyncio.timeout(deadline):
                 async with client_factory(base_url, options.api_key, max_connections=1,
-                                          timeout_s=options.request_timeout_s) as client:
+                                          timeout_s=options.settings.request_timeout_s) as client:
                     result.model = await resolve_model(client, options,
-                                                        min(60.0, options.request_timeout_s))
+                                                        min(60.0, options.settings.request_timeout_s))
                 tokenizer = result.model.tokenizer_path
                 if tokenizer is None:
                     raise UsageError(f"{SOURCE} needs the server's tokenizer path: "
                                      f"{result.model.tokenizer_source}",
                                      hint="bench servers that are not sglang with --driver opsctl")
                 await _check_dataset(container, options)
-                for concurrency in options.concurrency:
+                for concurrency in options.settings.concurrency:
                     try:
                         level = await _level(container, label, concurrency, result.model.served_name,
                                              tokenizer, options, progress, ends)

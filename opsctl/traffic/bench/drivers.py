@@ -14,6 +14,7 @@ from opsctl.core.errors import UsageError
 from opsctl.traffic.bench.report import VariantResult
 from opsctl.traffic.bench.workloads import Workload, WorkloadSpec
 from opsctl.traffic.client import Api, ClientFactory
+from opsctl.traffic.settings import BenchSettings
 
 if TYPE_CHECKING:
     from opsctl.traffic.bench.sweep import BenchOptions, Progress
@@ -35,8 +36,7 @@ def backend_name(driver: str, api: Api) -> str:
 class SweepDriver(Protocol):
     name: str
 
-    def workload(self, spec: WorkloadSpec, api: Api, requests_per_level: int | None,
-                 duration_s: float | None) -> Workload:
+    def workload(self, spec: WorkloadSpec, settings: BenchSettings) -> Workload:
         """The workload as the report records it; UsageError for what this driver cannot run
         (checked before any target is launched)."""
         ...

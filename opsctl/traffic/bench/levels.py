@@ -240,7 +240,7 @@ async def run_level(
             return start_index
         if progress:
             progress(label, concurrency, 0, 0 if timed else total)
-        count = None if timed and options.requests_per_level is None else total
+        count = None if timed and options.settings.requests_per_level is None else total
         plan = PhasePlan(start_index, count, concurrency, options.arrival)
         # The sampler's end scrape falls after the phase's wall time.
         async with sample() if sample is not None else nullcontext() as sampler:

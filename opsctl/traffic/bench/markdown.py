@@ -136,7 +136,7 @@ def markdown_table(report: BenchReport) -> str:
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     levels = {lv.concurrency: lv for lv in base.levels}
-    for concurrency in report.config.concurrency:
+    for concurrency in report.config.settings.concurrency:
         base_level = levels.get(concurrency)
         for label, read, spec in _ROWS:
             base_value = read(base_level) if base_level else None
@@ -147,16 +147,16 @@ def markdown_table(report: BenchReport) -> str:
                 delta = "" if label == "failed" else delta_percent(value, base_value)
                 cells.append(fmt(value, spec) + delta)
             lines.append("| " + " | ".join(cells) + " |")
-    config = report.config
-    workload = (f"{config.input_words}-word prompts (about one token per word), "
-                f"{config.output_tokens} output tokens" if config.dataset_name == "words"
+    config, asked = report.config, report.config.settings
+    workload = (f"{asked.input_words}-word prompts (about one token per word), "
+                f"{asked.output_tokens} output tokens" if config.dataset_name == "words"
                 else f"dataset `{config.dataset_name}`")
     slo = ", ".join(f"{name} <= {ms:g} ms" for name, ms in
                     (("TTFT", config.slo_ttft_ms), ("TPOT", config.slo_tpot_ms)) if ms)
     notes = [
         "",
         f"{config.arrival[:1].upper()}{config.arrival[1:]}, {workload}, temperature "
-        f"{config.temperature:g}, `{config.api}` API; warm-up excluded; percentiles by linear "
+        f"{config.temperature:g}, `{asked.api}` API; warm-up excluded; percentiles by linear "
         "interpolation. Negative Δ is better for latencies, positive for throughput"
         + (f"; goodput counts requests with {slo}." if slo else "; no SLO: no goodput."),
     ]

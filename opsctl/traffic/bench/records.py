@@ -34,7 +34,7 @@ from opsctl.core.errors import UsageError
 from opsctl.core.files import atomic_write_bytes, read_bounded
 from opsctl.core.redact import redact
 from opsctl.core.reports import BENCH_JSON
-from opsctl.traffic.bench.report import BenchReport, Goodput
+from opsctl.traffic.bench.report import SCHEMA_VERSION, BenchReport, Goodput
 from opsctl.traffic.client import RequestResult
 
 MAX_RECORDS_PER_LEVEL = 50_000
@@ -200,8 +200,9 @@ def load_report(directory: Path) -> BenchReport:
     try:
         return BenchReport.model_validate_json(data)
     except ValueError:
-        raise UsageError(f"{path}: not a bench report opsctl wrote",
-                         hint="pass the directory of a bench run (bench.json, requests/)") from None
+        raise UsageError(f"{path}: not a bench report of schema_version {SCHEMA_VERSION}",
+                         hint="pass the directory of a bench run this opsctl wrote (bench.json, "
+                              "requests/)") from None
 
 
 def rescore_report(directory: Path, slo: Slo) -> BenchReport:

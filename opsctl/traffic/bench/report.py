@@ -23,10 +23,10 @@ from opsctl.core.errors import (
 from opsctl.core.partial import PartialReport
 from opsctl.core.reports import BENCH_JSON
 from opsctl.traffic.bench.server_sampler import ServerFigures
-from opsctl.traffic.client import Api
 from opsctl.traffic.served import ModelResolution
+from opsctl.traffic.settings import BenchSettings
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: config.settings is the BenchSettings model
 CLIENT_BOUND_SHARE = 0.9  # of one core per client process: each event loop is single-threaded
 
 
@@ -125,30 +125,26 @@ class VariantResult(BaseModel):
 
 
 class BenchConfig(BaseModel):
-    concurrency: list[int]
-    requests_per_level: int | None  # None: max(16, 4 x concurrency)
-    input_words: int
-    output_tokens: int
-    api: Api
-    ignore_eos: bool
+    """What the sweep ran with: the settings as it applied them (a trace's per-level request
+    count and one client process filled in) and what the run resolved from them; each setting's
+    name, type and default are BenchSettings' own, not written again here."""
+
+    settings: BenchSettings
+    sweep_deadline_s: float  # the wall-clock limit each target's sweep ran under
     temperature: float
-    request_timeout_s: float
-    deadline_s: float  # wall-clock limit of each target's sweep
     prompt_seed: int
-    arrival: str = "closed loop"  # how requests were sent, in words
-    request_rate: float | None = None  # Poisson arrivals per second; None: closed loop
-    duration_s: float | None = None  # seconds per level; None: requests_per_level
-    dataset_name: str = "words"
-    workload_note: str | None = None  # e.g. why prompts are words, not exact tokens
-    slo_ttft_ms: float | None = None  # the limits goodput was judged by
-    slo_tpot_ms: float | None = None
+    arrival: str  # how requests were sent, in words
+    dataset_name: str
+    workload_note: str | None  # e.g. why prompts are words, not exact tokens
+    slo_ttft_ms: float | None  # the limits goodput was judged by (None: not stated)
+    slo_tpot_ms: float | None
     # sglang.bench_serving's random_* arguments as this workload states them: the prompt and
     # answer lengths (None for datasets whose lengths come from the data) and the range ratio
     # (1.0: every length exact, as opsctl's workloads are).
-    random_input_len: int | None = None
-    random_output_len: int | None = None
-    random_range_ratio: float | None = None
-    driver: str = "opsctl"  # what sent the load: opsctl's client, or sglang-bench
+    random_input_len: int | None
+    random_output_len: int | None
+    random_range_ratio: float | None
+    driver: str  # what sent the load: opsctl's client, or sglang-bench
 
 
 class ClientInfo(BaseModel):

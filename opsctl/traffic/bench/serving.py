@@ -49,9 +49,9 @@ def level_row(report: BenchReport, variant: VariantResult, level: LevelResult,
     duration = level.duration_s
     row: dict[str, Any] = {
         "tag": variant.variant,
-        "backend": backend_name(config.driver, config.api),
+        "backend": backend_name(config.driver, config.settings.api),
         "dataset_name": config.dataset_name,
-        "request_rate": config.request_rate,  # null: closed loop (sglang writes inf)
+        "request_rate": config.settings.request_rate,  # null: closed loop (sglang writes inf)
         "max_concurrency": level.concurrency,
         "random_input_len": config.random_input_len,
         "random_output_len": config.random_output_len,

@@ -66,7 +66,7 @@ from opsctl.traffic.bench.report import (
 from opsctl.traffic.bench.server_sampler import sample_level
 from opsctl.traffic.bench.workers import WorkerPool, WorkerSetup
 from opsctl.traffic.bench.workloads import Workload, WorkloadSpec, build
-from opsctl.traffic.client import Api, ClientFactory, make_client
+from opsctl.traffic.client import ClientFactory, make_client
 from opsctl.traffic.served import (
     ModelResolution,
     ModelsUnlisted,
@@ -75,9 +75,7 @@ from opsctl.traffic.served import (
     resolve_served_name,
     tokenizer_from_model_info,
 )
-from opsctl.traffic.settings import BENCH_DEFAULTS as _D
-from opsctl.traffic.settings import DEFAULT_CONCURRENCY as DEFAULT_CONCURRENCY
-from opsctl.traffic.settings import BenchSettings
+from opsctl.traffic.settings import BENCH_DEFAULTS, BenchSettings
 
 # A level opens this many connections and sends this many warm-up requests at once: far above
 # what one 8-GPU server admits, so a larger one is a typo (an extra digit), refused up front.
@@ -96,53 +94,38 @@ class Target:
 
 @dataclass(frozen=True)
 class BenchOptions:
-    """One sweep's options: the user's settings (traffic.settings.BenchSettings, whose
-    defaults these are) and what the run resolved (key, alias, SLO, workload, driver)."""
+    """One sweep's options: the user's settings (traffic.settings.BenchSettings, the one place
+    a setting's name, type and default are written) and only what the run resolved besides."""
 
-    concurrency: tuple[int, ...] = _D.concurrency
-    requests_per_level: int | None = _D.requests_per_level
-    input_words: int = _D.input_words
-    output_tokens: int = _D.output_tokens
-    api: Api = _D.api
-    ignore_eos: bool = _D.ignore_eos
-    temperature: float = 0.0
-    request_timeout_s: float = _D.request_timeout_s
-    deadline_s: float | None = _D.deadline_s  # None: derived, see `deadline`
-    prompt_seed: int = 0
+    settings: BenchSettings = BENCH_DEFAULTS
     api_key: str | None = None
-    model: str | None = _D.model
     profile_alias: str | None = None
-    arrival: Arrival = Arrival()
-    slo: Slo | None = None  # the profile's; goodput is judged by it
-    workload: Workload | None = None  # None: word prompts of input_words, output_tokens
-    client_workers: int | None = _D.client_workers  # None: levels.client_workers
+    slo: Slo | None = None  # the profile's, or --goodput's; goodput is judged by it
+    # None: word prompts of settings.input_words, settings.output_tokens (seeded by
+    # prompt_seed). A trace's workload also gives the arrival times (`arrival`).
+    workload: Workload | None = None
     driver: SweepDriver | None = None  # None: opsctl's client (`sweep`)
+    arrival_seed: int = 0  # of the Poisson arrivals at settings.request_rate
+    temperature: float = 0.0
+    prompt_seed: int = 0
     server_figures: bool = True  # sample the server's /metrics (and local GPUs) per level
 
-    @classmethod
-    def of(cls, settings: BenchSettings, *, arrival_seed: int = 0, api_key: str | None = None,
-           profile_alias: str | None = None, slo: Slo | None = None,
-           workload: Workload | None = None, driver: SweepDriver | None = None) -> BenchOptions:
-        """The options of a sweep with these settings, and what the run resolved."""
-        return cls(concurrency=settings.concurrency,
-                   requests_per_level=settings.requests_per_level,
-                   input_words=settings.input_words, output_tokens=settings.output_tokens,
-                   api=settings.api, ignore_eos=settings.ignore_eos,
-                   request_timeout_s=settings.request_timeout_s, deadline_s=settings.deadline_s,
-                   model=settings.model, client_workers=settings.client_workers,
-                   arrival=Arrival(rate=settings.request_rate, duration_s=settings.duration_s,
-                                   seed=arrival_seed),
-                   api_key=api_key, profile_alias=profile_alias, slo=slo, workload=workload,
-                   driver=driver)
+    @property
+    def arrival(self) -> Arrival:
+        """How requests arrive: the settings' rate and duration, the seed, and a trace's
+        recorded arrival times when the workload has them."""
+        return Arrival(rate=self.settings.request_rate, duration_s=self.settings.duration_s,
+                       seed=self.arrival_seed,
+                       schedule_s=self.workload.arrivals_s if self.workload else None)
 
     def work(self) -> Workload:
-        return self.workload or build(WorkloadSpec(input_len=self.input_words,
-                                                   output_len=self.output_tokens,
+        return self.workload or build(WorkloadSpec(input_len=self.settings.input_words,
+                                                   output_len=self.settings.output_tokens,
                                                    seed=self.prompt_seed))
 
     def requests_at(self, concurrency: int) -> int:
-        if self.requests_per_level is not None:
-            return self.requests_per_level
+        if self.settings.requests_per_level is not None:
+            return self.settings.requests_per_level
         return max(16, 4 * concurrency)
 
     def deadline(self) -> float:
@@ -150,31 +133,30 @@ class BenchOptions:
         with every request at its timeout (a warm-up wave plus ceil(requests / c) measured
         waves per level), capped at DEADLINE_CAP_S; a trace's own arrivals (its length per
         level) come on top of the cap, so a long trace is never cut by it."""
-        if self.deadline_s is not None:
-            return self.deadline_s
-        if self.arrival.duration_s is not None:
-            per_level = [2 * self.request_timeout_s + self.arrival.duration_s
-                         for _ in self.concurrency]
+        asked, arrival = self.settings, self.arrival
+        if asked.deadline_s is not None:
+            return asked.deadline_s
+        if arrival.duration_s is not None:
+            per_level = [2 * asked.request_timeout_s + arrival.duration_s
+                         for _ in asked.concurrency]
         else:
-            per_level = [(1 + math.ceil(self.requests_at(c) / c)) * self.request_timeout_s
-                         + (self.requests_at(c) / self.arrival.rate if self.arrival.rate else 0)
-                         for c in self.concurrency]
-        replay = sum(self.arrival.replay_s(self.requests_at(c)) for c in self.concurrency)
+            per_level = [(1 + math.ceil(self.requests_at(c) / c)) * asked.request_timeout_s
+                         + (self.requests_at(c) / arrival.rate if arrival.rate else 0)
+                         for c in asked.concurrency]
+        replay = sum(arrival.replay_s(self.requests_at(c)) for c in asked.concurrency)
         return min(sum(per_level), DEADLINE_CAP_S) + replay
 
     def config(self) -> BenchConfig:
+        """The report's record of this sweep: the settings, and what the run resolved."""
+        work = self.work()
         return BenchConfig(
-            concurrency=list(self.concurrency), requests_per_level=self.requests_per_level,
-            input_words=self.input_words, output_tokens=self.output_tokens, api=self.api,
-            ignore_eos=self.ignore_eos, temperature=self.temperature,
-            request_timeout_s=self.request_timeout_s, deadline_s=self.deadline(),
-            prompt_seed=self.prompt_seed, arrival=self.arrival.describe(),
-            request_rate=self.arrival.rate, duration_s=self.arrival.duration_s,
-            dataset_name=self.work().name, workload_note=self.work().note,
+            settings=self.settings, sweep_deadline_s=self.deadline(),
+            temperature=self.temperature, prompt_seed=self.prompt_seed,
+            arrival=self.arrival.describe(), dataset_name=work.name, workload_note=work.note,
             slo_ttft_ms=self.slo.ttft.threshold_ms if self.slo and self.slo.ttft else None,
             slo_tpot_ms=self.slo.tpot.threshold_ms if self.slo and self.slo.tpot else None,
             driver=self.driver.name if self.driver else OPSCTL,
-            **random_args(self.work()),
+            **random_args(work),
         )
 
 
@@ -284,7 +266,7 @@ async def resolve_model(
     client: httpx.AsyncClient, options: BenchOptions, timeout_s: float
 ) -> ModelResolution:
     try:  # ServerUnreachable propagates
-        resolution = await resolve_served_name(client, timeout_s, options.model,
+        resolution = await resolve_served_name(client, timeout_s, options.settings.model,
                                                options.profile_alias)
     except ModelsUnlisted as exc:
         # Ready means /v1/models lists the model (DESIGN.md); a server that does not is not.
@@ -326,26 +308,27 @@ async def sweep(
     result = result or VariantResult(variant=label, base_url=redact_userinfo(base_url))
     deadline = options.deadline()
     cores = usable_cores()
-    workers = {c: client_workers(c, options.client_workers, cores) for c in options.concurrency}
-    async with client_factory(base_url, options.api_key, max_connections=max(options.concurrency),
-                              timeout_s=options.request_timeout_s) as client:
+    asked = options.settings
+    workers = {c: client_workers(c, asked.client_workers, cores) for c in asked.concurrency}
+    async with client_factory(base_url, options.api_key, max_connections=max(asked.concurrency),
+                              timeout_s=asked.request_timeout_s) as client:
         pool: WorkerPool | None = None
         try:
             async with asyncio.timeout(deadline):
                 result.model = await resolve_model(client, options,
-                                                     min(60.0, options.request_timeout_s))
-                spec = RequestSpec(options.api, result.model.served_name, options.temperature,
-                                   options.ignore_eos, options.request_timeout_s, options.work())
+                                                     min(60.0, asked.request_timeout_s))
+                spec = RequestSpec(asked.api, result.model.served_name, options.temperature,
+                                   asked.ignore_eos, asked.request_timeout_s, options.work())
                 local = InProcess(client, spec)
                 if max(workers.values()) > 1:
                     pool = WorkerPool(WorkerSetup(base_url, options.api_key,
-                                                  options.request_timeout_s,
-                                                  max(options.concurrency), spec, client_factory),
+                                                  asked.request_timeout_s,
+                                                  max(asked.concurrency), spec, client_factory),
                                       max(workers.values()))
                 sample = (functools.partial(sample_level, base_url, options.api_key)
                           if options.server_figures else None)
                 next_index = 0
-                for concurrency in options.concurrency:
+                for concurrency in asked.concurrency:
                     runner = (pool.runner(workers[concurrency])
                               if pool is not None and workers[concurrency] > 1 else local)
                     next_index = await run_level(runner, label, concurrency, options, next_index,
@@ -360,8 +343,7 @@ async def sweep(
             if pool is not None:
                 pool.close()
         if result.levels:
-            result.server_info = await read_server_info(client, min(10.0,
-                                                                    options.request_timeout_s))
+            result.server_info = await read_server_info(client, min(10.0, asked.request_timeout_s))
     result.failed_requests = sum(level.failed + level.warmup_failed for level in result.levels)
     return result
 
