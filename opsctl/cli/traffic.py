@@ -13,6 +13,7 @@ import typer
 
 from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, err_console, image_ref, within
 from opsctl.cli.root import Root, gateway_from
+from opsctl.traffic.bench.sweep import DEADLINE_CAP_S
 from opsctl.traffic.settings import BENCH_DEFAULTS, SMOKE_DEFAULTS
 
 ApiOpt = Annotated[
@@ -42,7 +43,7 @@ def smoke(
         "say where the first one does.",
     )] = None,
     model: ModelOpt = None,
-    api: ApiOpt = "completions",
+    api: ApiOpt = SMOKE_DEFAULTS.api,
     request_timeout: Annotated[float, typer.Option(
         help="Seconds per request.", callback=within(0.01, 86400))
     ] = SMOKE_DEFAULTS.request_timeout_s,
@@ -158,7 +159,7 @@ def bench(
     deadline: Annotated[float | None, typer.Option("--deadline", callback=within(1, 7 * 86400),
                         help="Seconds each "
                         "target's sweep may take (default: the most its levels could take at "
-                        "the request timeout, at most 3600).")] = None,
+                        f"the request timeout, at most {DEADLINE_CAP_S:.0f}).")] = None,
     pushgateway: PushOpt = None,
     request_rate: Annotated[float | None, typer.Option(
         "--request-rate", callback=within(1e-6, 1e9), help="Poisson arrivals per second "
