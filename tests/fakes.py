@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from opsctl.core.errors import BuildError, LaunchError
+from opsctl.core.errors import BuildError, ContainerGone, LaunchError
 from opsctl.core.labels import MANAGED, TRUE
 from opsctl.engine.api import (
     BuildEvent,
@@ -208,7 +208,9 @@ class FakeEngine:
 
     def inspect(self, container_id: str) -> ContainerInfo:
         self._enter("inspect")
-        container = self.containers[container_id]
+        container = self.containers.get(container_id)
+        if container is None:
+            raise ContainerGone(f"container {container_id[:12]} is gone")
         if container.status == "running" and container.exit_after_inspects is not None:
             container.exit_after_inspects -= 1
             if container.exit_after_inspects <= 0:

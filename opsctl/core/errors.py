@@ -117,6 +117,11 @@ class LaunchError(OpsctlError):
     exit_code = EXIT_LAUNCH
 
 
+class ContainerGone(LaunchError):
+    """The engine has no such container (any more): removed meanwhile, e.g. by the daemon
+    finishing a removal a Ctrl-C cut short."""
+
+
 class SmokeError(OpsctlError):
     """A post-deploy check or an SLO failed."""
 

@@ -333,7 +333,8 @@ def down(engine: Engine, profile_name: str | None = None, grace_seconds: int | N
             except OpsctlError as exc:  # a lost daemon, a full disk: say what is left
                 raise left_behind(exc, info) from None
             removed.append(retired.name)
-            saved.append(retired.log)
+            if retired.log is not None:
+                saved.append(retired.log)
     return DownResult(removed=removed, logs=saved)
 
 

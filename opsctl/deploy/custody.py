@@ -18,7 +18,13 @@ from pathlib import Path
 
 from opsctl.core import labels
 from opsctl.core.clock import Clock
-from opsctl.core.errors import DaemonUnreachable, Interrupted, OpsctlError, UsageError
+from opsctl.core.errors import (
+    ContainerGone,
+    DaemonUnreachable,
+    Interrupted,
+    OpsctlError,
+    UsageError,
+)
 from opsctl.deploy.logsave import save_log
 from opsctl.deploy.ownership import SecondInterrupt
 from opsctl.deploy.state import StateDir
@@ -39,7 +45,7 @@ class Retired:
 
     name: str
     container_id: str
-    log: Path
+    log: Path | None  # None: it was gone before its log could be read
 
 
 @dataclass
@@ -65,9 +71,16 @@ class Custody:
     on_note: Note = field(default=lambda line: None)
 
     def retire(self, info: ContainerInfo, grace_seconds: int, reason: str) -> Retired:
-        """Stop `info`, save its whole log, remove it and forget its verdict."""
+        """Stop `info`, save its whole log, remove it and forget its verdict. A container that
+        is gone meanwhile (a removal a Ctrl-C cut short, which the daemon finished) is retired
+        with no log."""
         self.engine.stop(info.id, grace_seconds)
-        stopped = self.engine.inspect(info.id)
+        try:
+            stopped = self.engine.inspect(info.id)
+        except ContainerGone:
+            if self.state is not None:
+                self.state.forget(info.id)
+            return Retired(info.name, info.id, None)
         try:
             path = save_log(self.engine, stopped, self.logs_dir, reason, self.clock.now())
         except OSError as exc:
@@ -137,7 +150,7 @@ def after_cleanup(cause: BaseException, retired: list[Retired], left: str | None
     """What a failed run raises once it cleaned up: its own error, saying what became of the
     container; a Ctrl-C that left something becomes exit 130 with one line naming it."""
     done = "; ".join(f"container removed: {item.name}, its log saved to {item.log}"
-                     for item in retired)
+                     if item.log else f"container removed: {item.name}" for item in retired)
     said = left or done
     if isinstance(cause, KeyboardInterrupt):
         if left is None:

@@ -188,7 +188,9 @@ class Engine(Protocol):
         """Create and start a container; on any failure nothing is left behind (LaunchError)."""
         ...
 
-    def inspect(self, container_id: str) -> ContainerInfo: ...
+    def inspect(self, container_id: str) -> ContainerInfo:
+        """ContainerGone when the engine has no such container."""
+        ...
 
     def find(self, labels: dict[str, str]) -> list[ContainerInfo]:
         """Containers carrying all of `labels` and opsctl's managed label, running or not."""

@@ -41,7 +41,7 @@ import docker.types
 import requests
 import urllib3.exceptions
 
-from opsctl.core.errors import BuildError, DaemonUnreachable, LaunchError
+from opsctl.core.errors import BuildError, ContainerGone, DaemonUnreachable, LaunchError
 from opsctl.core.labels import MANAGED, ROLE, ROLE_VERIFY, RUN_ID, TRUE
 from opsctl.engine.api import (
     DIGEST_PATTERN,
@@ -386,6 +386,12 @@ DAEMON_TIMEOUT_SECONDS = 10
 # creates late, and how often (`DockerEngine._remove_late_create`).
 LATE_CREATE_SECONDS = 3.0
 LATE_CREATE_POLL_SECONDS = 0.25
+# The engine's answers for a container that is gone (404) or being removed (409): a removal a
+# Ctrl-C cut short goes on in the daemon. How long opsctl waits for such a removal to finish.
+CONFLICT = 409
+GONE_STATUSES = frozenset({404, CONFLICT})
+REMOVAL_WAIT_SECONDS = 10.0
+REMOVAL_POLL_SECONDS = 0.2
 
 
 def connect(timeout: float = DAEMON_TIMEOUT_SECONDS) -> Engine:
@@ -457,7 +463,11 @@ class DockerEngine:
 
     def inspect(self, container_id: str) -> ContainerInfo:
         with answering("inspecting a container"):
-            attrs = self._client.api.inspect_container(container_id)
+            try:
+                attrs = self._client.api.inspect_container(container_id)
+            except docker.errors.NotFound:
+                raise ContainerGone(f"container {container_id[:12]} is gone",
+                                    hint="`opsctl status` shows what runs") from None
             state = attrs.get("State") or {}
             status = state.get("Status", "")
             restarts = int(attrs.get("RestartCount") or 0)
@@ -543,7 +553,16 @@ class DockerEngine:
             response = api._get(api._url("/containers/{0}/logs", container_id), params=params,
                                 stream=True)
             try:
-                api._raise_for_status(response)
+                try:
+                    api._raise_for_status(response)
+                except docker.errors.APIError as exc:
+                    if exc.status_code not in GONE_STATUSES:
+                        raise
+                    # Gone, or being removed (a removal a Ctrl-C cut short goes on in the
+                    # daemon): no log to read; the saved file says so instead.
+                    said = " ".join(str(exc.explanation or exc).split())[:200]
+                    yield f"[opsctl: no log: the engine answered {exc.status_code}: {said}]\n".encode()
+                    return
                 while header := read_exactly(response.raw, LOG_FRAME_HEADER.size):
                     _, length = LOG_FRAME_HEADER.unpack(header)
                     yield read_exactly(response.raw, length)
@@ -561,7 +580,14 @@ class DockerEngine:
 
     def remove(self, container_id: str) -> None:
         with answering("removing a container"):
-            self._remove_quietly(container_id)
+            try:
+                self._remove_quietly(container_id)
+            except docker.errors.APIError as exc:
+                if exc.status_code != CONFLICT:
+                    raise
+                raise LaunchError(f"the engine is still removing container {container_id[:12]} "
+                                  f"after {REMOVAL_WAIT_SECONDS:.0f} s",
+                                  hint="`opsctl status` shows what is left") from None
 
     def stop_and_remove(self, container_id: str, grace_seconds: int) -> None:
         self.stop(container_id, grace_seconds)
@@ -606,8 +632,24 @@ class DockerEngine:
             time.sleep(LATE_CREATE_POLL_SECONDS)
 
     def _remove_quietly(self, container_id: str) -> None:
-        with contextlib.suppress(docker.errors.NotFound):
+        """Remove it, whatever state it is in; done when it is gone, including a removal already
+        under way (409: one a Ctrl-C cut short, which the daemon finishes) that ends within
+        `REMOVAL_WAIT_SECONDS`."""
+        try:
             self._client.api.remove_container(container_id, force=True)
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError as exc:
+            if exc.status_code != CONFLICT:
+                raise
+            deadline = time.monotonic() + REMOVAL_WAIT_SECONDS
+            while time.monotonic() < deadline:
+                try:
+                    self._client.api.inspect_container(container_id)
+                except docker.errors.NotFound:
+                    return
+                time.sleep(REMOVAL_POLL_SECONDS)
+            raise
 
     def info(self) -> EngineInfo:
         """`docker version` and `docker info`, as opsctl reads them."""

@@ -305,3 +305,23 @@ def test_a_server_restarted_by_its_policy_while_loading_is_a_failed_start(
         launch(engine, state, logs, phases=("refused",))
     assert "exited before it was ready (exit code 1)" in caught.value.message
     assert engine.containers == {}
+
+
+# --- a removal a Ctrl-C cut short goes on in the daemon -----------------------------------------
+
+
+def test_a_container_gone_before_its_log_is_read_is_retired_with_no_log(
+    engine: FakeEngine, state: StateDir, logs: Path
+) -> None:
+    """`tune` takes a point down again after a Ctrl-C cut the first `down` short; by then the
+    daemon may have finished that removal: the second `down` is done, not an error."""
+    launch(engine, state, logs)
+
+    def removed_by_the_daemon(method: str, fake: FakeEngine) -> None:
+        if method == "inspect":
+            fake.containers.clear()
+
+    engine.on_call = removed_by_the_daemon
+    result = app.down(engine, PROFILE.name, state=state, logs_dir=logs)
+    assert result.removed == ["opsctl-sim"] and result.logs == []
+    assert saved(logs) == []

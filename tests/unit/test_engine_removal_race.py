@@ -1,0 +1,76 @@
+"""The real engine adapter (opsctl.engine.dockerpy) against a docker client that answers as the
+daemon does while it finishes a removal that a Ctrl-C cut short: 409 for the log and for a second
+remove, 404 once it is gone. Before: the 409 (a requests.HTTPError, so an OSError) read as "cannot
+save the log under out/logs", exit 2 (found by tests/integration/test_interrupt_points.py's `tune`
+case on a loaded machine)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import docker.errors
+import pytest
+import requests
+
+from opsctl.core.errors import ContainerGone, LaunchError
+from opsctl.engine import dockerpy
+from opsctl.engine.dockerpy import DockerEngine
+
+
+def _conflict(what: str) -> docker.errors.APIError:
+    response = requests.Response()
+    response.status_code = 409
+    return docker.errors.APIError(what, response=response, explanation=what)
+
+
+class Removing:
+    """A daemon removing container `c1`: gone after `inspects_left` more inspections."""
+
+    def __init__(self, inspects_left: int) -> None:
+        self.inspects_left = inspects_left
+        self.api = SimpleNamespace(remove_container=self._remove, inspect_container=self._inspect,
+                                   _get=lambda url, **_: SimpleNamespace(close=lambda: None),
+                                   _url=lambda template, cid: template.format(cid),
+                                   _raise_for_status=self._raise_for_status)
+
+    def _remove(self, container_id: str, force: bool = False) -> None:
+        if self.inspects_left <= 0:
+            raise docker.errors.NotFound("No such container")
+        raise _conflict(f"removal of container {container_id} is already in progress")
+
+    def _inspect(self, container_id: str) -> dict[str, Any]:
+        if self.inspects_left <= 0:
+            raise docker.errors.NotFound("No such container")
+        self.inspects_left -= 1
+        return {"Id": container_id, "State": {"Status": "removing"}}
+
+    def _raise_for_status(self, response: Any) -> None:
+        raise _conflict("can not get logs from container which is dead or marked for removal")
+
+
+def test_the_log_of_a_container_being_removed_is_a_note_not_an_error() -> None:
+    engine = DockerEngine(Removing(inspects_left=5))  # type: ignore[arg-type]
+    chunks = list(engine.log_chunks("c1"))
+    assert len(chunks) == 1 and chunks[0].startswith(b"[opsctl: no log: the engine answered 409: ")
+    assert b"marked for removal" in chunks[0]
+
+
+def test_a_removal_already_under_way_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dockerpy, "REMOVAL_POLL_SECONDS", 0.0)
+    client = Removing(inspects_left=3)
+    DockerEngine(client).remove("c1")  # type: ignore[arg-type]
+    assert client.inspects_left == 0
+
+
+def test_a_removal_that_never_ends_is_one_launch_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dockerpy, "REMOVAL_POLL_SECONDS", 0.0)
+    monkeypatch.setattr(dockerpy, "REMOVAL_WAIT_SECONDS", 0.05)
+    client = Removing(inspects_left=10**9)
+    with pytest.raises(LaunchError, match="still removing container c1"):
+        DockerEngine(client).remove("c1")  # type: ignore[arg-type]
+
+
+def test_inspecting_a_container_that_is_gone_says_so() -> None:
+    with pytest.raises(ContainerGone, match="container c1 is gone"):
+        DockerEngine(Removing(inspects_left=0)).inspect("c1")  # type: ignore[arg-type]
