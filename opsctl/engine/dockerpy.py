@@ -521,11 +521,13 @@ class DockerEngine:
         wanted = {MANAGED: TRUE, **labels}
         filters = {"label": [f"{k}={v}" for k, v in wanted.items()]}
         with answering("listing containers"):
-            found = self._client.containers.list(all=True, filters=filters)
+            # The low-level list: the SDK's `containers.list` inspects each one itself and
+            # raises NotFound for one removed between its list and its inspect.
+            found = self._client.api.containers(all=True, filters=filters)
             infos = []
             for container in found:
-                with contextlib.suppress(docker.errors.NotFound):  # removed meanwhile
-                    infos.append(self.inspect(container.id))
+                with contextlib.suppress(ContainerGone):  # removed meanwhile
+                    infos.append(self.inspect(container["Id"]))
             return infos
 
     def logs(self, container_id: str, tail: int | str = "all") -> str:

@@ -74,3 +74,30 @@ def test_a_removal_that_never_ends_is_one_launch_error(monkeypatch: pytest.Monke
 def test_inspecting_a_container_that_is_gone_says_so() -> None:
     with pytest.raises(ContainerGone, match="container c1 is gone"):
         DockerEngine(Removing(inspects_left=0)).inspect("c1")  # type: ignore[arg-type]
+
+
+class ListedThenRemoved:
+    """A daemon that lists two containers and has removed the first before it is inspected."""
+
+    def __init__(self) -> None:
+        self.api = SimpleNamespace(containers=self._list, inspect_container=self._inspect)
+        # The SDK's high-level list raises NotFound for a container removed between its list
+        # and its own inspect: opsctl must not go through it.
+        self.containers = SimpleNamespace(list=self._sdk_list)
+
+    def _list(self, all: bool = False, filters: dict[str, Any] | None = None) -> list[Any]:
+        return [{"Id": "gone"}, {"Id": "here"}]
+
+    def _sdk_list(self, **_: Any) -> list[Any]:
+        raise docker.errors.NotFound("No such container: gone")
+
+    def _inspect(self, container_id: str) -> dict[str, Any]:
+        if container_id == "gone":
+            raise docker.errors.NotFound(f"No such container: {container_id}")
+        return {"Id": container_id, "Name": "/opsctl-here", "State": {"Status": "running"},
+                "Config": {"Labels": {"opsctl.managed": "true"}, "Image": "opsctl/sim:x"}}
+
+
+def test_find_skips_a_container_removed_between_the_list_and_its_inspection() -> None:
+    found = DockerEngine(ListedThenRemoved()).find({})  # type: ignore[arg-type]
+    assert [info.id for info in found] == ["here"]
