@@ -439,19 +439,25 @@ class DockerEngine:
         creating waits for its answer (bounded by the client's timeout) and removes what it
         created, instead of abandoning the call and leaving a Created container behind."""
         outcome: dict[str, Any] = {}
+        done = threading.Event()
 
         def work() -> None:
             try:
                 outcome["container"] = self._client.containers.create(**kwargs)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
                 outcome["error"] = exc
+            finally:
+                done.set()
 
         worker = threading.Thread(target=work, name="opsctl-create", daemon=True)
         worker.start()
+        # An Event, not Thread.join: before Python 3.13 a join interrupted by Ctrl-C marks the
+        # live thread as stopped (threading's bpo-45274 handling), so a second join returned at
+        # once and the container the daemon then created was left in state Created.
         try:
-            worker.join()
+            done.wait()
         except BaseException:
-            worker.join(self._client.api.timeout + 1)
+            done.wait(self._client.api.timeout + 1)
             created = outcome.get("container")
             if created is not None:
                 with contextlib.suppress(docker.errors.DockerException, *TRANSPORT):

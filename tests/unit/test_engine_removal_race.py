@@ -6,6 +6,9 @@ case on a loaded machine)."""
 
 from __future__ import annotations
 
+import signal
+import threading
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -101,3 +104,34 @@ class ListedThenRemoved:
 def test_find_skips_a_container_removed_between_the_list_and_its_inspection() -> None:
     found = DockerEngine(ListedThenRemoved()).find({})  # type: ignore[arg-type]
     assert [info.id for info in found] == ["here"]
+
+
+class SlowCreate:
+    """A daemon that takes a while to create a container; records what is removed."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.removed: list[str] = []
+        self.containers = SimpleNamespace(create=self._create)
+        self.api = SimpleNamespace(timeout=10, remove_container=self._remove)
+
+    def _create(self, **_: Any) -> Any:
+        time.sleep(self.seconds)
+        return SimpleNamespace(id="made-late")
+
+    def _remove(self, container_id: str, force: bool = False) -> None:
+        self.removed.append(container_id)
+
+
+def test_ctrl_c_while_the_daemon_creates_the_server_removes_what_it_then_creates() -> None:
+    """A real SIGINT to the main thread (Python's default handler raises KeyboardInterrupt) lands
+    while the create is under way; the container the daemon makes afterwards is removed. Found
+    by the tune Ctrl-C module under load (seed 31): a server container left in state Created."""
+    assert threading.current_thread() is threading.main_thread()
+    client = SlowCreate(seconds=0.6)
+    main = threading.main_thread().ident
+    assert main is not None
+    threading.Timer(0.15, signal.pthread_kill, (main, signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        DockerEngine(client)._create({})  # type: ignore[arg-type]
+    assert client.removed == ["made-late"]
