@@ -23,6 +23,7 @@ if [ "$#" -eq 0 ]; then
   # integration tier shares one Docker engine, its image trust records and the simulator image,
   # so it runs in one process. Both run; the script fails if either failed.
   status=0
+  trap 'exit 130' INT  # a Ctrl-C ends the run: pytest exits 2 on it, and bash would go on
   "${sigint_default[@]}" .venv/bin/pytest -m "not gpu" -n "${OPSCTL_TEST_WORKERS:-3}" \
     tests/unit tests/component || status=$?
   "${sigint_default[@]}" .venv/bin/pytest -m "not gpu" tests/integration || status=$?

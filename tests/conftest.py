@@ -155,9 +155,12 @@ def _containers_now() -> dict[str, str] | None:
         import docker
 
         client = docker.from_env(timeout=10)
-        return {c.id: c.name for c in client.containers.list(all=True)}
+        client.ping()
     except Exception:  # noqa: BLE001 - no engine here: nothing to guard
         return None
+    # The low-level list: the SDK's `containers.list` inspects each one and raises NotFound for
+    # one removed meanwhile. An engine that answered the ping and then fails is an error here.
+    return {c["Id"]: (c.get("Names") or ["?"])[0].lstrip("/") for c in client.api.containers(all=True)}
 
 
 _BEFORE: dict[str, str] | None = None

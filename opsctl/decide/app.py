@@ -25,6 +25,7 @@ bench sweep.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Callable
@@ -69,7 +70,7 @@ from opsctl.decide.report import (
 )
 from opsctl.decide.settings import DECIDE_DEFAULTS, DecideSettings
 from opsctl.decide.verdict import compare_pairs, recommend
-from opsctl.deploy.app import Progress, left_behind
+from opsctl.deploy.app import Progress, left_line
 from opsctl.deploy.launch import Launch
 from opsctl.gate.gate import GateSmoke, SmokeAsk, UpProgress, attention_kind
 from opsctl.traffic.bench.report import BenchReport
@@ -283,18 +284,34 @@ def _run_variant(ctx: _Ctx, deployment: Deployment, image: str,
         if repeat > 1:
             ctx.on_step(f"{name}: ready; bench, repeat {repeat} of {ctx.request.settings.repeats}")
             _bench(ctx, deployment, started.base_url, folder, record, repeat)
-            return None
-        ctx.on_step(f"{name}: ready, {record.verify or 'not verified'}; smoke")
-        return _smoke_and_bench(ctx, deployment, started.base_url, folder, record)
-    finally:
-        ctx.ticker.phase("down")
-        # The server's whole log is saved into the variant's folder before it is removed.
-        try:
-            logs = ctx.launch.down(deployment.profile.name, logs_dir=folder,
-                                   on_note=ctx.on_step).logs
-        except OpsctlError as exc:  # a lost daemon, a full disk: name what this run left
-            raise left_behind(exc, started.container) from None
-        record.evidence += [_rel(out, path) for path in logs]
+            smoked = None
+        else:
+            ctx.on_step(f"{name}: ready, {record.verify or 'not verified'}; smoke")
+            smoked = _smoke_and_bench(ctx, deployment, started.base_url, folder, record)
+    except BaseException:
+        # Ctrl-C or a bug stays what the run ends with: the teardown's own failure, if any, is
+        # left to the caller's clean-up (_remove_quietly), which names what is left.
+        with contextlib.suppress(OpsctlError):
+            _teardown(ctx, deployment, folder, record)
+        raise
+    try:
+        _teardown(ctx, deployment, folder, record)
+    except OpsctlError as exc:  # a lost daemon, a full disk: the clean-up (_remove_quietly)
+        # tries again and names what is then still left; until then nothing is said to be left.
+        line = left_line(started.container)
+        exc.left += [line] if line not in exc.left else []
+        for said in exc.left:
+            exc.message = exc.message.replace(f"; {said}", "")
+        exc.args = (exc.message,)
+        raise
+    return smoked
+
+
+def _teardown(ctx: _Ctx, deployment: Deployment, folder: Path, record: VariantRecord) -> None:
+    """Down, with the server's whole log saved into the variant's folder before it is removed."""
+    ctx.ticker.phase("down")
+    logs = ctx.launch.down(deployment.profile.name, logs_dir=folder, on_note=ctx.on_step).logs
+    record.evidence += [_rel(ctx.request.out_dir, path) for path in logs]
 
 
 def _smoke_and_bench(ctx: _Ctx, deployment: Deployment, base_url: str, folder: Path,

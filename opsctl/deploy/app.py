@@ -338,13 +338,18 @@ def down(engine: Engine, profile_name: str | None = None, grace_seconds: int | N
     return DownResult(removed=removed, logs=saved)
 
 
+def left_line(info: ContainerInfo) -> str:
+    """The line naming a container a removal left, and the commands that remove it."""
+    profile = info.labels.get(labels.PROFILE, "")
+    return (f"{info.name} ({info.id[:12]}) is left: `opsctl down"
+            + (f" --profile {profile}" if profile else "")
+            + f"` removes it, saving its log (or `docker rm -f {info.id[:12]}`)")
+
+
 def left_behind(exc: OpsctlError, info: ContainerInfo) -> OpsctlError:
     """`exc` naming the container a removal left, and the commands that remove it; its
     `left` holds that line for a report (decide's)."""
-    profile = info.labels.get(labels.PROFILE, "")
-    left = (f"{info.name} ({info.id[:12]}) is left: `opsctl down"
-            + (f" --profile {profile}" if profile else "")
-            + f"` removes it, saving its log (or `docker rm -f {info.id[:12]}`)")
+    left = left_line(info)
     if left not in exc.message:
         exc.message = f"{exc.message}; {left}"
         exc.args = (exc.message,)

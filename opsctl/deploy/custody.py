@@ -71,16 +71,17 @@ class Custody:
     on_note: Note = field(default=lambda line: None)
 
     def retire(self, info: ContainerInfo, grace_seconds: int, reason: str) -> Retired:
-        """Stop `info`, save its whole log, remove it and forget its verdict. A container that
-        is gone meanwhile (a removal a Ctrl-C cut short, which the daemon finished) is retired
-        with no log."""
+        """Stop `info`, save its whole log, remove it and forget its verdict. A container gone
+        meanwhile, or being removed (a removal a Ctrl-C cut short, which the daemon finishes), is
+        retired with no log."""
         self.engine.stop(info.id, grace_seconds)
         try:
             stopped = self.engine.inspect(info.id)
         except ContainerGone:
-            if self.state is not None:
-                self.state.forget(info.id)
-            return Retired(info.name, info.id, None)
+            return self._gone(info)
+        if stopped.status == "removing":  # a removal under way: the engine has no log to give
+            self.engine.remove(info.id)  # waits for it
+            return self._gone(info)
         try:
             path = save_log(self.engine, stopped, self.logs_dir, reason, self.clock.now())
         except OSError as exc:
@@ -94,6 +95,12 @@ class Custody:
         if self.state is not None:
             self.state.forget(info.id)
         return Retired(info.name, info.id, path)
+
+    def _gone(self, info: ContainerInfo) -> Retired:
+        """Retired with no log: the engine removed it, or is removing it, already."""
+        if self.state is not None:
+            self.state.forget(info.id)
+        return Retired(info.name, info.id, None)
 
     def clean_up_run(self, run: RunRecord, reason: str,
                      interrupted: bool) -> tuple[list[Retired], str | None]:

@@ -824,7 +824,11 @@ class DockerEngine:
             )
         except docker.errors.ImageNotFound:
             raise BuildError(f"image {image} vanished before verification", hint="rebuild") from None
-        except BaseException:  # created after all, or not: either way nothing is left
+        except docker.errors.APIError:  # the daemon answered: one look by name is enough
+            with contextlib.suppress(docker.errors.DockerException, requests.RequestException):
+                self._remove_quietly(name)
+            raise
+        except BaseException:  # cut off (Ctrl-C, a transport error): the create may land later
             with contextlib.suppress(docker.errors.DockerException, requests.RequestException):
                 self._remove_late_create(name, token)
             raise

@@ -227,12 +227,26 @@ def _rollback_target(profile: Profile, last: LastGood | None, engine: Engine,
 
 
 def _running_before(profile: Profile, engine: Engine) -> Rollback | None:
+    """What serves now, as the rollback target; None when nothing runs. A server that runs but
+    could not be brought back is refused before anything stops, as a last good one is."""
     for info in find_servers(engine, profile.name):
+        if info.status != "running":
+            continue
         variant = info.labels.get(labels.VARIANT, "")
         image = info.labels.get(labels.IMAGE) or info.image
-        if info.status == "running" and variant in profile.variants \
-                and engine.image_labels(image) is not None:
-            return Rollback(profile.resolve(variant), image, "running before the gate")
+        if variant not in profile.variants:
+            raise UsageError(
+                f"{info.name} serves variant {variant!r}, which profile {profile.name!r} no "
+                "longer has: a failed gate could not bring it back",
+                hint=f"restore the variant, or `opsctl down --profile {profile.name}` first to "
+                "gate without a rollback target")
+        if engine.image_labels(image) is None:
+            raise LaunchError(
+                f"{info.name} runs image {image}, which is no longer on this engine: a failed "
+                "gate could not bring it back",
+                hint=f"rebuild it, or `opsctl down --profile {profile.name}` first to gate "
+                "without a rollback target")
+        return Rollback(profile.resolve(variant), image, "running before the gate")
     return None
 
 

@@ -95,7 +95,7 @@ class SmokeOptions:
     profile_alias: str | None = None
     api_key: str | None = None
     model: str | None = None
-    api: Api = "completions"
+    api: Api = SMOKE_DEFAULTS.api
     request_timeout_s: float = SMOKE_DEFAULTS.request_timeout_s
     overall_timeout_s: float = SMOKE_DEFAULTS.overall_timeout_s
     eval_timeout_s: float = SMOKE_DEFAULTS.eval_timeout_s  # each eval's own, after the checks

@@ -44,11 +44,13 @@ def test_a_server_that_is_not_serving_is_exit_4_in_smoke_bench_and_verify(
 
 
 def test_nothing_listening_is_exit_4_in_smoke_bench_and_verify(tmp_path: Path) -> None:
-    with socket.socket() as sock:  # a port nobody listens on once it is closed
+    # Bound and held, never listening: connections are refused, and no other process (a
+    # parallel test worker) can take the port meanwhile.
+    with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    codes = {"smoke": smoke(url, tmp_path).returncode, "bench": bench(url, tmp_path).returncode,
-             "verify": verify(url)}
+        codes = {"smoke": smoke(url, tmp_path).returncode,
+                 "bench": bench(url, tmp_path).returncode, "verify": verify(url)}
     assert codes == dict.fromkeys(("smoke", "bench", "verify"), EXIT_LAUNCH), codes
 
 

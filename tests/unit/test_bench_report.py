@@ -141,3 +141,12 @@ def test_a_report_of_another_schema_version_is_refused_in_one_line(tmp_path: Pat
         load_report(tmp_path)
     assert "schema_version 2" in caught.value.message and "\n" not in caught.value.message
     assert caught.value.exit_code == EXIT_USAGE
+
+
+def test_a_report_of_version_2_shape_but_another_version_is_refused(tmp_path: Path) -> None:
+    write_report_files(_report(_variant("baseline", 0.1)), tmp_path)
+    data = json.loads((tmp_path / "bench.json").read_text())
+    data["schema_version"] = 7
+    (tmp_path / "bench.json").write_text(json.dumps(data))
+    with pytest.raises(UsageError, match="not a bench report of schema_version 2"):
+        load_report(tmp_path)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -523,3 +524,55 @@ def test_a_teardown_that_cannot_remove_the_container_names_it(
     assert saved["partial"] is True
     assert any(named in line for line in saved["left_behind"])
     assert named in (run.out / "decide.md").read_text()
+
+
+def _decide_with(run: Run, bench: Callable[[BenchAsk], BenchReport]) -> DecideResult:
+    return decide_app.decide(
+        PROFILE, DecideRequest(variants=("baseline", "gathercast"), out_dir=run.out,
+                               settings=DecideSettings(concurrency=LEVELS, requests_per_level=4)),
+        launch=Launch(engine=run.engine, image_for=lambda _: IMAGE, verify=FakeVerify(), state=None,
+                      http=FakeSglang(PROFILE.model.served_name, ["ready"]).client,
+                      clock=FakeClock()),
+        smoke=FakeSmoke(), bench=bench, on_step=run.steps.append)
+
+
+def test_a_teardown_that_fails_once_is_not_reported_as_leaving_the_container(
+        tmp_path: Path) -> None:
+    """The clean-up tries again and removes it: the line must not say it is left."""
+    run = Run(tmp_path)
+    failure = DaemonUnreachable("the Docker engine failed mid-call (500: boom) while stopping")
+
+    def bench(ask: BenchAsk) -> BenchReport:
+        report = FakeBench({})(ask)
+        run.engine.fail("stop", failure, times=1)
+        return report
+
+    with pytest.raises(DaemonUnreachable) as caught:
+        _decide_with(run, bench)
+    assert run.engine.containers == {}
+    assert "is left" not in caught.value.message
+    assert json.loads((run.out / "decide.json").read_text())["left_behind"] == []
+
+
+@pytest.mark.parametrize("cause", [KeyboardInterrupt(), RuntimeError("a bug in bench")],
+                         ids=["ctrl-c", "bug"])
+def test_a_failing_teardown_never_replaces_a_ctrl_c_or_a_bug(tmp_path: Path,
+                                                             cause: BaseException) -> None:
+    """Ctrl-C stays exit 130 and a bug stays a bug (exit 1, its traceback), whatever the
+    teardown then meets; what is left is still named in the report."""
+    run = Run(tmp_path)
+    failure = DaemonUnreachable("the Docker engine stopped answering (while stopping)")
+
+    def bench(ask: BenchAsk) -> BenchReport:
+        run.engine.fail("stop", failure, times=100)
+        run.engine.fail("find", failure, times=100)
+        raise cause
+
+    if isinstance(cause, KeyboardInterrupt):
+        result = _decide_with(run, bench)
+        assert result.error is not None and result.error.exit_code == EXIT_INTERRUPTED
+    else:
+        with pytest.raises(RuntimeError, match="a bug in bench"):
+            _decide_with(run, bench)
+    saved = json.loads((run.out / "decide.json").read_text())
+    assert saved["partial"] is True and saved["left_behind"]

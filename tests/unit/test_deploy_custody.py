@@ -325,3 +325,15 @@ def test_a_container_gone_before_its_log_is_read_is_retired_with_no_log(
     result = app.down(engine, PROFILE.name, state=state, logs_dir=logs)
     assert result.removed == ["opsctl-sim"] and result.logs == []
     assert saved(logs) == []
+
+
+def test_a_container_the_engine_is_removing_is_waited_for_not_logged(
+    engine: FakeEngine, state: StateDir, logs: Path
+) -> None:
+    """No file that claims to be its log: the engine answers 409 for the log of a container it
+    is removing."""
+    launch(engine, state, logs)
+    engine.containers["c2"].status = "removing"
+    result = app.down(engine, PROFILE.name, state=state, logs_dir=logs)
+    assert result.removed == ["opsctl-sim"] and result.logs == [] and saved(logs) == []
+    assert "log_chunks" not in engine.calls and engine.containers == {}

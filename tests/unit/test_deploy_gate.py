@@ -137,7 +137,7 @@ def passed_baseline(box: Box) -> LastGood:
 def test_a_pass_without_a_last_good_records_it(box: Box) -> None:
     box.engine.add_container("opsctl-sim", {labels.MANAGED: labels.TRUE, labels.ROLE:
                                             labels.ROLE_SERVER, labels.PROFILE: PROFILE.name,
-                                            labels.VARIANT: "gathercast"})
+                                            labels.VARIANT: "gathercast", labels.IMAGE: IMAGE})
     smoke = FakeSmoke()
     result = box.gate("baseline", smoke)
     assert result.outcome == "passed" and result.failed == [] and result.rolled_back is None
@@ -266,6 +266,19 @@ def test_a_first_gate_whose_relaunch_fails_names_what_no_longer_serves(box: Box)
     assert any("'baseline' (running before the gate) is no longer serving" in step
                for step in box.steps)
     assert box.engine.containers == {}
+
+
+def test_a_first_gate_refuses_before_stopping_a_server_it_could_not_bring_back(
+        box: Box) -> None:
+    """What runs is a variant the profile no longer has: refused before anything stops (as an
+    unrestorable last good is), never "nothing was running" followed by stopping it."""
+    plain_up(box, "baseline")
+    (container,) = box.engine.containers.values()
+    container.labels[labels.VARIANT] = "baseline-old"
+    with pytest.raises(UsageError, match="serves variant 'baseline-old'"):
+        box.gate("corrupt", FakeSmoke(failing={"corrupt": {"slo": "too slow"}}))
+    assert list(box.engine.containers.values()) == [container]
+    assert "stop" not in box.engine.calls
 
 
 def test_a_first_gate_with_nothing_running_says_so(box: Box) -> None:

@@ -135,3 +135,35 @@ def test_ctrl_c_while_the_daemon_creates_the_server_removes_what_it_then_creates
     with pytest.raises(KeyboardInterrupt):
         DockerEngine(client)._create({})  # type: ignore[arg-type]
     assert client.removed == ["made-late"]
+
+
+class RefusedCreate:
+    """A daemon that answers the create with a refusal (a bad mount, say): nothing was made."""
+
+    def __init__(self) -> None:
+        self.removed: list[str] = []
+        self.listed = 0
+        self.containers = SimpleNamespace(create=self._create)
+        self.api = SimpleNamespace(remove_container=self._remove, containers=self._list)
+
+    def _create(self, **_: Any) -> None:
+        response = requests.Response()
+        response.status_code = 400
+        raise docker.errors.APIError("invalid mount config", response=response)
+
+    def _remove(self, name: str, force: bool = False) -> None:
+        self.removed.append(name)
+        raise docker.errors.NotFound("No such container")
+
+    def _list(self, **_: Any) -> list[Any]:
+        self.listed += 1
+        return []
+
+
+def test_a_create_the_daemon_refused_is_not_looked_for_again() -> None:
+    """Only a cut-off create may land later; a refusal costs one remove by name, not the
+    second look's seconds of polling."""
+    client = RefusedCreate()
+    with pytest.raises(docker.errors.APIError):
+        DockerEngine(client).run_to_completion("opsctl/sim:x", ["true"])  # type: ignore[arg-type]
+    assert len(client.removed) == 1 and client.listed == 0

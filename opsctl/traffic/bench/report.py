@@ -26,7 +26,7 @@ from opsctl.traffic.bench.server_sampler import ServerFigures
 from opsctl.traffic.served import ModelResolution
 from opsctl.traffic.settings import BenchSettings
 
-SCHEMA_VERSION = 2  # 2: config.settings is the BenchSettings model
+SCHEMA_VERSION: Literal[2] = 2  # 2: config.settings is the BenchSettings model
 CLIENT_BOUND_SHARE = 0.9  # of one core per client process: each event loop is single-threaded
 
 
@@ -157,7 +157,7 @@ class ClientInfo(BaseModel):
 class BenchReport(PartialReport):
     """The JSON written by `opsctl bench` (schema_version bumps on any incompatible change)."""
 
-    schema_version: int = SCHEMA_VERSION
+    schema_version: Literal[2] = SCHEMA_VERSION  # a report of another version is refused
     kind: Literal["bench"] = "bench"
     started_at: str
     duration_s: float
