@@ -86,6 +86,12 @@ class OpsctlError(Exception):
         # it and the command that removes it, for a report to list.
         self.left: list[str] = []
 
+    def add_clause(self, clause: str) -> None:
+        """Say `clause` too, after "; " on the one line, once."""
+        if clause not in self.message:
+            self.message = f"{self.message}; {clause}"
+            self.args = (self.message,)
+
 
 class UsageError(OpsctlError):
     """Bad command-line usage: unknown variant, conflicting options, bad argument."""

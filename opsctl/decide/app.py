@@ -189,9 +189,9 @@ def decide(
             written = write_report(report, out)
             if isinstance(exc, KeyboardInterrupt):
                 stopped = report.stop_error("decide", out / DECIDE_JSON)
-                if stopped is not None and report.left_behind:
-                    stopped.message = "; ".join([stopped.message, *report.left_behind])
-                    stopped.args = (stopped.message,)
+                if stopped is not None:
+                    for line in report.left_behind:
+                        stopped.add_clause(line)
                 return DecideResult(report, out, written, stopped)
             raise
     _conclude(report, smoked, clock.monotonic() - began, out, slo)
@@ -402,9 +402,7 @@ def _remove_quietly(ctx: _Ctx, profile_name: str, cause: BaseException) -> list[
             f"{profile_name}` removes it once the engine answers"]
         if isinstance(cause, OpsctlError):
             for line in left:
-                if line not in cause.message:
-                    cause.message = f"{cause.message}; {line}"
-                    cause.args = (cause.message,)
+                cause.add_clause(line)
         return left
     if removed:
         ctx.on_step(f"removed {', '.join(removed)}")

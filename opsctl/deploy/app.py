@@ -350,9 +350,7 @@ def left_behind(exc: OpsctlError, info: ContainerInfo) -> OpsctlError:
     """`exc` naming the container a removal left, and the commands that remove it; its
     `left` holds that line for a report (decide's)."""
     left = left_line(info)
-    if left not in exc.message:
-        exc.message = f"{exc.message}; {left}"
-        exc.args = (exc.message,)
+    exc.add_clause(left)
     if left not in exc.left:
         exc.left.append(left)
     return exc

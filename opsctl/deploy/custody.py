@@ -166,8 +166,7 @@ def after_cleanup(cause: BaseException, retired: list[Retired], left: str | None
                            hint="`opsctl status` shows what runs")
     if isinstance(cause, OpsctlError):
         if said:
-            cause.message = f"{cause.message}; {said}"
-            cause.args = (cause.message,)
+            cause.add_clause(said)
         return cause
     if left is not None:
         cause.add_note(left)
