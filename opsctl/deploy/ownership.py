@@ -81,25 +81,28 @@ def _lock(path: Path, profile: str, command: str, clock: Clock) -> Iterator[None
 def _acquire(path: Path, profile: str, command: str, clock: Clock) -> IO[str]:
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = path.open("a+")
+    # Closed on any way out but the return, a Ctrl-C while the holder is written included: an
+    # open handle would hold the flock until the process ends, and this run's own next `down`
+    # (tune finishes a `down` a Ctrl-C cut short) would find its profile busy.
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = " ".join(handle.read(200).split()) or "another opsctl run"
+            raise ProfileBusy(
+                f"profile {profile!r} is busy: {holder} is changing it",
+                hint="wait for that run to end, or stop it (Ctrl-C); the lock is released when "
+                "its process ends",
+            ) from None
         handle.seek(0)
-        holder = " ".join(handle.read(200).split()) or "another opsctl run"
-        handle.close()
-        raise ProfileBusy(
-            f"profile {profile!r} is busy: {holder} is changing it",
-            hint="wait for that run to end, or stop it (Ctrl-C); the lock is released when "
-            "its process ends",
-        ) from None
+        handle.truncate()
+        handle.write(f"`opsctl {command}` (pid {os.getpid()}, since "
+                     f"{clock.now().isoformat(timespec='seconds')})\n")
+        handle.flush()
     except BaseException:
         handle.close()
         raise
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"`opsctl {command}` (pid {os.getpid()}, since "
-                 f"{clock.now().isoformat(timespec='seconds')})\n")
-    handle.flush()
     return handle
 
 

@@ -337,3 +337,19 @@ def test_a_container_the_engine_is_removing_is_waited_for_not_logged(
     result = app.down(engine, PROFILE.name, state=state, logs_dir=logs)
     assert result.removed == ["opsctl-sim"] and result.logs == [] and saved(logs) == []
     assert "log_chunks" not in engine.calls and engine.containers == {}
+
+
+def test_a_ctrl_c_while_the_lock_holder_is_written_releases_the_lock(state: StateDir) -> None:
+    """Found by the tune Ctrl-C module in CI: a Ctrl-C between taking the flock and writing who
+    holds it left the file open, so the run's own next `down` found its profile busy (exit 4)."""
+
+    class InterruptingClock(FakeClock):
+        def now(self) -> Any:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt) as caught, \
+            profile_locks(state, [PROFILE.name], "down", InterruptingClock()):
+        pass
+    assert caught.value is not None  # the traceback, and its frames, are still alive here
+    with profile_locks(state, [PROFILE.name], "down"):
+        pass
