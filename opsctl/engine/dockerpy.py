@@ -382,6 +382,8 @@ def push_error(target: str, detail: str) -> BuildError:
 # --- the engine --------------------------------------------------------------------------------
 
 DAEMON_TIMEOUT_SECONDS = 10
+# How long a Ctrl-C during `Thread.start` waits to learn whether the create thread runs.
+THREAD_START_SECONDS = 5.0
 # How long the clean-up of a cut-off throwaway create keeps looking for a container the daemon
 # creates late, and how often (`DockerEngine._remove_late_create`).
 LATE_CREATE_SECONDS = 3.0
@@ -439,9 +441,10 @@ class DockerEngine:
         creating waits for its answer (bounded by the client's timeout) and removes what it
         created, instead of abandoning the call and leaving a Created container behind."""
         outcome: dict[str, Any] = {}
-        done = threading.Event()
+        began, done = threading.Event(), threading.Event()
 
         def work() -> None:
+            began.set()
             try:
                 outcome["container"] = self._client.containers.create(**kwargs)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
@@ -450,22 +453,36 @@ class DockerEngine:
                 done.set()
 
         worker = threading.Thread(target=work, name="opsctl-create", daemon=True)
-        worker.start()
         # An Event, not Thread.join: before Python 3.13 a join interrupted by Ctrl-C marks the
         # live thread as stopped (threading's bpo-45274 handling), so a second join returned at
-        # once and the container the daemon then created was left in state Created.
+        # once and the container the daemon then created was left in state Created. `start` is
+        # inside the try: it waits for the new thread, and a Ctrl-C there (CI's gate module) left
+        # the create running with nobody to remove what it made.
         try:
+            worker.start()
             done.wait()
         except BaseException:
-            done.wait(self._client.api.timeout + 1)
-            created = outcome.get("container")
-            if created is not None:
-                with contextlib.suppress(docker.errors.DockerException, *TRANSPORT):
-                    self._remove_quietly(created.id)
+            if began.wait(THREAD_START_SECONDS):  # the create was sent, or is about to be
+                done.wait(self._client.api.timeout + 1)
+                self._undo_create(kwargs, outcome)
             raise
         if "error" in outcome:
+            if not isinstance(outcome["error"], docker.errors.APIError):  # cut off, not refused
+                self._undo_create(kwargs, outcome)
             raise outcome["error"]
         return outcome["container"]
+
+    def _undo_create(self, kwargs: dict[str, Any], outcome: dict[str, Any]) -> None:
+        """Remove what a create cut short made: the container in hand, or else (no answer, or a
+        transport error: the daemon may still make it) a bounded late look by name and run id."""
+        created = outcome.get("container")
+        refused = isinstance(outcome.get("error"), docker.errors.APIError)
+        with contextlib.suppress(docker.errors.DockerException, *TRANSPORT):
+            if created is not None:
+                self._remove_quietly(created.id)
+            elif not refused and kwargs.get("name"):
+                run_id = (kwargs.get("labels") or {}).get(RUN_ID)
+                self._remove_late_create(kwargs["name"], [f"{RUN_ID}={run_id}"] if run_id else [])
 
     def inspect(self, container_id: str) -> ContainerInfo:
         with answering("inspecting a container"):
@@ -620,19 +637,21 @@ class DockerEngine:
                                   f"{max_bytes >> 20} MiB", hint="capture fewer steps")
         return bytes(data)
 
-    def _remove_late_create(self, name: str, token: str) -> None:
-        """Remove the throwaway container a cut-off create may have made. The daemon can finish
-        creating it after a first look (CI found one in state Created): when the name finds
-        nothing, look again by this run's label for `LATE_CREATE_SECONDS`, never wider."""
+    def _remove_late_create(self, name: str, label_filters: list[str]) -> None:
+        """Remove the container a cut-off create may have made. The daemon can finish creating it
+        after a first look (CI found one in state Created): when the name finds nothing, look
+        again by this run's labels for `LATE_CREATE_SECONDS`, never wider (no labels: the name
+        only)."""
         try:
             self._client.api.remove_container(name, force=True)
             return
         except docker.errors.NotFound:
             pass
+        if not label_filters:
+            return
         deadline = time.monotonic() + LATE_CREATE_SECONDS
         while True:
-            found = self._client.api.containers(
-                all=True, filters={"label": [f"{ROLE}={ROLE_VERIFY}", f"{RUN_ID}={token}"]})
+            found = self._client.api.containers(all=True, filters={"label": label_filters})
             for container in found:
                 self._remove_quietly(container["Id"])
             if found or time.monotonic() >= deadline:
@@ -830,7 +849,7 @@ class DockerEngine:
             raise
         except BaseException:  # cut off (Ctrl-C, a transport error): the create may land later
             with contextlib.suppress(docker.errors.DockerException, requests.RequestException):
-                self._remove_late_create(name, token)
+                self._remove_late_create(name, [f"{ROLE}={ROLE_VERIFY}", f"{RUN_ID}={token}"])
             raise
         try:
             try:

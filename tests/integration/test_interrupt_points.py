@@ -155,7 +155,7 @@ class Command:
 
     def check(self, run: Run) -> None:
         """What holds after any run, interrupted or not: no container of its profile."""
-        assert containers(run.profile) == [], (run.profile, run.stderr)
+        assert containers(run.profile) == [], (run.profile, run.code, run.stdout, run.stderr)
 
     def cleanup(self, run: Run) -> None:
         if run.profile:

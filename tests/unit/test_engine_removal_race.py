@@ -137,6 +137,46 @@ def test_ctrl_c_while_the_daemon_creates_the_server_removes_what_it_then_creates
     assert client.removed == ["made-late"]
 
 
+class StartInterrupted(threading.Thread):
+    """A thread whose `start` is cut by Ctrl-C once the new thread runs: `Thread.start` waits
+    for it to begin, and a SIGINT in that wait raises there."""
+
+    def start(self) -> None:
+        super().start()
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_while_the_create_thread_starts_removes_what_the_daemon_makes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by CI's `up --gate` Ctrl-C module (seed 25): a Ctrl-C inside `Thread.start`
+    escaped before the wait for the create, so the server the daemon made afterwards was found
+    by no clean-up and stayed in state Created."""
+    client = SlowCreate(seconds=0.3)
+    monkeypatch.setattr(dockerpy, "threading",
+                        SimpleNamespace(Thread=StartInterrupted, Event=threading.Event))
+    with pytest.raises(KeyboardInterrupt):
+        DockerEngine(client)._create({})  # type: ignore[arg-type]
+    assert client.removed == ["made-late"]
+
+
+class NeverStarted(threading.Thread):
+    """A thread whose `start` is cut by Ctrl-C before the new thread exists."""
+
+    def start(self) -> None:
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_before_the_create_thread_exists_waits_only_a_bounded_moment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    client = SlowCreate(seconds=0.0)
+    monkeypatch.setattr(dockerpy, "threading",
+                        SimpleNamespace(Thread=NeverStarted, Event=threading.Event))
+    monkeypatch.setattr(dockerpy, "THREAD_START_SECONDS", 0.05)
+    with pytest.raises(KeyboardInterrupt):
+        DockerEngine(client)._create({})  # type: ignore[arg-type]
+    assert client.removed == []
+
+
 class RefusedCreate:
     """A daemon that answers the create with a refusal (a bad mount, say): nothing was made."""
 
@@ -167,3 +207,38 @@ def test_a_create_the_daemon_refused_is_not_looked_for_again() -> None:
     with pytest.raises(docker.errors.APIError):
         DockerEngine(client).run_to_completion("opsctl/sim:x", ["true"])  # type: ignore[arg-type]
     assert len(client.removed) == 1 and client.listed == 0
+
+
+class CutOffCreate:
+    """A daemon whose create answer never arrives (the client times out) but which makes the
+    server a moment later: the name finds nothing at first, the run's label then does."""
+
+    def __init__(self) -> None:
+        self.lists = 0
+        self.removed: list[str] = []
+        self.containers = SimpleNamespace(create=self._create)
+        self.api = SimpleNamespace(timeout=10, remove_container=self._remove,
+                                   containers=self._list)
+
+    def _create(self, **_: Any) -> None:
+        raise requests.exceptions.ReadTimeout("read timed out")
+
+    def _remove(self, name: str, force: bool = False) -> None:
+        if name.startswith("opsctl-"):
+            raise docker.errors.NotFound("No such container")
+        self.removed.append(name)
+
+    def _list(self, all: bool = False, filters: dict[str, Any] | None = None) -> list[Any]:
+        assert filters == {"label": ["opsctl.run-id=r1"]}, filters
+        self.lists += 1
+        return [{"Id": "made-late"}] if self.lists >= 2 else []
+
+
+def test_a_server_create_cut_off_by_a_timeout_is_looked_for_by_its_run_id(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dockerpy, "LATE_CREATE_POLL_SECONDS", 0.01)
+    client = CutOffCreate()
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        DockerEngine(client)._create(  # type: ignore[arg-type]
+            {"name": "opsctl-p-baseline", "labels": {"opsctl.run-id": "r1"}})
+    assert client.removed == ["made-late"]
