@@ -4,7 +4,7 @@ Importing the CLI takes a moment (typer, rich, every room's declarations); a Ctr
 moment was Python's own KeyboardInterrupt traceback and a death by SIGINT instead of one line
 and exit 130 (issue 25, item 5). Nothing heavy is imported here.
 
-Two ways CPython itself could still turn a Ctrl-C into something else, both measured by
+Three ways CPython itself could still turn a Ctrl-C into something else, both measured by
 tests/integration/test_interrupt_points.py and reproduced in tests/unit/test_entry.py:
 
 - A KeyboardInterrupt raised where Python cannot raise it (a weakref callback inside the import
@@ -24,6 +24,10 @@ tests/integration/test_interrupt_points.py and reproduced in tests/unit/test_ent
   after opsctl had printed its line and chosen exit 130. Any later `exec()` of a string clears
   the flag, so `main` runs one on the way out: the exit status opsctl chose is the one the
   caller sees.
+- On CPython 3.11 a KeyboardInterrupt raised inside a class's `__set_name__` (pydantic builds
+  classes with dataclass fields while it is imported) reaches the caller as a RuntimeError
+  caused by it ("Error calling __set_name__ ..."); `core.errors.is_ctrl_c` counts it as the
+  Ctrl-C it is, here and in the CLI's failure mapping.
 """
 
 from __future__ import annotations
@@ -96,9 +100,11 @@ def main() -> None:
 def _run() -> None:
     try:
         from opsctl.cli import main as cli_main
-    except KeyboardInterrupt:
-        from opsctl.core.errors import EXIT_INTERRUPTED
+    except (KeyboardInterrupt, RuntimeError) as exc:
+        from opsctl.core.errors import EXIT_INTERRUPTED, is_ctrl_c
 
+        if not is_ctrl_c(exc):  # a RuntimeError that is not a Ctrl-C is a bug: its traceback
+            raise
         sys.stderr.write(STARTING)
         raise SystemExit(EXIT_INTERRUPTED) from None
     cli_main()

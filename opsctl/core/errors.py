@@ -152,6 +152,14 @@ class Interrupted(OpsctlError):
     exit_code = EXIT_INTERRUPTED
 
 
+def is_ctrl_c(exc: BaseException) -> bool:
+    """A Ctrl-C, also as CPython 3.11 reports one that landed in a class's `__set_name__`
+    (pydantic and dataclasses build classes so, at import and at run time): a RuntimeError
+    caused by the KeyboardInterrupt. CI's gate Ctrl-C module found it while the CLI imported."""
+    return isinstance(exc, KeyboardInterrupt) or (
+        isinstance(exc, RuntimeError) and isinstance(exc.__cause__, KeyboardInterrupt))
+
+
 class Crashed(OpsctlError):
     """A bug stopped a run after its partial results were saved; `details` holds the traceback."""
 

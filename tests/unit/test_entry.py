@@ -37,3 +37,44 @@ def test_the_console_script_and_python_m_run_the_guard() -> None:
     project = tomllib.loads((project_root() / "pyproject.toml").read_text())
     assert project["project"]["scripts"]["opsctl"] == "opsctl.entry:main"
     assert "from opsctl.entry import main" in (project_root() / "opsctl" / "__main__.py").read_text()
+
+
+class _ImportingSetName(types.ModuleType):
+    def __getattr__(self, name: str) -> object:
+        # CPython 3.11 wraps what a class's __set_name__ raises (CI's gate Ctrl-C module, seed 6:
+        # pydantic's DecoratorInfos while the CLI imported).
+        raise RuntimeError("Error calling __set_name__ on 'Field' instance 'validators' in "
+                           "'DecoratorInfos'") from KeyboardInterrupt()
+
+
+def test_ctrl_c_wrapped_by_set_name_while_the_cli_is_imported_is_exit_130_in_one_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "opsctl.cli", _ImportingSetName("opsctl.cli"))
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    with pytest.raises(SystemExit) as stopped:
+        entry.main()
+    assert stopped.value.code == EXIT_INTERRUPTED
+    assert capsys.readouterr().err == "error: interrupted (Ctrl-C) while starting\n"
+
+
+class _ImportingBug(types.ModuleType):
+    def __getattr__(self, name: str) -> object:
+        raise RuntimeError("a bug of opsctl's own")
+
+
+def test_a_runtime_error_while_the_cli_is_imported_is_a_bug_with_its_traceback(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "opsctl.cli", _ImportingBug("opsctl.cli"))
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    with pytest.raises(RuntimeError, match="a bug of opsctl's own"):
+        entry.main()
+
+
+def test_the_failure_mapping_counts_a_wrapped_ctrl_c_as_exit_130() -> None:
+    from opsctl.core.failures import as_opsctl_error
+
+    wrapped = RuntimeError("Error calling __set_name__")
+    wrapped.__cause__ = KeyboardInterrupt()
+    mapped = as_opsctl_error(wrapped)
+    assert mapped is not None and mapped.exit_code == EXIT_INTERRUPTED
+    assert as_opsctl_error(RuntimeError("a bug")) is None
