@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import _thread
 import ctypes
+import signal
 import sys
 import threading
 import time
@@ -93,8 +94,16 @@ def main() -> None:
     try:
         _run()
     finally:
+        _ignore_late_ctrl_c()
         _disarm()
         _forget_unhandled_interrupt()
+
+
+def _ignore_late_ctrl_c() -> None:
+    """opsctl chose its exit: a Ctrl-C from here on would only turn it into a death by SIGINT
+    (the gate Ctrl-C module saw one land after the error line was printed)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _run() -> None:

@@ -6,6 +6,7 @@ no-container path, and it waits with the same readiness probe as `up`.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -29,8 +30,40 @@ POLL_SECONDS = 0.05
 STOPPED = "process stopped"
 
 
+_HANDED_OUT: set[int] = set()
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_SPREAD = 12000  # how many ports below the ephemeral range to draw from
+
+
+def _below_ephemeral() -> tuple[int, int]:
+    """Ports below the kernel's ephemeral range (its default starts at 32768)."""
+    try:
+        first = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        first = 32768
+    high = max(first - 1, 2048)
+    return max(1024, high - _SPREAD), high
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
+    """A loopback port that is free now, never the same one twice in a process, drawn below the
+    ephemeral range: outgoing connections take their source ports from there, so a port the
+    kernel hands out for bind(0) can be taken by a client before the server binds it (six Ctrl-C
+    timings side by side hit "host port already taken")."""
+    low, high = _below_ephemeral()
+    draw = random.SystemRandom()
+    for _ in range(256):
+        port = draw.randint(low, high)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    with socket.socket() as sock:  # the low range is full: what the kernel gives
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 

@@ -5,13 +5,24 @@ tests/component/test_entry_signals.py."""
 
 from __future__ import annotations
 
+import signal
 import sys
 import types
+from collections.abc import Iterator
 
 import pytest
 
 from opsctl import entry
 from opsctl.core.errors import EXIT_INTERRUPTED
+
+
+@pytest.fixture(autouse=True)
+def _sigint_handler_kept() -> Iterator[None]:
+    """`entry.main` ignores SIGINT on its way out (the process exits next); the test session
+    keeps its own handler."""
+    handler = signal.getsignal(signal.SIGINT)
+    yield
+    signal.signal(signal.SIGINT, handler)
 
 
 class _Importing(types.ModuleType):
@@ -27,6 +38,7 @@ def test_ctrl_c_while_the_cli_is_imported_is_exit_130_in_one_line(
         entry.main()
     assert stopped.value.code == EXIT_INTERRUPTED
     assert capsys.readouterr().err == "error: interrupted (Ctrl-C) while starting\n"
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # the exit is chosen: no late Ctrl-C
 
 
 def test_the_console_script_and_python_m_run_the_guard() -> None:
