@@ -88,7 +88,15 @@ def deployment_labels(deployment: Deployment, image: str, image_labels: dict[str
         labels.BASE_URL: base_url(deployment),
         labels.STOP_GRACE_SECONDS: str(deployment.profile.container.stop_grace_seconds),
         labels.VERSION: __version__,
+        **({labels.SECRET_ENV: ",".join(named)} if (named := secret_env_names(deployment)) else {}),
     }
+
+
+def secret_env_names(deployment: Deployment) -> list[str]:
+    """The host variables whose values the server is given (names only, each once)."""
+    server, container = deployment.server, deployment.profile.container
+    named = [server.api_key_env, server.admin_api_key_env, *container.env_from_host]
+    return list(dict.fromkeys(name for name in named if name))
 
 
 def run_spec(deployment: Deployment, image: str, image_labels: dict[str, str] | None = None,

@@ -30,6 +30,10 @@ STOP_GRACE_SECONDS = "opsctl.stop-grace-seconds"
 # never taken for this run's leftover.
 RUN_ID = "opsctl.run-id"
 STANDIN = "opsctl.standin"
+# The names (never the values) of the host variables whose values a server was given
+# (server.api_key_env, server.admin_api_key_env, container.env_from_host), comma-separated: what
+# a saved or printed server log is scrubbed of (core.redact.named_secrets).
+SECRET_ENV = "opsctl.secret-env"
 
 ROLE_SERVER = "server"
 ROLE_IMAGE = "image"

@@ -18,10 +18,12 @@ import base64
 import binascii
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import IO, Any, TypeVar
 
 from pydantic import BaseModel
+
+from opsctl.core import labels
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -32,7 +34,9 @@ MIN_SECRET_CHARS = 4
 
 # `scheme://user:password@` (or `scheme://token@`): everything between `//` and `@` of an
 # authority, which holds no `/`, whitespace or quote.
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@'\"<>]+@")
+# The scheme is at most 32 characters: unbounded, a long run of letters (a server's output) cost
+# quadratic time, 1.4 s for 16k characters.
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,31}://)[^/\s@'\"<>]+@")
 # An Authorization value (RFC 9110 token68 after the scheme). Basic is masked only when its
 # token decodes to `user:password`, so ordinary words after "Basic" stay; a `Bearer` token
 # (as sent: capitalised) of 8 characters or more always.
@@ -131,3 +135,51 @@ def redact_tree(value: Any, secrets: Iterable[str | None]) -> Any:
 def redact_model(model: Model, secrets: Iterable[str | None]) -> Model:
     """The same report with every string redacted: what writers and views are given."""
     return type(model).model_validate(redact_tree(model.model_dump(mode="json"), secrets))
+
+
+# A line longer than this is scrubbed and written in pieces; the last `_CARRY` characters stay
+# for the next piece, so a secret shorter than that is masked even where a piece ends.
+_MAX_PENDING = 64 * 1024
+_CARRY = 512
+
+
+def redact_stream(chunks: Iterable[str], secrets: Iterable[str | None]) -> Iterator[str]:
+    """`redact` over text that arrives in pieces (a server's log): scrubbed a whole line at a
+    time, so a secret cut by a chunk boundary is still found; memory stays bounded by
+    `_MAX_PENDING` whatever the line length."""
+    wanted = tuple(secrets)
+    pending = ""
+    for chunk in chunks:
+        pending += chunk
+        cut = pending.rfind("\n") + 1
+        if cut:
+            yield redact(pending[:cut], *wanted)
+            pending = pending[cut:]
+        if len(pending) > _MAX_PENDING:
+            scrubbed = redact(pending, *wanted)
+            yield scrubbed[:-_CARRY]
+            pending = scrubbed[-_CARRY:]
+    if pending:
+        yield redact(pending, *wanted)
+
+
+def redact_byte_stream(chunks: Iterable[bytes], secrets: Iterable[str | None]) -> Iterator[bytes]:
+    """`redact_stream` over bytes: every byte that is not part of a secret comes back as it was
+    (undecodable ones too)."""
+    text = (chunk.decode("utf-8", "surrogateescape") for chunk in chunks)
+    for piece in redact_stream(text, secrets):
+        yield piece.encode("utf-8", "surrogateescape")
+
+
+def secret_names(container_labels: Mapping[str, str]) -> list[str]:
+    """The host variables a server's `opsctl.secret-env` label names."""
+    return [name for name in container_labels.get(labels.SECRET_ENV, "").split(",") if name]
+
+
+def named_secrets(container_labels: Mapping[str, str],
+                  environ: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
+    """The values of the variables the label names, as set in `environ` (the host's), and the
+    names this environment does not set (their values cannot be masked here)."""
+    env = os.environ if environ is None else environ
+    names = secret_names(container_labels)
+    return [env[name] for name in names if env.get(name)], [n for n in names if not env.get(n)]

@@ -31,6 +31,7 @@ from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.errors import LaunchError, OpsctlError, UsageError
 from opsctl.core.files import check_output_path
 from opsctl.core.paths import require_checkout
+from opsctl.core.redact import named_secrets, redact_stream
 from opsctl.deploy import ownership, readiness
 from opsctl.deploy.custody import CLEANUP_GRACE_SECONDS as CLEANUP_GRACE_SECONDS
 from opsctl.deploy.custody import Custody, Note, RunRecord, after_cleanup
@@ -366,7 +367,8 @@ def logs(engine: Engine, profile_name: str | None, *, follow: bool, tail: int) -
         raise LaunchError(f"several servers run ({names})", hint="choose one with --profile")
     server = servers[0]
     chunks = engine.follow_logs(server.id, tail=tail) if follow else iter([engine.logs(server.id, tail=tail)])
-    return LogsResult(container=server, chunks=chunks)
+    secrets, _ = named_secrets(server.labels)  # sglang logs its arguments, --api-key's value too
+    return LogsResult(container=server, chunks=redact_stream(chunks, secrets))
 
 
 def _grace(info: ContainerInfo) -> int:

@@ -7,8 +7,8 @@ gate's rollback) first writes
     out/logs/<profile>-<variant>-<container short id>-<UTC stamp>.log
 
 with a header (container id, name, image, exit code, restarts, labels, time, why it is removed)
-and then the log as `docker logs --timestamps` gives it, streamed to disk (the engine's json-file
-rotation bounds it), written atomically: the file is whole or absent.
+and then the log as `docker logs --timestamps` gives it, secrets masked, streamed to disk (the
+engine's json-file rotation bounds it), written atomically: the file is whole or absent.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 
 from opsctl.core import labels
 from opsctl.core.files import atomic_write_chunks
+from opsctl.core.redact import named_secrets, redact_byte_stream, secret_names
 from opsctl.core.reports import REPORTS_DIR, stamp
 from opsctl.engine.api import ContainerInfo, Engine
 
@@ -44,7 +45,8 @@ def exit_text(info: ContainerInfo) -> str:
     return f"{code}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
-def header(info: ContainerInfo, reason: str, now: datetime) -> str:
+def header(info: ContainerInfo, reason: str, now: datetime, unmasked: list[str]) -> str:
+    names = secret_names(info.labels)
     lines = [
         "# opsctl saved this log before removing the container",
         f"# container: {info.id}",
@@ -55,6 +57,9 @@ def header(info: ContainerInfo, reason: str, now: datetime) -> str:
         f"# saved at: {now.isoformat(timespec='seconds')}",
         f"# reason: {' '.join(reason.split())}",
         *(f"# label {key}={' '.join(value.split())}" for key, value in sorted(info.labels.items())),
+        *([f"# masked: the values of ${', $'.join(names)}, the API key, URL credentials"]
+          if names else []),
+        *([f"# NOT masked (not set where opsctl ran): ${', $'.join(unmasked)}"] if unmasked else []),
         "# --- log (docker logs --timestamps) ---",
     ]
     return "\n".join(lines) + "\n"
@@ -64,7 +69,9 @@ def save_log(engine: Engine, info: ContainerInfo, logs_dir: Path, reason: str,
              now: datetime) -> Path:
     """Write the whole log of `info` (stopped, so it is complete) with its header; returns the
     path. OSError when the file cannot be written, DaemonUnreachable when the engine breaks off;
-    either way no partial file is left."""
-    chunks: Iterator[bytes] = itertools.chain([header(info, reason, now).encode()],
+    either way no partial file is left. Secrets are masked: the API key, URL credentials, and
+    the values of the host variables the server was given (its `opsctl.secret-env` label)."""
+    secrets, unmasked = named_secrets(info.labels)
+    chunks: Iterator[bytes] = itertools.chain([header(info, reason, now, unmasked).encode()],
                                               engine.log_chunks(info.id))
-    return atomic_write_chunks(log_path(logs_dir, info, now), chunks)
+    return atomic_write_chunks(log_path(logs_dir, info, now), redact_byte_stream(chunks, secrets))

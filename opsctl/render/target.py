@@ -14,12 +14,12 @@ from typing import Any
 
 from opsctl import __version__
 from opsctl.config.profiles import Deployment
-from opsctl.config.runspec import deployment_labels
+from opsctl.config.runspec import deployment_labels, secret_env_names
 from opsctl.core import labels
 from opsctl.render import meta
 from opsctl.render.placement import Placement
 
-_NOT_IN_A_CLUSTER = (labels.BASE_URL, labels.PATCH_SHA256)
+_NOT_IN_A_CLUSTER = (labels.BASE_URL, labels.PATCH_SHA256, labels.SECRET_ENV)
 
 
 @dataclass(frozen=True)
@@ -45,9 +45,7 @@ class Target:
 
     def secret_vars(self) -> list[str]:
         """Variables the profile names but never values: they come from the Secret."""
-        server, container = self.deployment.server, self.deployment.profile.container
-        named = [server.api_key_env, server.admin_api_key_env, *container.env_from_host]
-        return list(dict.fromkeys(name for name in named if name))  # one env entry each
+        return secret_env_names(self.deployment)  # one env entry each
 
     def selector(self, role: str) -> dict[str, str]:
         """Labels that select this variant's pods of one role; each must be a label value."""
