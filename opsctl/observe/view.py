@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from opsctl.core.errors import UsageError
+from opsctl.core.plotting import PLOT_EXTRA, load_matplotlib
 from opsctl.observe import alertmanager, monitoring
 
 if TYPE_CHECKING:
@@ -103,11 +105,11 @@ def show_written(console: Console, path: Path) -> None:
 
 def plot_decode_latency(data: DecodeLatency, out: Path) -> Path:
     """Draw one subplot per decode-latency panel, a colour per variant, a dash per quantile."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.dates as mdates
-    import matplotlib.pyplot as plt
+    matplotlib = load_matplotlib()
+    if matplotlib is None:
+        raise UsageError("drawing the panels needs matplotlib, which cannot be imported here",
+                         hint=PLOT_EXTRA)
+    mdates, plt = matplotlib.dates, matplotlib.pyplot
 
     panels, start, stop = data.panels, data.start, data.stop
     variants = sorted({s.labels.get("variant", "") for _, series in panels for s in series})

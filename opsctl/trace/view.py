@@ -15,13 +15,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from opsctl.core.plotting import PLOT_EXTRA, load_matplotlib
 from opsctl.trace.analyze import Analysis, Row
 from opsctl.trace.app import AnalyzeResult, CaptureResult
 from opsctl.trace.report import Comparison
 
 CHART = "kernels.png"
-NO_MATPLOTLIB = ("no chart: matplotlib is not installed (`pip install -e '.[plot]'`); the JSON "
-                 "and markdown are written")
+NO_MATPLOTLIB = (f"no chart: matplotlib is not installed (`{PLOT_EXTRA}`); the JSON and markdown "
+                 "are written")
 _SEVERITY = {"bottleneck": "bold red", "notable": "yellow", "info": "cyan"}
 CHART_TOP = 10
 
@@ -29,12 +30,10 @@ CHART_TOP = 10
 def write_chart(analyses: list[Analysis], comparison: Comparison | None, out_dir: Path
                 ) -> tuple[list[Path], str | None]:
     """Horizontal bars: the top kernels' ms per step (both sides when comparing)."""
-    try:
-        import matplotlib
-    except ImportError:
+    matplotlib = load_matplotlib()
+    if matplotlib is None:
         return [], NO_MATPLOTLIB
-    matplotlib.use("Agg")  # files only; never needs a display
-    import matplotlib.pyplot as plt
+    plt = matplotlib.pyplot
 
     first = analyses[0]
     if comparison is not None:

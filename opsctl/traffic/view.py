@@ -16,6 +16,7 @@ from rich.progress import Progress as RichProgress
 from rich.table import Table
 from rich.text import Text
 
+from opsctl.core.plotting import PLOT_EXTRA, load_matplotlib
 from opsctl.traffic.app import BenchResult, Pushed, SmokeResult
 from opsctl.traffic.bench.markdown import SERVER_HEADER, SERVER_NOTE, fmt, server_cells, server_problems
 from opsctl.traffic.bench.report import BenchReport, LevelResult
@@ -219,7 +220,7 @@ def live_progress(console: Console) -> Iterator[Progress]:
         yield update
 
 
-PLOTS_HINT = "plots skipped: matplotlib is not installed (pip install 'opsctl[plot]')"
+PLOTS_HINT = f"plots skipped: matplotlib is not installed ({PLOT_EXTRA})"
 
 
 def write_plots(report: BenchReport, out_dir: Path) -> list[Path]:
@@ -228,13 +229,10 @@ def write_plots(report: BenchReport, out_dir: Path) -> list[Path]:
     Plots are optional: without matplotlib nothing is drawn and [] comes back (`PLOTS_HINT`
     says how to get them); every other output of the run is written as usual.
     """
-    try:
-        import matplotlib
-    except ImportError:
+    matplotlib = load_matplotlib()
+    if matplotlib is None:
         return []
-
-    matplotlib.use("Agg")  # files only; never needs a display
-    import matplotlib.pyplot as plt
+    plt = matplotlib.pyplot
 
     written: list[Path] = []
     for filename, ylabel, read in _PLOTS:

@@ -10,12 +10,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from opsctl.core.plotting import PLOT_EXTRA, load_matplotlib
 from opsctl.tune.app import TuneResult
 from opsctl.tune.state import Measurement, TuneState
 
 CHART = "tpot.png"
-NO_MATPLOTLIB = ("no chart: matplotlib is not installed (`pip install -e '.[plot]'`); "
-                 "tune.md has the table")
+NO_MATPLOTLIB = f"no chart: matplotlib is not installed (`{PLOT_EXTRA}`); tune.md has the table"
 
 
 def on_start(console: Console) -> Callable[[str, int, int], None]:
@@ -42,12 +42,10 @@ def write_chart(state: TuneState, out_dir: Path) -> tuple[list[Path], str | None
     ok = [m for m in state.measurements if m.status == "ok" and m.tpot_p50_ms is not None]
     if not ok:
         return [], None
-    try:
-        import matplotlib
-    except ImportError:
+    matplotlib = load_matplotlib()
+    if matplotlib is None:
         return [], NO_MATPLOTLIB
-    matplotlib.use("Agg")  # files only; never needs a display
-    import matplotlib.pyplot as plt
+    plt = matplotlib.pyplot
 
     ok.sort(key=lambda m: (m.rung, m.key))
     labels = [f"{m.key} (r{m.rung})" for m in ok]

@@ -1,0 +1,39 @@
+"""matplotlib for the views that draw charts: loaded on first use (it takes a second), with the
+Agg backend (files only, never a display), by this one function.
+
+An import of matplotlib cut short by Ctrl-C leaves its submodules in `sys.modules` bound to the
+half-run package, and every later import in the process then fails (`module 'matplotlib' has
+no attribute 'get_data_path'`, a traceback at exit 1: the Ctrl-C module found it in `decide`,
+whose interrupted bench writes its partial report's plots). So a load that fails in any way
+forgets every matplotlib module before the failure goes on, and the next load starts clean.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+
+PLOT_EXTRA = "pip install -e '.[plot]'"
+
+
+def load_matplotlib() -> ModuleType | None:
+    """The `matplotlib` package with `pyplot` and `dates` loaded, or None when it cannot be
+    imported (not installed, or broken)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.dates
+        import matplotlib.pyplot
+    except ImportError:
+        _forget()
+        return None
+    except BaseException:
+        _forget()
+        raise
+    return matplotlib
+
+
+def _forget() -> None:
+    for name in [name for name in sys.modules if name.partition(".")[0] == "matplotlib"]:
+        del sys.modules[name]
