@@ -240,7 +240,8 @@ def down(
     ] = None,
 ) -> None:
     """Stop and remove opsctl's server containers (found by label; nothing else is touched),
-    each one's whole log saved first to out/logs/<profile>-<variant>-<id>-<UTC time>.log."""
+    each one's whole log saved first (secrets masked, as `opsctl logs` does) to
+    out/logs/<profile>-<variant>-<id>-<UTC time>.log."""
     from opsctl.cli.root import Root
     from opsctl.deploy import view
 
@@ -271,7 +272,8 @@ def logs(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep streaming.")] = False,
     tail: Annotated[int, typer.Option(help="Lines from the end.", min=0, max=1_000_000)] = 100,
 ) -> None:
-    """Print the server container's log."""
+    """Print the server container's log, secrets masked: the values of the host variables its
+    profile names (server.api_key_env, container.env_from_host), the API key, URL credentials."""
     from opsctl.cli.root import Root
     from opsctl.deploy import app as deploy_app
     from opsctl.deploy import view
