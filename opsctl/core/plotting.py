@@ -3,9 +3,10 @@ Agg backend (files only, never a display), by this one function.
 
 An import of matplotlib cut short by Ctrl-C leaves its submodules in `sys.modules` bound to the
 half-run package, and every later import in the process then fails (`module 'matplotlib' has
-no attribute 'get_data_path'`, a traceback at exit 1: the Ctrl-C module found it in `decide`,
-whose interrupted bench writes its partial report's plots). So a load that fails in any way
-forgets every matplotlib module before the failure goes on, and the next load starts clean.
+no attribute 'get_data_path'`, a traceback at exit 1: the Ctrl-C module found it in `decide`'s
+bench plots). So a load that fails in any way
+forgets the matplotlib modules it added before the failure goes on, and the next load starts
+clean.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ PLOT_EXTRA = "pip install -e '.[plot]'"
 def load_matplotlib() -> ModuleType | None:
     """The `matplotlib` package with `pyplot` and `dates` loaded, or None when it cannot be
     imported (not installed, or broken)."""
+    before = _loaded()
     try:
         import matplotlib
 
@@ -26,14 +28,20 @@ def load_matplotlib() -> ModuleType | None:
         import matplotlib.dates
         import matplotlib.pyplot
     except ImportError:
-        _forget()
+        _forget(before)
         return None
     except BaseException:
-        _forget()
+        _forget(before)
         raise
     return matplotlib
 
 
-def _forget() -> None:
-    for name in [name for name in sys.modules if name.partition(".")[0] == "matplotlib"]:
+def _loaded() -> set[str]:
+    return {name for name in sys.modules if name.partition(".")[0] == "matplotlib"}
+
+
+def _forget(before: set[str]) -> None:
+    """Forget the matplotlib modules this failed load added; what was loaded before stays (a
+    whole earlier load, or a test's stand-in)."""
+    for name in _loaded() - before:
         del sys.modules[name]
