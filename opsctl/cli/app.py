@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from opsctl.core.errors import OpsctlError, exit_codes_help
+from opsctl.core.errors import OpsctlError, exit_codes_help, is_ctrl_c
 from opsctl.core.failures import INTERRUPTED, as_opsctl_error
 from opsctl.core.redact import RedactingStream, api_key_from_env, redact
 from opsctl.core.text import printable
@@ -92,7 +92,7 @@ def main() -> None:
     try:
         app()
     except Exception as caught:  # noqa: BLE001 - mapped by family; a bug is re-raised
-        exc = as_opsctl_error(caught)
+        exc = INTERRUPTED if is_ctrl_c(caught) else as_opsctl_error(caught)
         if exc is None:
             raise
         _report(exc)

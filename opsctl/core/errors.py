@@ -168,7 +168,7 @@ class Crashed(OpsctlError):
 
 def stop_reason(stopped_by: BaseException) -> str:
     """One line for a report's `partial_reason`: what stopped the run early."""
-    if isinstance(stopped_by, KeyboardInterrupt):
+    if is_ctrl_c(stopped_by):
         return "interrupted (Ctrl-C)"
     return " ".join(f"crashed: {type(stopped_by).__name__}: {stopped_by}".split())
 
@@ -177,7 +177,7 @@ def stop_error(stopped_by: BaseException, what: str, where: object) -> OpsctlErr
     """The error to raise once a run's partial report is written: exit 130 for Ctrl-C, else 1
     with the traceback (it is a bug) printed above the one-line message."""
     saved = f"what it measured is in {where} (marked partial)"
-    if isinstance(stopped_by, KeyboardInterrupt):
+    if is_ctrl_c(stopped_by):
         return Interrupted(f"{what} interrupted; {saved}", hint="run it again for a whole report")
     return Crashed(f"{what} {stop_reason(stopped_by)}; {saved}",
                    hint="this is a bug in opsctl: please report it with the traceback above",

@@ -34,7 +34,6 @@ from opsctl.core.errors import (
     OpsctlError,
     ProfileError,
     UsageError,
-    is_ctrl_c,
 )
 
 INTERRUPTED = Interrupted("interrupted (Ctrl-C)", hint="run the command again")
@@ -129,7 +128,7 @@ def as_opsctl_error(exc: BaseException) -> OpsctlError | None:
     """The OpsctlError a foreign exception stands for, or None when it is a bug in opsctl."""
     if isinstance(exc, OpsctlError):
         return exc
-    if is_ctrl_c(exc):
+    if isinstance(exc, KeyboardInterrupt):
         return INTERRUPTED
     if isinstance(exc, RecursionError) and _raised_by_a_decoder(exc):
         return UsageError("the input is nested too deeply to read",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import codecs
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -137,37 +138,62 @@ def redact_model(model: Model, secrets: Iterable[str | None]) -> Model:
     return type(model).model_validate(redact_tree(model.model_dump(mode="json"), secrets))
 
 
-# A line longer than this is scrubbed and written in pieces; the last `_CARRY` characters stay
-# for the next piece, so a secret shorter than that is masked even where a piece ends.
+# A line longer than this is scrubbed and written in pieces, each cut at a blank within the
+# last `_CARRY` characters before this length (a token holds no blank, so none is cut in two);
+# with no blank there, at the length itself.
 _MAX_PENDING = 64 * 1024
 _CARRY = 512
+_BLANKS = " \t\r"
 
 
 def redact_stream(chunks: Iterable[str], secrets: Iterable[str | None]) -> Iterator[str]:
     """`redact` over text that arrives in pieces (a server's log): scrubbed a whole line at a
     time, so a secret cut by a chunk boundary is still found; memory stays bounded by
-    `_MAX_PENDING` whatever the line length."""
-    wanted = tuple(secrets)
+    `_MAX_PENDING` whatever the line length. A secret of several lines (a PEM key) is masked a
+    line at a time, each of its lines wholly (`****`)."""
+    wanted = tuple(secret for secret in secrets if secret)
+    lines = tuple(line for secret in wanted if "\n" in secret for line in secret.splitlines()
+                  if len(line.strip()) >= MIN_SECRET_CHARS)
+
+    def scrub(text: str) -> str:
+        for line in lines:
+            text = text.replace(line, MASK)
+        return redact(text, *wanted)
+
     pending = ""
     for chunk in chunks:
         pending += chunk
         cut = pending.rfind("\n") + 1
         if cut:
-            yield redact(pending[:cut], *wanted)
+            yield scrub(pending[:cut])
             pending = pending[cut:]
-        if len(pending) > _MAX_PENDING:
-            scrubbed = redact(pending, *wanted)
-            yield scrubbed[:-_CARRY]
-            pending = scrubbed[-_CARRY:]
+        while len(pending) > _MAX_PENDING:
+            cut = _blank_cut(pending, _MAX_PENDING)
+            yield scrub(pending[:cut])
+            pending = pending[cut:]
     if pending:
-        yield redact(pending, *wanted)
+        yield scrub(pending)
+
+
+def _blank_cut(text: str, limit: int) -> int:
+    """Where to cut `text` before `limit`: just after the last blank in the `_CARRY`
+    characters before it, else at `limit`."""
+    blank = max(text.rfind(char, limit - _CARRY, limit) for char in _BLANKS)
+    return blank + 1 if blank >= 0 else limit
 
 
 def redact_byte_stream(chunks: Iterable[bytes], secrets: Iterable[str | None]) -> Iterator[bytes]:
-    """`redact_stream` over bytes: every byte that is not part of a secret comes back as it was
-    (undecodable ones too)."""
-    text = (chunk.decode("utf-8", "surrogateescape") for chunk in chunks)
-    for piece in redact_stream(text, secrets):
+    """`redact_stream` over bytes, decoded incrementally (a character split between two chunks
+    is whole before it is searched): every byte that is not part of a secret comes back as it
+    was, undecodable ones too."""
+    decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
+
+    def text() -> Iterator[str]:
+        for chunk in chunks:
+            yield decoder.decode(chunk)
+        yield decoder.decode(b"", final=True)
+
+    for piece in redact_stream(text(), secrets):
         yield piece.encode("utf-8", "surrogateescape")
 
 

@@ -46,6 +46,7 @@ from opsctl.core.errors import (
     OpsctlError,
     SmokeError,
     UsageError,
+    is_ctrl_c,
 )
 from opsctl.core.files import atomic_write_text
 from opsctl.core.reports import (
@@ -187,7 +188,7 @@ def decide(
                 running.status, running.reason = "interrupted", report.partial_reason
             _conclude(report, smoked, clock.monotonic() - began, out, slo)
             written = write_report(report, out)
-            if isinstance(exc, KeyboardInterrupt):
+            if is_ctrl_c(exc):
                 stopped = report.stop_error("decide", out / DECIDE_JSON)
                 if stopped is not None:
                     for line in report.left_behind:

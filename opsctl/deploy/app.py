@@ -28,7 +28,7 @@ from opsctl.config.review import VariantSummary, summary
 from opsctl.config.runspec import base_url, run_spec, server_labels
 from opsctl.core import labels
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
-from opsctl.core.errors import LaunchError, OpsctlError, UsageError
+from opsctl.core.errors import LaunchError, OpsctlError, UsageError, is_ctrl_c
 from opsctl.core.files import check_output_path
 from opsctl.core.paths import require_checkout
 from opsctl.core.redact import named_secrets, redact_stream
@@ -167,7 +167,7 @@ def up(
                 # container is being created) all remove what this run created, and only that.
                 guard.cleaning()
                 retired, left = custody.clean_up_run(run, f"`opsctl up` failed: {_why(exc)}",
-                                                     isinstance(exc, KeyboardInterrupt))
+                                                     is_ctrl_c(exc))
                 raise after_cleanup(exc, retired, left) from None
 
 
@@ -189,7 +189,7 @@ def _start(launch: Launch, deployment: Deployment, spec: RunSpec, run: RunRecord
 
 
 def _why(exc: BaseException) -> str:
-    if isinstance(exc, KeyboardInterrupt):
+    if is_ctrl_c(exc):
         return "interrupted (Ctrl-C)"
     return exc.message if isinstance(exc, OpsctlError) else f"{type(exc).__name__}: {exc}"
 

@@ -24,6 +24,7 @@ from opsctl.core.errors import (
     Interrupted,
     OpsctlError,
     UsageError,
+    is_ctrl_c,
 )
 from opsctl.deploy.logsave import save_log
 from opsctl.deploy.ownership import SecondInterrupt
@@ -159,7 +160,7 @@ def after_cleanup(cause: BaseException, retired: list[Retired], left: str | None
     done = "; ".join(f"container removed: {item.name}, its log saved to {item.log}"
                      if item.log else f"container removed: {item.name}" for item in retired)
     said = left or done
-    if isinstance(cause, KeyboardInterrupt):
+    if is_ctrl_c(cause):
         if left is None:
             return cause
         return Interrupted(f"interrupted (Ctrl-C); {left}",

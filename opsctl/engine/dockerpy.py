@@ -411,6 +411,27 @@ def connect(timeout: float = DAEMON_TIMEOUT_SECONDS) -> Engine:
     return DockerEngine(client)
 
 
+def _cut_off(error: BaseException) -> bool:
+    """A create whose answer was lost on the way (a transport error), not one the daemon refused
+    (an APIError, itself a requests error) nor a bug before anything was sent."""
+    return isinstance(error, TRANSPORT) and not isinstance(error, docker.errors.APIError)
+
+
+_STAMP = re.compile(rb"\d{4}-\d\d-\d\dT[0-9:.]+(?:Z|[+-]\d\d:\d\d) ")
+
+
+def joined_piece(stream: int, payload: bytes, unfinished: set[int]) -> bytes:
+    """One frame of a timestamped log, its stamp dropped when it goes on its stream's
+    unfinished line (`unfinished` is updated)."""
+    if stream in unfinished and (stamp := _STAMP.match(payload)):
+        payload = payload[stamp.end():]
+    if payload.endswith(b"\n"):
+        unfinished.discard(stream)
+    else:
+        unfinished.add(stream)
+    return payload
+
+
 class DockerEngine:
     """A connected Docker engine (see `connect`)."""
 
@@ -467,22 +488,23 @@ class DockerEngine:
                 self._undo_create(kwargs, outcome)
             raise
         if "error" in outcome:
-            if not isinstance(outcome["error"], docker.errors.APIError):  # cut off, not refused
+            if _cut_off(outcome["error"]):
                 self._undo_create(kwargs, outcome)
             raise outcome["error"]
         return outcome["container"]
 
     def _undo_create(self, kwargs: dict[str, Any], outcome: dict[str, Any]) -> None:
-        """Remove what a create cut short made: the container in hand, or else (no answer, or a
-        transport error: the daemon may still make it) a bounded late look by name and run id."""
+        """Remove what a create cut short made: the container in hand, or else (no answer yet,
+        or a transport error: the daemon may still make it) a bounded late look by this run's
+        id. Never by name alone: a container of that name may be another run's or the user's
+        (the refused create's 409 is then what was lost)."""
         created = outcome.get("container")
-        refused = isinstance(outcome.get("error"), docker.errors.APIError)
+        run_id = (kwargs.get("labels") or {}).get(RUN_ID)
         with contextlib.suppress(docker.errors.DockerException, *TRANSPORT):
             if created is not None:
                 self._remove_quietly(created.id)
-            elif not refused and kwargs.get("name"):
-                run_id = (kwargs.get("labels") or {}).get(RUN_ID)
-                self._remove_late_create(kwargs["name"], [f"{RUN_ID}={run_id}"] if run_id else [])
+            elif run_id and ("error" not in outcome or _cut_off(outcome["error"])):
+                self._remove_late_create([f"{RUN_ID}={run_id}"])
 
     def inspect(self, container_id: str) -> ContainerInfo:
         with answering("inspecting a container"):
@@ -565,7 +587,10 @@ class DockerEngine:
                 yield chunk.decode(errors="replace")
 
     def log_chunks(self, container_id: str) -> Iterator[bytes]:
-        """The whole log with timestamps, frame by frame.
+        """The whole log with timestamps, frame by frame, each line whole: Docker splits a line
+        longer than 16 KiB into pieces and stamps each piece, so a secret across a cut read
+        `...KEY12<timestamp> 3...` and no mask found it; a piece that goes on its stream's
+        unfinished line loses its stamp.
 
         The SDK's streamed logs switch the socket's timeout off; this reads the same endpoint
         with the client's timeout kept on every read, so a daemon that hangs in the middle of a
@@ -588,9 +613,10 @@ class DockerEngine:
                     said = " ".join(str(exc.explanation or exc).split())[:200]
                     yield f"[opsctl: no log: the engine answered {exc.status_code}: {said}]\n".encode()
                     return
+                unfinished: set[int] = set()  # streams whose last piece ended mid-line
                 while header := read_exactly(response.raw, LOG_FRAME_HEADER.size):
-                    _, length = LOG_FRAME_HEADER.unpack(header)
-                    yield read_exactly(response.raw, length)
+                    stream, length = LOG_FRAME_HEADER.unpack(header)
+                    yield joined_piece(stream, read_exactly(response.raw, length), unfinished)
             finally:
                 response.close()
 
@@ -637,18 +663,10 @@ class DockerEngine:
                                   f"{max_bytes >> 20} MiB", hint="capture fewer steps")
         return bytes(data)
 
-    def _remove_late_create(self, name: str, label_filters: list[str]) -> None:
-        """Remove the container a cut-off create may have made. The daemon can finish creating it
-        after a first look (CI found one in state Created): when the name finds nothing, look
-        again by this run's labels for `LATE_CREATE_SECONDS`, never wider (no labels: the name
-        only)."""
-        try:
-            self._client.api.remove_container(name, force=True)
-            return
-        except docker.errors.NotFound:
-            pass
-        if not label_filters:
-            return
+    def _remove_late_create(self, label_filters: list[str]) -> None:
+        """Remove the container a cut-off create may have made, found by this run's own labels
+        (never by name: that may be another's). The daemon can finish creating it after a first
+        look (CI found one in state Created): look for `LATE_CREATE_SECONDS`, never wider."""
         deadline = time.monotonic() + LATE_CREATE_SECONDS
         while True:
             found = self._client.api.containers(all=True, filters={"label": label_filters})
@@ -849,7 +867,10 @@ class DockerEngine:
             raise
         except BaseException:  # cut off (Ctrl-C, a transport error): the create may land later
             with contextlib.suppress(docker.errors.DockerException, requests.RequestException):
-                self._remove_late_create(name, [f"{ROLE}={ROLE_VERIFY}", f"{RUN_ID}={token}"])
+                try:  # by name first: this run's own random one
+                    self._client.api.remove_container(name, force=True)
+                except docker.errors.NotFound:
+                    self._remove_late_create([f"{ROLE}={ROLE_VERIFY}", f"{RUN_ID}={token}"])
             raise
         try:
             try:

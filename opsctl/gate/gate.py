@@ -29,7 +29,14 @@ from opsctl.config.review import computes
 from opsctl.config.runspec import base_url
 from opsctl.core import labels
 from opsctl.core.clock import Clock
-from opsctl.core.errors import Interrupted, LaunchError, OpsctlError, SmokeError, UsageError
+from opsctl.core.errors import (
+    Interrupted,
+    LaunchError,
+    OpsctlError,
+    SmokeError,
+    UsageError,
+    is_ctrl_c,
+)
 from opsctl.deploy.app import Progress, find_servers
 from opsctl.deploy.launch import Launch
 from opsctl.deploy.state import LastGood, StateDir, Verdict, host_checkpoint
@@ -171,7 +178,7 @@ def _gate(ctx: _Ctx, deployment: Deployment, smoke: GateSmoke, push: Push | None
         on_step(comparison)
         failed, verdict, report = _attempt(ctx, deployment, image, ask, smoke)
     except BaseException as exc:
-        outcome: Outcome = ("interrupted" if isinstance(exc, KeyboardInterrupt | Interrupted)
+        outcome: Outcome = ("interrupted" if is_ctrl_c(exc) or isinstance(exc, Interrupted)
                             else "failed")
         on_step(f"{outcome}: removing what this run started")
         _restore(ctx, profile, back)

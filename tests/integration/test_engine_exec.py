@@ -9,6 +9,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +103,36 @@ def test_bench_sglang_driver_runs_in_the_launched_container(opsctl, sim_image: s
     level = report["variants"][0]["levels"][0]
     assert "sglang.bench_serving exited 1" in level["aborted"]
     assert "No module named" in level["aborted"]  # python3 ran inside the simulator's container
+
+
+def test_a_saved_log_holds_a_long_lines_secret_masked_whole(
+        sim_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real daemon stamps every 16 KiB piece of a long line (sglang's server_args line,
+    which carries --api-key's value, can be that long); the saved log joins the pieces, so the
+    secret across a cut is found and masked."""
+    from datetime import UTC, datetime
+
+    from opsctl.core.labels import SECRET_ENV
+    from opsctl.deploy.logsave import save_log
+
+    secret = "srv-key-" + uuid.uuid4().hex
+    monkeypatch.setenv("OPSCTL_TEST_SERVER_KEY", secret)
+    code = (f"import sys; sys.stdout.write('a' * {16384 - len(secret) // 2} + "
+            f"'api_key={secret}' + 'b' * 40000 + '\\n')")
+    engine = connect()
+    spec = RunSpec(image=sim_image, command=_python(code),
+                   name=f"opsctl-logkey-{uuid.uuid4().hex[:8]}",
+                   labels={MANAGED: TRUE, ROLE: "exec-test", SECRET_ENV: "OPSCTL_TEST_SERVER_KEY"},
+                   stop_grace_seconds=1)
+    info = engine.run(spec)
+    try:
+        deadline = time.monotonic() + 60
+        while engine.inspect(info.id).status == "running" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        saved = save_log(engine, engine.inspect(info.id), tmp_path, "test",
+                         datetime.now(UTC)).read_bytes()
+    finally:
+        engine.remove(info.id)
+    body = saved.split(b"# --- log (docker logs --timestamps) ---\n", 1)[1]
+    assert secret.encode() not in saved and secret[-6:].encode() not in saved
+    assert body.count(b"\n") == 1 and b"api_key=****" in body and body.count(b"b") >= 40000

@@ -242,3 +242,55 @@ def test_a_server_create_cut_off_by_a_timeout_is_looked_for_by_its_run_id(
         DockerEngine(client)._create(  # type: ignore[arg-type]
             {"name": "opsctl-p-baseline", "labels": {"opsctl.run-id": "r1"}})
     assert client.removed == ["made-late"]
+
+
+class NameTakenAnswerLost:
+    """Another run's (or the user's) container already has the name; the daemon's 409 for our
+    create is lost to a timeout. Found by review: the late look removed it by name."""
+
+    def __init__(self) -> None:
+        self.removed: list[str] = []
+        self.theirs = {"Id": "theirs", "Labels": {"opsctl.run-id": "OTHER"}}
+        self.containers = SimpleNamespace(create=self._create)
+        self.api = SimpleNamespace(timeout=10, remove_container=self._remove,
+                                   containers=self._list)
+
+    def _create(self, **_: Any) -> None:
+        raise requests.exceptions.ReadTimeout("read timed out")
+
+    def _remove(self, ref: str, force: bool = False) -> None:
+        self.removed.append(ref)
+
+    def _list(self, **query: Any) -> list[Any]:
+        wanted = dict(item.split("=", 1) for item in (query.get("filters") or {}).get("label", []))
+        labels = self.theirs["Labels"]
+        assert isinstance(labels, dict)
+        return [self.theirs] if all(labels.get(k) == v for k, v in wanted.items()) else []
+
+
+@pytest.mark.parametrize("error", [requests.exceptions.ReadTimeout("lost"), TypeError("a bug")])
+def test_a_lost_create_never_removes_a_container_of_that_name_it_did_not_make(
+        monkeypatch: pytest.MonkeyPatch, error: BaseException) -> None:
+    monkeypatch.setattr(dockerpy, "LATE_CREATE_POLL_SECONDS", 0.01)
+    monkeypatch.setattr(dockerpy, "LATE_CREATE_SECONDS", 0.05)
+    client = NameTakenAnswerLost()
+    client.containers.create = lambda **_: (_ for _ in ()).throw(error)
+    with pytest.raises(type(error)):
+        DockerEngine(client)._create(  # type: ignore[arg-type]
+            {"name": "opsctl-p-baseline", "labels": {"opsctl.run-id": "mine"}})
+    assert client.removed == []
+
+
+def test_the_pieces_of_a_long_line_lose_their_stamps_and_the_line_is_whole() -> None:
+    """Docker splits a line past 16 KiB into pieces and stamps each (checked on this machine's
+    engine: three frames for a 56k line, each `<RFC 3339 time> ` first); a secret across a cut
+    read `...KEY12<stamp> 3...`. Frames as the engine sent them, stdout (1) and stderr (2)."""
+    stamp = b"2026-12-04T14:18:49.863998901Z "
+    unfinished: set[int] = set()
+    frames = [(1, stamp + b"first\n"), (1, stamp + b"a" * 10 + b"KEY12"), (2, stamp + b"err\n"),
+              (1, stamp + b"3" + b"b" * 10), (1, stamp + b"bb\n"), (1, stamp + b"last\n")]
+    out = b"".join(dockerpy.joined_piece(stream, payload, unfinished)
+                   for stream, payload in frames)
+    assert out == (stamp + b"first\n" + stamp + b"a" * 10 + b"KEY12" + stamp + b"err\n"
+                   + b"3" + b"b" * 10 + b"bb\n" + stamp + b"last\n")
+    assert unfinished == set()

@@ -82,11 +82,30 @@ def test_a_runtime_error_while_the_cli_is_imported_is_a_bug_with_its_traceback(
         entry.main()
 
 
-def test_the_failure_mapping_counts_a_wrapped_ctrl_c_as_exit_130() -> None:
-    from opsctl.core.failures import as_opsctl_error
-
+def _wrapped_ctrl_c() -> RuntimeError:
     wrapped = RuntimeError("Error calling __set_name__")
     wrapped.__cause__ = KeyboardInterrupt()
-    mapped = as_opsctl_error(wrapped)
-    assert mapped is not None and mapped.exit_code == EXIT_INTERRUPTED
+    return wrapped
+
+
+def test_a_wrapped_ctrl_c_is_exit_130_where_a_run_is_judged_and_at_the_top(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    from opsctl.core.errors import stop_error, stop_reason
+    from opsctl.core.failures import as_opsctl_error
+
+    assert stop_reason(_wrapped_ctrl_c()) == "interrupted (Ctrl-C)"
+    assert stop_error(_wrapped_ctrl_c(), "bench", "out").exit_code == EXIT_INTERRUPTED
+    # Not a failure a per-check guard may turn into a row (doctor's): only the top maps it.
+    assert as_opsctl_error(_wrapped_ctrl_c()) is None
     assert as_opsctl_error(RuntimeError("a bug")) is None
+
+    def interrupted() -> None:
+        raise _wrapped_ctrl_c()
+
+    cli_app = importlib.import_module("opsctl.cli.app")  # the module (opsctl.cli.app is typer's)
+    monkeypatch.setattr(cli_app, "app", interrupted)
+    with pytest.raises(SystemExit) as stopped:
+        cli_app.main()
+    assert stopped.value.code == EXIT_INTERRUPTED

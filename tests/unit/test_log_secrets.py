@@ -113,3 +113,35 @@ def test_redaction_of_a_long_run_of_letters_is_bounded() -> None:
     assert time.monotonic() - started < 20
     long_scheme = "q" * 50 + "https://user:pw@host/x"
     assert "pw" not in "".join(redact_stream([long_scheme], []))
+
+
+HF_TOKEN = "hf_" + "aB3dE5fG7hJ9kL1mN2pQ4rS6tU8"  # token-shaped: masked by its shape alone
+
+
+@pytest.mark.parametrize("head", [23, 25, 28])
+def test_a_token_across_the_long_line_cut_is_masked_whole(head: int) -> None:
+    """Found by review: a line past 64k characters with a token cut by a chunk's end there had
+    the token's first part masked by its shape and the rest let through (`****l2M3n4O5p6`).
+    The cut is now at a blank before 64k, and a token holds none."""
+    start = 66_000 - head  # the token starts `head` characters before the 66th 1000-char chunk ends
+    text = ("word " * 14_000)[:start - 1] + " " + HF_TOKEN + " end " + "word " * 100 + "\n"
+    out = "".join(redact_stream((text[i:i + 1000] for i in range(0, len(text), 1000)), []))
+    assert HF_TOKEN[head - 3:] not in out and " **** end " in out
+    assert len(out) == len(text) - len(HF_TOKEN) + 4
+
+
+def test_a_secret_of_several_lines_sent_a_line_at_a_time_is_masked() -> None:
+    key = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\nBKcwggSjAgEAAoIBAQC7\n" \
+          "-----END PRIVATE KEY-----"
+    frames = [f"2026-12-04T10:00:00Z {line}\n" for line in f"key follows\n{key}\nnext".split("\n")]
+    out = "".join(redact_stream(frames, [key]))
+    assert "MIIEvQ" not in out and "BKcwgg" not in out and "FAASC" not in out
+    assert "key follows" in out and out.count("****") == 4
+
+
+def test_a_secret_with_a_character_split_between_byte_chunks_is_masked() -> None:
+    secret = "pässwörd-geheim"
+    raw = f"key={secret}\n".encode()
+    split = raw.index("ä".encode()) + 1  # inside the two bytes of ä
+    out = b"".join(redact_byte_stream([raw[:split], raw[split:]], [secret]))
+    assert secret.encode() not in out and out.startswith(b"key=****")
