@@ -7,8 +7,9 @@ gate's rollback) first writes
     out/logs/<profile>-<variant>-<container short id>-<UTC stamp>.log
 
 with a header (container id, name, image, exit code, restarts, labels, time, why it is removed)
-and then the log as `docker logs --timestamps` gives it, secrets masked, streamed to disk (the
-engine's json-file rotation bounds it), written atomically: the file is whole or absent.
+and then the log as `docker logs --timestamps` gives it (each long line whole), secrets masked,
+streamed to disk (the engine's json-file rotation bounds it), written atomically: the file is
+whole or absent.
 """
 
 from __future__ import annotations
