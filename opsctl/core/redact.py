@@ -36,7 +36,7 @@ MIN_SECRET_CHARS = 4
 # `scheme://user:password@` (or `scheme://token@`): everything between `//` and `@` of an
 # authority, which holds no `/`, whitespace or quote.
 # The scheme is at most 32 characters: unbounded, a long run of letters (a server's output) cost
-# quadratic time, 1.4 s for 16k characters.
+# quadratic time (bench/results/redact_scaling.json: 32k letters 0.98 s, now 3 ms).
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,31}://)[^/\s@'\"<>]+@")
 # An Authorization value (RFC 9110 token68 after the scheme). Basic is masked only when its
 # token decodes to `user:password`, so ordinary words after "Basic" stay; a `Bearer` token

@@ -6,7 +6,6 @@ label names them), the API key, URL credentials and token-shaped values."""
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -104,13 +103,10 @@ def test_the_server_label_names_the_secret_variables_never_their_values(tmp_path
     assert deployment_labels(named, "img", {})[labels.SECRET_ENV] == "SERVER_KEY,MY_TOKEN"
 
 
-def test_redaction_of_a_long_run_of_letters_is_bounded() -> None:
-    """The URL-userinfo pattern's scheme was unbounded: a run of n letters cost n^2 steps (16k
-    characters 1.4 s, so a 200k line of a server's output about 4 minutes). Bounded time is the
-    contract (generous slack: about 0.3 s here now)."""
-    started = time.monotonic()
-    "".join(redact_stream(["x" * 200_000, "\n"], [KEY]))
-    assert time.monotonic() - started < 20
+def test_a_url_after_a_long_run_of_letters_still_loses_its_credentials() -> None:
+    """The URL-userinfo pattern's scheme is bounded to 32 characters (unbounded, a run of n
+    letters cost n^2 steps: bench/redact_scaling.py records both side by side); a URL glued to
+    a longer run of letters is still found from its last 32."""
     long_scheme = "q" * 50 + "https://user:pw@host/x"
     assert "pw" not in "".join(redact_stream([long_scheme], []))
 
