@@ -32,7 +32,7 @@ RUN_ID = "opsctl.run-id"
 STANDIN = "opsctl.standin"
 # The names (never the values) of the host variables whose values a server was given
 # (server.api_key_env, server.admin_api_key_env, container.env_from_host), comma-separated: what
-# a saved or printed server log is scrubbed of (core.redact.named_secrets).
+# a saved or printed server log is scrubbed of (deploy.logsave.named_secrets).
 SECRET_ENV = "opsctl.secret-env"
 
 ROLE_SERVER = "server"

@@ -8,8 +8,9 @@ userinfo as Basic). `redact` removes all three from a string; `redact_tree` from
 of a JSON-shaped value, which is how the report writers scrub a whole report at once.
 
 `redact` is the one function; it is applied where output leaves opsctl: the CLI's consoles
-(`RedactingStream`) and core/files' atomic writers, so a path that forgets to scrub its own
-strings still prints and writes nothing of a secret.
+(`RedactingStream`), core/files' atomic writers and server logs (`redact_stream`, a line at a
+time), so a path that forgets to scrub its own strings still prints and writes nothing of a
+secret.
 """
 
 from __future__ import annotations
@@ -19,12 +20,10 @@ import binascii
 import codecs
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any, TypeVar
 
 from pydantic import BaseModel
-
-from opsctl.core import labels
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -195,17 +194,3 @@ def redact_byte_stream(chunks: Iterable[bytes], secrets: Iterable[str | None]) -
 
     for piece in redact_stream(text(), secrets):
         yield piece.encode("utf-8", "surrogateescape")
-
-
-def secret_names(container_labels: Mapping[str, str]) -> list[str]:
-    """The host variables a server's `opsctl.secret-env` label names."""
-    return [name for name in container_labels.get(labels.SECRET_ENV, "").split(",") if name]
-
-
-def named_secrets(container_labels: Mapping[str, str],
-                  environ: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
-    """The values of the variables the label names, as set in `environ` (the host's), and the
-    names this environment does not set (their values cannot be masked here)."""
-    env = os.environ if environ is None else environ
-    names = secret_names(container_labels)
-    return [env[name] for name in names if env.get(name)], [n for n in names if not env.get(n)]

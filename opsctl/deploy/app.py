@@ -31,11 +31,11 @@ from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.errors import LaunchError, OpsctlError, UsageError, is_ctrl_c
 from opsctl.core.files import check_output_path
 from opsctl.core.paths import require_checkout
-from opsctl.core.redact import named_secrets, redact_stream
+from opsctl.core.redact import redact_stream
 from opsctl.deploy import ownership, readiness
 from opsctl.deploy.custody import CLEANUP_GRACE_SECONDS as CLEANUP_GRACE_SECONDS
 from opsctl.deploy.custody import Custody, Note, RunRecord, after_cleanup
-from opsctl.deploy.logsave import LOGS_DIR
+from opsctl.deploy.logsave import LOGS_DIR, named_secrets
 from opsctl.deploy.preflight import describe as describe_preflight
 from opsctl.deploy.serverstatus import ServerStatus as ServerStatus
 from opsctl.deploy.serverstatus import StatusResult as StatusResult

@@ -15,19 +15,34 @@ whole or absent.
 from __future__ import annotations
 
 import itertools
+import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 
 from opsctl.core import labels
 from opsctl.core.files import atomic_write_chunks
-from opsctl.core.redact import named_secrets, redact_byte_stream, secret_names
+from opsctl.core.redact import redact_byte_stream
 from opsctl.core.reports import REPORTS_DIR, stamp
 from opsctl.engine.api import ContainerInfo, Engine
 
 LOGS_DIR = REPORTS_DIR / "logs"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def secret_names(container_labels: Mapping[str, str]) -> list[str]:
+    """The host variables a server's `opsctl.secret-env` label names."""
+    return [name for name in container_labels.get(labels.SECRET_ENV, "").split(",") if name]
+
+
+def named_secrets(container_labels: Mapping[str, str],
+                  environ: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
+    """The values of the variables the label names, as set in `environ` (the host's), and the
+    names this environment does not set (their values cannot be masked here)."""
+    env = os.environ if environ is None else environ
+    names = secret_names(container_labels)
+    return [env[name] for name in names if env.get(name)], [n for n in names if not env.get(n)]
 
 
 def log_path(logs_dir: Path, info: ContainerInfo, now: datetime) -> Path:
