@@ -8,6 +8,7 @@ when the profile loads.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -100,19 +101,50 @@ class ImageOverlay(StrictModel):
         return None if value is None else _tagged(value)
 
 
+# A Hugging Face repository id: `owner/name`, the hub's own characters (huggingface_hub's
+# validate_repo_id: letters, digits, '-', '_', '.'; no '--' or '..'; at most 96 characters).
+_REPO_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+_REVISION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,254}")
+
+
+def _repo_id(value: str | None) -> str | None:
+    if value is not None and (not _REPO_ID_RE.fullmatch(value) or "--" in value
+                              or ".." in value):
+        raise ValueError("must be a Hugging Face repository id, owner/name (e.g. "
+                         "nvidia/GLM-5-NVFP4)")
+    return value
+
+
+def _revision(value: str | None) -> str | None:
+    if value is not None and (not _REVISION_RE.fullmatch(value) or ".." in value):
+        raise ValueError("must be a branch, tag or commit of the repository (e.g. main)")
+    return value
+
+
+def _absolute(value: str | None) -> str | None:
+    # Docker bind-mounts absolute paths only; a relative one was refused at launch (exit 4).
+    if value is not None and not value.startswith("/"):
+        raise ValueError("must be an absolute path (Docker mounts only those)")
+    return value
+
+
 class ModelSpec(StrictModel):
-    host_path: str | None = Field(None, description="Weights on the host, mounted read-only.")
+    host_path: str | None = Field(None, description="Weights on the host, mounted read-only; "
+                                  "`opsctl model fetch` downloads `repo` here.")
     container_path: str = Field(description="Where the server sees the weights (--model-path).")
     served_name: str = Field(description="Name clients send as `model` (--served-model-name).")
     architecture: str | None = Field(None, description="HF architecture, e.g. GlmMoeDsaForCausalLM.")
+    repo: str | None = Field(None, description="Hugging Face repository `opsctl model fetch` "
+                             "downloads into host_path (only the files serving reads).")
+    revision: str = Field("main", description="Branch, tag or commit of `repo`; the commit it "
+                          "resolved to is printed by `model fetch`.")
+    token_env: str = Field("HF_TOKEN", description="Environment variable holding the hub token "
+                           "for a gated or private `repo` (the name only; never its value).")
 
-    @field_validator("host_path", "container_path")
-    @classmethod
-    def _absolute(cls, value: str | None) -> str | None:
-        # Docker bind-mounts absolute paths only; a relative one was refused at launch (exit 4).
-        if value is not None and not value.startswith("/"):
-            raise ValueError("must be an absolute path (Docker mounts only those)")
-        return value
+    _paths = field_validator("host_path", "container_path")(_absolute)
+    _repo = field_validator("repo")(_repo_id)
+    _rev = field_validator("revision")(_revision)
+    _token = field_validator("token_env")(check_env_name)
 
     @field_validator("served_name")
     @classmethod
@@ -239,12 +271,35 @@ class Readiness(StrictModel):
         return self
 
 
+class ModelOverlay(StrictModel):
+    """What a variant may change of the profile's model: which checkpoint it serves. An MTP
+    variant needs one that holds the NextN layer (community builds ship it apart)."""
+
+    repo: str | None = Field(None, description="Another Hugging Face repository.")
+    revision: str | None = Field(None, description="Its branch, tag or commit.")
+    host_path: str | None = Field(None, description="Where that checkpoint lies on the host.")
+    container_path: str | None = Field(None, description="Where the server sees it.")
+
+    _paths = field_validator("host_path", "container_path")(_absolute)
+    _repo = field_validator("repo")(_repo_id)
+    _rev = field_validator("revision")(_revision)
+
+    @model_validator(mode="after")
+    def _own_folder(self) -> ModelOverlay:
+        if self.repo is not None and self.host_path is None:
+            raise ValueError("a variant with its own `repo` needs its own `host_path` (two "
+                             "checkpoints in one folder would mix their shards)")
+        return self
+
+
 class Variant(StrictModel):
     description: str = ""
     requires_patch: bool = Field(False, description="Runs the gather-then-cast patch: renders "
                                  f"{PATCH_SWITCH_ENV}=1 (else 0) into the container env.")
     image: ImageOverlay = Field(default_factory=ImageOverlay,
                                 description="Overlay on `image`: another sglang release and its base.")
+    model: ModelOverlay = Field(default_factory=ModelOverlay,
+                                description="Overlay on `model`: another checkpoint.")
     server: dict[str, Any] = Field(default_factory=dict, description="Overlay on `server`.")
     env: dict[str, str] = Field(default_factory=dict, description="Overlay on `container.env`.")
     expect: dict[str, str | int | None] = Field(

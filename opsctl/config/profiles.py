@@ -85,6 +85,10 @@ class Profile(StrictModel):
         overlay = self.variants[variant].image.model_dump(exclude_none=True)
         return ImageSpec.model_validate({**self.image.model_dump(), **overlay})
 
+    def variant_model(self, variant: str) -> ModelSpec:
+        overlay = self.variants[variant].model.model_dump(exclude_none=True)
+        return ModelSpec.model_validate({**self.model.model_dump(), **overlay})
+
     def resolve(self, variant: str | None = None) -> Deployment:
         chosen = variant or self.default_variant
         if chosen not in self.variants:
@@ -100,6 +104,7 @@ class Profile(StrictModel):
             profile=self,
             variant=chosen,
             image=self.variant_image(chosen),
+            model=self.variant_model(chosen),
             server=self.variant_server(chosen),
             env={**self.container.env, **spec.env, **rendered},
             patched=spec.requires_patch,
@@ -113,6 +118,7 @@ class Deployment(StrictModel):
     profile: Profile
     variant: str
     image: ImageSpec  # the profile's, with the variant's overlay: the release it runs
+    model: ModelSpec  # the profile's, with the variant's overlay: the checkpoint it serves
     server: ServerSettings
     env: dict[str, str]
     patched: bool
@@ -128,7 +134,9 @@ class Deployment(StrictModel):
             "argv": to_argv(self),
             "env": {**self.env, **{name: f"${name}" for name in container.env_from_host}},
             "image": self.image.model_dump(),
-            "model": self.profile.model.model_dump(),
+            # Where the weights come from (repo, revision, token) does not shape the server;
+            # the folder mounted does.
+            "model": self.model.model_dump(exclude={"repo", "revision", "token_env"}),
             # The env above already holds what nccl_p2p_level and env_from_host render.
             "container": container.model_dump(exclude={"env", "nccl_p2p_level", "env_from_host"}),
         }
@@ -158,7 +166,7 @@ def typed_options(deployment: Deployment, environ: Mapping[str, str] | None = No
     without one (what `profile show`, `--dry-run`, labels and the config hash see).
     """
     server = deployment.server
-    model = deployment.profile.model
+    model = deployment.model
     spec = sglang_args.load_spec(deployment.image.sglang_version)
     # 0.5.23 renamed --nsa-*-backend to --dsa-*-backend; take the pinned parser's spelling.
     dsa = "--dsa" if spec.knows("--dsa-decode-backend") else "--nsa"
@@ -258,7 +266,7 @@ def release_findings(deployment: Deployment) -> releases.Findings:
         return releases.Findings(errors=[], warnings=[])
     server = deployment.server
     version = deployment.image.sglang_version
-    architecture = deployment.profile.model.architecture or ""
+    architecture = deployment.model.architecture or ""
     findings = releases.check(
         version=version,
         architecture=architecture,
@@ -310,7 +318,7 @@ def _check_variant(deployment: Deployment, path: Path, lines: Lines) -> None:
     argv = check_argv(deployment)
     problems = [] if image.kind == "simulator" else [variant_support_problem(
         image.sglang_version, patched=deployment.patched, argv=argv,
-        architecture=deployment.profile.model.architecture,
+        architecture=deployment.model.architecture,
         attention_backend=server.attention_backend, kv_cache_dtype=server.kv_cache_dtype)]
     problems += release_findings(deployment).errors
     found = [problem for problem in problems if problem]

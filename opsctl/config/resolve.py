@@ -180,7 +180,7 @@ def resolve(deployments: Iterable[Deployment], gpu: Callable[[Deployment], GpuRe
             for i, result in zip(indexes, probed.dump["results"], strict=True):
                 deployment, argv, _ = items[i]
                 clean = _replace_text(result, str(model_dir),
-                                      deployment.profile.model.container_path)
+                                      deployment.model.container_path)
                 record = build_record(deployment, argv, report, config_path, probed, clean)
                 results[i] = Resolved(record=record, path=record_path(deployment))
     return [results[i] for i in range(len(items))]

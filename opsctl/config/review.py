@@ -36,7 +36,7 @@ class ProfileShow:
 def computes(deployment: Deployment) -> str:
     """One line on what attention the variant computes for the profile's model."""
     argv = check_argv(deployment)[len(deployment.server.entrypoint):]
-    return releases.computes(deployment.profile.model.architecture or "", argv,
+    return releases.computes(deployment.model.architecture or "", argv,
                              deployment.image.sglang_version)
 
 

@@ -84,7 +84,7 @@ def deployment_labels(deployment: Deployment, image: str, image_labels: dict[str
         labels.SGLANG_VERSION: deployment.image.sglang_version,
         labels.PATCH_SHA256: image_labels.get(labels.PATCH_SHA256, NO_PATCH),
         labels.CONFIG_HASH: deployment.config_hash(),
-        labels.SERVED_MODEL: deployment.profile.model.served_name,
+        labels.SERVED_MODEL: deployment.model.served_name,
         labels.BASE_URL: base_url(deployment),
         labels.STOP_GRACE_SECONDS: str(deployment.profile.container.stop_grace_seconds),
         labels.VERSION: __version__,
@@ -110,8 +110,8 @@ def run_spec(deployment: Deployment, image: str, image_labels: dict[str, str] | 
     profile = deployment.profile
     container = profile.container
     mounts = []
-    if profile.model.host_path:
-        mounts.append(Mount(source=profile.model.host_path, target=profile.model.container_path,
+    if deployment.model.host_path:
+        mounts.append(Mount(source=deployment.model.host_path, target=deployment.model.container_path,
                             read_only=True))
     if container.cache_volume:
         mounts.append(Mount(source=container.cache_volume, target=container.cache_mount, kind="volume"))

@@ -133,7 +133,7 @@ def up(
     image = launch.image_for(deployment)
     image_labels = present_image(engine, deployment, image)
     check_output_path(logs_dir, "server log directory", directory=True)
-    checkpoint = host_checkpoint(deployment.profile.model.host_path)
+    checkpoint = host_checkpoint(deployment.model.host_path)
     spec = run_spec(deployment, image, image_labels, environ=os.environ)  # secrets from the host
     run = RunRecord(ownership.new_run_id(), deployment.profile.name, spec.name)
     spec = dataclasses.replace(spec, labels={**spec.labels, labels.CHECKPOINT: checkpoint.label(),
@@ -178,7 +178,7 @@ def _start(launch: Launch, deployment: Deployment, spec: RunSpec, run: RunRecord
     started = launch.engine.run(spec)
     run.known[started.id] = started.name
     elapsed = _wait_ready(
-        launch, started.id, url, deployment.profile.model.served_name,
+        launch, started.id, url, deployment.model.served_name,
         timeout_seconds=timeout_seconds or settings.timeout_seconds,
         poll_seconds=settings.poll_interval_seconds, on_progress=on_progress,
     )

@@ -70,14 +70,14 @@ def is_mtp(argv: Sequence[str]) -> bool:
 
 
 def skip_reason(deployment: Deployment) -> str | None:
-    if not deployment.profile.model.host_path:
+    if not deployment.model.host_path:
         return "no checkpoint is mounted (model.host_path is unset)"
     return None
 
 
 def probe_request(deployment: Deployment) -> dict[str, Any]:
     argv = to_argv(deployment)
-    return {"model_dir": deployment.profile.model.container_path, "mtp": is_mtp(argv),
+    return {"model_dir": deployment.model.container_path, "mtp": is_mtp(argv),
             "strict": deployment.image.kind != "simulator",
             "trust_remote_code": _has_flag(argv, TRUST_REMOTE_CODE_FLAG)}
 
@@ -92,7 +92,7 @@ def describe(deployment: Deployment, image: str, enabled: bool = True) -> str:
     reason = "--skip-preflight" if not enabled else skip_reason(deployment)
     if reason:
         return f"preflight: skipped ({reason})"
-    model = deployment.profile.model
+    model = deployment.model
     request = probe_request(deployment)
     checks = "config.json and tokenizer (the image's transformers/sglang), the safetensors shards"
     if request["mtp"]:
@@ -107,11 +107,13 @@ def run_preflight(deployment: Deployment, engine: Engine, image: str) -> Preflig
     reason = skip_reason(deployment)
     if reason:
         return PreflightResult(image=image, skipped=reason)
-    model = deployment.profile.model
+    model = deployment.model
     host_path = Path(str(model.host_path))
     if not host_path.is_dir():
         raise LaunchError(f"checkpoint folder {host_path} does not exist on this host "
-                          "(model.host_path)", hint="download the weights there, or fix the profile")
+                          "(model.host_path)",
+                          hint="`opsctl model fetch -v VARIANT` downloads them there, or fix the "
+                          "profile")
     started = time.monotonic()
     code, output = engine.run_to_completion(
         image, probe_command(deployment), timeout_seconds=PREFLIGHT_TIMEOUT_S,
@@ -138,7 +140,7 @@ def _hint(failed: list[PreflightCheck], deployment: Deployment) -> str:
     if names & {"transformers config", "sglang config", "transformers", "sglang"}:
         return (f"this image (sglang {deployment.image.sglang_version}) cannot load the "
                 "checkpoint: run a variant on a release that knows it; nothing was started")
-    return (f"check the checkpoint in {deployment.profile.model.host_path} (a partial download?); "
+    return (f"check the checkpoint in {deployment.model.host_path} (a partial download?); "
             "nothing was started")
 
 

@@ -75,7 +75,7 @@ def dry_run_text(plan: DryRun) -> str:
         "# sglang argv:",
         shlex.join(plan.spec.command),
         f"# ready when {plan.base_url}/health_generate is 200 and /v1/models lists "
-        f"{deployment.profile.model.served_name!r}",
+        f"{deployment.model.served_name!r}",
         *_healing_lines(plan),
         *([f"# {plan.preflight}"] if plan.preflight else []),
         *_source_lines(deployment),

@@ -351,7 +351,7 @@ class _Session:
         path = Path(str(folder))
         if not self.tools.host.is_dir(path):
             return [Check("checkpoint", FAIL, f"checkpoint folder {path} does not exist on this "
-                          "host", "download the weights there, or fix model.host_path")]
+                          "host", "`opsctl model fetch` downloads them there, or fix model.host_path")]
         report = preflight_probe.Report()
         config = preflight_probe.check_config(report, path)
         preflight_probe.check_tokenizer_files(report, path)

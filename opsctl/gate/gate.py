@@ -271,7 +271,7 @@ def _comparison(deployment: Deployment, last: LastGood | None,
     if theirs != mine:
         return None, (f"greedy outputs not compared with last good {last.variant!r}: it computes "
                       f"{theirs}, {deployment.variant!r} {mine}; only the absolute gates apply")
-    now = host_checkpoint(deployment.profile.model.host_path).id
+    now = host_checkpoint(deployment.model.host_path).id
     before = last.checkpoint.id if last.checkpoint else None
     if now and before and now != before:
         return None, (f"greedy outputs not compared with last good {last.variant!r}: the "

@@ -133,7 +133,7 @@ def render_k8s(deployment: Deployment, *, image_ref: ImageRef, out: Path,
 def _notes(target: Target, router_image: str | None) -> list[str]:
     """What the reader must do or know before `kubectl apply`."""
     deployment = target.deployment
-    model = deployment.profile.model
+    model = deployment.model
     notes = [f"router flags are sglang-router {ROUTER_VERSION}'s; the image must carry a "
              "compatible sglang_router"]
     if deployment.image.kind == "simulator" and not router_image:

@@ -82,7 +82,7 @@ def serving_readiness(deployment: Deployment) -> dict[str, Any]:
     url = f"http://127.0.0.1:{server.port}"
     key = [server.api_key_env] if server.api_key_env else []
     return {"exec": {"command": ["python3", "-c", _READY_CODE, url,
-                                 deployment.profile.model.served_name, *key]},
+                                 deployment.model.served_name, *key]},
             "periodSeconds": READY_PERIOD_SECONDS, "timeoutSeconds": READY_TIMEOUT_SECONDS,
             "failureThreshold": READY_FAILURES}
 

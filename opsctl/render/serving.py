@@ -80,7 +80,7 @@ def _refuse_what_cannot_run(target: Target) -> None:
         problem = extra_args_problem(server.extra_args, _PER_POD_FLAGS, spec)
         if problem:
             raise UsageError(problem[0], hint="drop it from extra_args; each pod gets its own")
-    model = deployment.profile.model
+    model = deployment.model
     if not (target.model_pvc or model.host_path or deployment.image.kind == "simulator"):
         raise UsageError(f"profile {target.profile_name!r} has no model.host_path and no "
                          "--model-pvc was given: the pods would have no weights",
@@ -110,7 +110,7 @@ def _env(target: Target) -> list[dict[str, Any]]:
 def _volumes(target: Target) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(volumes, mounts): /dev/shm, the weights read-only, the JIT cache."""
     profile = target.deployment.profile
-    container, model = profile.container, profile.model
+    container, model = profile.container, target.deployment.model
     shm: dict[str, Any] = {"medium": "Memory"}
     if container.shm_size:
         shm["sizeLimit"] = meta.quantity(container.shm_size)

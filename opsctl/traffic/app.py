@@ -343,7 +343,7 @@ def _served_tokenizer(profile: Profile, variants: tuple[str, ...]) -> str:
     server_args.py:847-848, 0.5.23 arg_groups/serving_hook.py:636)."""
     deployment = profile.resolve(variants[0] if variants else None)
     return flag_values(deployment.server.extra_args).get("--tokenizer-path",
-                                                         profile.model.container_path)
+                                                         deployment.model.container_path)
 
 
 def _check_tokenizer(report: BenchReport, served_tokenizer: str) -> None:

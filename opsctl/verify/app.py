@@ -146,7 +146,7 @@ def run_verify(deployment: Deployment, client: httpx.Client, *, log_text: str | 
         raise UsageError(f"no release facts recorded for sglang {version}",
                          hint="opsctl/verify/facts.py records them per pinned release")
     argv = to_argv(deployment)[len(deployment.server.entrypoint):]
-    expected = checks.expectations(facts, argv, profile.model.architecture,
+    expected = checks.expectations(facts, argv, deployment.model.architecture,
                                    _checked_expect(facts, expect), resolution_of(deployment))
     server_info = fetch_json(client, "/server_info", timeout_s, clock)
     model_info = fetch_json(client, "/model_info", timeout_s, clock)

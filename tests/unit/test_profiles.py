@@ -215,3 +215,40 @@ def test_simulator_profiles_are_not_judged_by_the_patch_sets(tmp_path: Path) -> 
         architecture=sim.model.architecture, attention_backend=deployment.server.attention_backend,
         kv_cache_dtype=deployment.server.kv_cache_dtype)
     assert problem is not None and "656-byte scaled DSA row" in problem
+
+
+def test_an_mtp_variant_serves_its_own_checkpoint_at_the_same_container_path() -> None:
+    profile = load_profile("glm5-nvfp4-rtx6000")
+    plain, mtp = profile.resolve("gathercast"), profile.resolve("bf16kv-mtp")
+    assert plain.model.repo == "nvidia/GLM-5-NVFP4"
+    assert mtp.model.repo != plain.model.repo and mtp.model.host_path != plain.model.host_path
+    # The server reads the same path, so its argv (and sglang's resolution records) stay as is:
+    assert mtp.model.container_path == plain.model.container_path
+    mount = next(m for m in run_spec(mtp, "img").mounts if m.target == mtp.model.container_path)
+    assert mount.source == mtp.model.host_path and mount.read_only
+    assert mtp.model.served_name == plain.model.served_name  # what the overlay leaves is shared
+
+
+@pytest.mark.parametrize(("key", "value", "problem"), [
+    ("repo", "no-slash", "Hugging Face repository id"),
+    ("repo", "a/b--c", "Hugging Face repository id"),
+    ("revision", "../x", "branch, tag or commit"),
+    ("token_env", "HF TOKEN", "not an environment variable name"),
+])
+def test_a_bad_checkpoint_source_is_refused_at_load(tmp_path: Path, key: str, value: str,
+                                                    problem: str) -> None:
+    data = yaml.safe_load(_sim_text())
+    data["model"][key] = value
+    path = _write(tmp_path, yaml.safe_dump(data))
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path))
+    assert f"model.{key}" in err.value.message and problem in err.value.message
+
+
+def test_a_variant_with_its_own_repo_needs_its_own_folder(tmp_path: Path) -> None:
+    data = yaml.safe_load(_sim_text())
+    data["variants"]["baseline"]["model"] = {"repo": "owner/other"}
+    path = _write(tmp_path, yaml.safe_dump(data))
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path))
+    assert "its own `host_path`" in err.value.message

@@ -120,7 +120,7 @@ def test_pod_env_gpus_shm_and_volumes(profile: str, variant: str, replicas: int)
         assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
         mounts = {mount["name"]: mount for mount in container["volumeMounts"]}
         assert mounts["dshm"]["mountPath"] == "/dev/shm"
-        model = deployment.profile.model
+        model = deployment.model
         if model.host_path:
             assert volumes["model"]["hostPath"]["path"] == model.host_path
             assert mounts["model"] == {"name": "model", "mountPath": model.container_path,
@@ -227,11 +227,10 @@ def test_refusals() -> None:
     assert "namespace" in _refused(glm, namespace="Bad_Namespace")
     assert "--name" in _refused(glm, name="x" * 41)
     assert "server.host 127.0.0.1" in _refused(_with_server(glm, host="127.0.0.1"))
-    no_weights = glm.profile.model_copy(update={"model": glm.profile.model.model_copy(
+    no_weights = glm.model_copy(update={"model": glm.model.model_copy(
         update={"host_path": None})})
-    assert "no model.host_path" in _refused(glm.model_copy(update={"profile": no_weights}))
-    render.render_objects(glm.model_copy(update={"profile": no_weights}), IMAGE,
-                          RenderSettings(model_pvc="weights"))
+    assert "no model.host_path" in _refused(no_weights)
+    render.render_objects(no_weights, IMAGE, RenderSettings(model_pvc="weights"))
     assert "'$('" in _refused(glm.model_copy(update={"env": {**glm.env, "X": "$(HOME)"}}))
     # Kubernetes turns `$$` into `$`: the pod would not get the profile's value.
     assert "'$$'" in _refused(glm.model_copy(update={"env": {**glm.env, "X": "a$$b"}}))
