@@ -1,10 +1,10 @@
 """The profile's optional `eval:` section: which accuracy checks `opsctl smoke` can run.
 
-`gsm8k` names a local, sha256-pinned GSM8K-shaped JSONL file and the accuracy gate; nothing is
-downloaded and no dataset or pin is ever filled in by opsctl: a profile without `gsm8k` simply
-cannot run `smoke --eval gsm8k` until the user adds one (or passes `--eval-dataset` and
-`--eval-sha256`). `long_context` sets the sizes of the pass-key probes and the shared-prefix pair
-that `smoke --long-context` sends; its defaults are the probes' own (traffic/evals/probes.py says
+`gsm8k` sets the accuracy gate and its data: by default GSM8K's test split, downloaded once
+from its public source into the state directory and checked against the sha256 pinned in
+config/datasets.py; or a local, sha256-pinned GSM8K-shaped JSONL file the profile names.
+`long_context` sets the sizes of the pass-key probes and the shared-prefix pair that
+`smoke --long-context` sends; its defaults are the probes' own (traffic/evals/probes.py says
 why those sizes). `lm_eval` runs lm-evaluation-harness's task over the same pinned files (its
 task file is written by opsctl, traffic/evals/lmeval.py). Relative paths are resolved against
 the project root, like `dockerfile`.
@@ -47,9 +47,12 @@ class _Strict(BaseModel):
 
 
 class Gsm8kConfig(_Strict):
-    dataset: str = Field(description="GSM8K-shaped JSONL on this host (e.g. openai/grade-school-"
-                         "math's test.jsonl), fetched by the user; never downloaded by opsctl.")
-    sha256: str = Field(description="sha256 of `dataset`; a different file is refused (exit 2).")
+    dataset: str | None = Field(None, description="GSM8K-shaped JSONL on this host; null: "
+                                "GSM8K's test split, which opsctl downloads once into the state "
+                                "directory and checks against its pinned sha256 "
+                                "(config/datasets.py).")
+    sha256: str | None = Field(None, description="sha256 of `dataset` (set both or neither); "
+                               "a different file is refused (exit 2).")
     shots_from: str | None = Field(None, description="JSONL of few-shot examples (a train "
                                    "split); null: the first `shots` lines of `dataset`, as "
                                    "sglang's few_shot_gsm8k does.")
@@ -66,6 +69,9 @@ class Gsm8kConfig(_Strict):
 
     @model_validator(mode="after")
     def _shots_pinned(self) -> Gsm8kConfig:
+        if (self.dataset is None) != (self.sha256 is None):
+            raise ValueError("dataset and sha256 go together (both set, or both null for "
+                             "GSM8K's pinned test split)")
         if (self.shots_from is None) != (self.shots_sha256 is None):
             raise ValueError("shots_from and shots_sha256 go together (both set or both null)")
         return self

@@ -43,7 +43,7 @@ def lock_dir() -> Path:
     if override:
         return Path(override)
     if is_installed():
-        from opsctl.deploy.state import default_state_dir  # the one place host state lives
+        from opsctl.core.paths import default_state_dir  # the one place host state lives
 
         return default_state_dir() / "locks"
     return project_root() / "deploy" / "locks"

@@ -23,7 +23,7 @@ MAX_RECORD_BYTES = 8 << 20
 
 
 def record_path() -> Path:
-    from opsctl.deploy.state import default_state_dir  # the one place host state lives
+    from opsctl.core.paths import default_state_dir  # the one place host state lives
 
     return default_state_dir() / RECORD
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from opsctl.config.datasets import GSM8K_TEST
 from opsctl.config.evalconfig import (
     DEFAULT_QUESTIONS,
     DEFAULT_SHOTS,
@@ -25,7 +26,7 @@ from opsctl.config.evalconfig import (
 )
 from opsctl.core.errors import UsageError
 from opsctl.traffic.client import Api, TrafficClient
-from opsctl.traffic.evals.dataset import Dataset
+from opsctl.traffic.evals.dataset import Dataset, public_file
 from opsctl.traffic.evals.gsm8k import EvalResult, Gsm8kSettings, run_gsm8k
 from opsctl.traffic.evals.lmeval import (
     LmEvalFailed,
@@ -142,8 +143,10 @@ def _plan_gsm8k(request: EvalRequest, config: Gsm8kConfig | None,
                          hint="pin the file: pass what `sha256sum FILE` prints as --eval-sha256")
     if request.dataset is not None and request.sha256 is not None:
         source = request.dataset, request.sha256
-    elif config is not None:
+    elif config is not None and config.dataset is not None and config.sha256 is not None:
         source = resolve_path(config.dataset), config.sha256
+    elif config is not None:  # the pinned public test split, downloaded once (below)
+        source = None
     else:
         raise UsageError(f"{asked}: the profile has no eval.gsm8k section and no "
                          "--eval-dataset was given",
@@ -155,7 +158,7 @@ def _plan_gsm8k(request: EvalRequest, config: Gsm8kConfig | None,
     if threshold is None or not 0.0 < threshold <= 1.0:
         raise UsageError(f"{asked} needs an accuracy threshold in (0, 1], got {threshold}",
                          hint="set eval.gsm8k.threshold in the profile or pass --eval-threshold")
-    dataset = load(*source)
+    dataset = load(*(source or (public_file(GSM8K_TEST), GSM8K_TEST.sha256)))
     shots_from = dataset
     if config is not None and config.shots_from is not None and config.shots_sha256 is not None:
         shots_from = load(resolve_path(config.shots_from), config.shots_sha256)

@@ -13,9 +13,10 @@ from fakes import Behaviour, FakeClock, FakeEngine, FakeSglang
 from opsctl.config.profiles import Deployment, load_profile
 from opsctl.core import labels
 from opsctl.core.errors import EXIT_LAUNCH, UsageError
+from opsctl.core.paths import default_state_dir
 from opsctl.deploy import app
 from opsctl.deploy.launch import Launch
-from opsctl.deploy.state import CheckpointRecord, StateDir, default_state_dir, host_checkpoint
+from opsctl.deploy.state import CheckpointRecord, StateDir, host_checkpoint
 from opsctl.verify.app import VerifyMismatch, VerifyResult
 from opsctl.verify.checkpoint import checkpoint_id
 from opsctl.verify.checks import FieldCheck

@@ -53,9 +53,10 @@ def test_sim_profile_pins_the_synthetic_files_it_ships() -> None:
     assert gsm8k.questions == len(load_gsm8k(SIM_TEST, gsm8k.sha256).items)
 
 
-def test_glm_profile_ships_no_dataset_and_the_probe_sizes() -> None:
+def test_glm_profile_scores_the_pinned_public_gsm8k_and_the_probe_sizes() -> None:
     config = load_profile("glm5-nvfp4-rtx6000").eval
-    assert config.gsm8k is None  # the user fetches and pins GSM8K; opsctl invents no pin
+    # On by default, on GSM8K's own test split (config/datasets.py pins it), no file to name:
+    assert config.gsm8k is not None and config.gsm8k.dataset is None
     assert config.long_context.sizes == [4096, 16384, 65536]
     assert config.long_context.prefix_pair_tokens == 16384
 

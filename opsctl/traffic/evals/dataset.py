@@ -1,4 +1,5 @@
-"""GSM8K-shaped datasets read from local files and pinned by sha256: nothing is downloaded.
+"""GSM8K-shaped datasets read from local files and pinned by sha256, and the one public file
+opsctl downloads itself (`public_file`: GSM8K's test split, config/datasets.py).
 
 A dataset is JSONL, one ``{"question": str, "answer": str}`` object per line, the answer ending
 in ``#### <number>`` (the shape of openai/grade-school-math ``grade_school_math/data/test.jsonl``,
@@ -7,23 +8,27 @@ are skipped as sglang's ``utils.py:134-140`` ``read_jsonl`` skips them; blank li
 too. The file's sha256 must equal the pin the caller passes (from the profile): the same
 questions every run, or no comparison between runs means anything.
 
-Getting the real file: no package on PyPI ships GSM8K (``aviary-gsm8k`` loads it from the
-Hugging Face hub at run time), and opsctl does not redistribute it. Fetch ``test.jsonl`` (and
-``train.jsonl`` for few-shot examples from the train split) from the openai/grade-school-math
-repository on a host with network access, run ``sha256sum`` on it, and put the path and the
-printed hash in the profile.
+Getting the real file: no package on PyPI ships GSM8K, and opsctl does not redistribute it. A
+profile whose eval.gsm8k names no dataset gets the test split downloaded from its source at a
+pinned commit into the state directory, once, kept only when its sha256 is the pin. Another
+file (a train split for few-shot examples, a private set) is named in the profile with its pin.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from opsctl.core.errors import UsageError
-from opsctl.core.files import open_regular
+import httpx
+
+from opsctl.config.datasets import MIRROR_ENV, PublicDataset
+from opsctl.core.errors import HostNotReady, UsageError
+from opsctl.core.files import atomic_write_bytes, open_regular
+from opsctl.core.paths import default_state_dir
 from opsctl.traffic.evals.extract import extract_answer
 
 MAX_DATASET_BYTES = 64 * 1024 * 1024  # the GSM8K test split is under 1 MiB
@@ -119,3 +124,64 @@ def _item(path: Path, number: int, line: str) -> Gsm8kItem:
     if label is None:
         raise DatasetError(f"{where}: no integer answer after ####")
     return Gsm8kItem(question=question, answer=answer, label=label, line=number)
+
+
+FETCH_TIMEOUT_S = 60.0
+
+
+def public_file(dataset: PublicDataset, folder: Path | None = None,
+                transport: httpx.BaseTransport | None = None) -> Path:
+    """The pinned public file in `<state dir>/datasets/`, downloaded once (from its source, or
+    the mirror $OPSCTL_DATASETS_URL names) and kept only when its sha256 is the pin. A host
+    without network gets one line saying where to put the file."""
+    target = (folder or default_state_dir() / "datasets") / dataset.name
+    if _has_pin(target, dataset.sha256):
+        return target
+    url = _mirrored(dataset.url)
+    body = _download(url, dataset, transport)
+    actual = hashlib.sha256(body).hexdigest()
+    if actual != dataset.sha256:
+        raise HostNotReady(f"{url} served a file whose sha256 {actual} is not the pin "
+                           f"{dataset.sha256}", hint="the source or a mirror changed it; opsctl "
+                           "scores only the pinned file (config/datasets.py)")
+    atomic_write_bytes(target, body)
+    return target
+
+
+def _has_pin(path: Path, sha256: str) -> bool:
+    try:
+        with open_regular(path, "dataset") as handle:
+            return hashlib.sha256(handle.read(MAX_DATASET_BYTES + 1)).hexdigest() == sha256
+    except OSError:
+        return False
+
+
+def _mirrored(url: str) -> str:
+    base = os.environ.get(MIRROR_ENV, "").rstrip("/")
+    if not base:
+        return url
+    return base + "/" + url.split("://", 1)[1].split("/", 1)[1]
+
+
+def _download(url: str, dataset: PublicDataset, transport: httpx.BaseTransport | None) -> bytes:
+    cap = dataset.size + 4096
+    where = default_state_dir() / "datasets" / dataset.name
+    offline = (f"or put the file (sha256 {dataset.sha256}) at {where}; --skip-eval (decide) "
+               "runs without it")
+    try:
+        with httpx.Client(transport=transport, timeout=FETCH_TIMEOUT_S,
+                          follow_redirects=True) as client, client.stream("GET", url) as answer:
+            if answer.status_code != 200:
+                raise HostNotReady(f"downloading {dataset.source} from {url}: HTTP "
+                                   f"{answer.status_code}", hint=f"try again later, {offline}")
+            body = bytearray()
+            for chunk in answer.iter_bytes():
+                body += chunk
+                if len(body) > cap:
+                    raise HostNotReady(f"{url} sent more than the {cap} bytes expected",
+                                       hint=f"check ${MIRROR_ENV}, {offline}")
+            return bytes(body)
+    except httpx.HTTPError as exc:
+        raise HostNotReady(f"cannot download {dataset.source} from {url}: "
+                           f"{type(exc).__name__}", hint=f"check this host's network, {offline}"
+                           ) from None
