@@ -21,6 +21,7 @@ import yaml
 from opsctl.core.errors import UsageError
 from opsctl.core.files import read_bounded
 from opsctl.core.httpcap import checked_base_url
+from opsctl.core.yamlread import YamlRefused, load_yaml
 from opsctl.render import meta
 
 MAX_AFFINITY_BYTES = 1 << 20
@@ -123,10 +124,14 @@ def affinity(path: Path) -> dict[str, Any]:
     """`--affinity FILE`: a core/v1 Affinity (nodeAffinity, podAffinity, podAntiAffinity) in
     YAML or JSON. Its top level is checked here; the API server checks the rest."""
     try:
-        data = yaml.safe_load(read_bounded(path, "--affinity", MAX_AFFINITY_BYTES))
+        data = load_yaml(read_bounded(path, "--affinity", MAX_AFFINITY_BYTES))
     except OSError as exc:
         raise UsageError(f"--affinity {path}: {exc.strerror or exc}",
                          hint="name a readable YAML or JSON file") from None
+    except YamlRefused as exc:
+        raise UsageError(f"--affinity {path}: {exc}",
+                         hint="a mapping with nodeAffinity, podAffinity or podAntiAffinity"
+                         ) from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" (line {where.line + 1})" if where else ""

@@ -1,0 +1,70 @@
+"""Values read at the edge (issue 37 items 4 and 6): what a user's file or option holds is a
+one-line error with its exit code, never a traceback or a silent default."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from opsctl.core.errors import ProfileError, UsageError
+from opsctl.core.yamlread import MAX_NODES, YamlRefused, load_yaml
+from opsctl.observe import alertmanager
+from opsctl.render import outdir, placement
+
+RECEIVERS = "receivers:\n- name: critical\n- name: warning\n"
+LAUGHS = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(6))
+HOSTILE_YAML = {
+    "recursive-list": "nodeAffinity: &a [*a]\n",
+    "recursive-map": "nodeAffinity: &a {x: *a}\n",
+    "long-integer": "nodeAffinity: {weight: " + "9" * 5000 + "}\n",
+    "deep": "nodeAffinity: " + "[" * 3000 + "]" * 3000 + "\n",
+    "laughs": LAUGHS,
+}
+
+
+def test_load_yaml_reads_plain_documents_and_shared_aliases() -> None:
+    assert load_yaml("a: &x [1, 2]\nb: *x\n") == {"a": [1, 2], "b": [1, 2]}
+    assert load_yaml("") is None
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_YAML))
+def test_load_yaml_refuses_what_would_crash_or_stall_a_reader(case: str) -> None:
+    with pytest.raises(YamlRefused) as refused:
+        load_yaml(HOSTILE_YAML[case])
+    assert isinstance(refused.value, yaml.YAMLError)
+    assert "9999" not in str(refused.value)
+
+
+def test_the_expansion_bound_counts_aliases_as_they_expand() -> None:
+    assert MAX_NODES < 10 ** 7  # LAUGHS's last anchor expands to more than 10^7 nodes
+    shorter = LAUGHS.rsplit("\n", 3)[0] + "\n"  # up to `e`: about 10^5 nodes, read
+    assert load_yaml(shorter)["e"][0][0][0][0] == [1] * 10
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_YAML))
+def test_a_hostile_affinity_file_is_a_usage_error(tmp_path: Path, case: str) -> None:
+    path = tmp_path / "affinity.yaml"
+    path.write_text(HOSTILE_YAML[case])
+    with pytest.raises(UsageError, match="--affinity"):
+        placement.affinity(path)
+
+
+@pytest.mark.parametrize("extra", ["spare: &a [*a]\n", "spare: " + "7" * 5000 + "\n"])
+def test_a_hostile_receivers_file_is_a_profile_error(tmp_path: Path, extra: str) -> None:
+    path = tmp_path / "receivers.yml"
+    path.write_text(RECEIVERS.replace("- name: warning\n", f"- name: warning\n  {extra}"))
+    with pytest.raises(ProfileError, match="cannot read receivers file"):
+        alertmanager.load_receivers(path)
+
+
+def test_a_render_record_with_a_huge_integer_is_not_a_record(tmp_path: Path) -> None:
+    (tmp_path / outdir.RECORD).write_text('{"format": ' + "1" * 5000 + "}")
+    with pytest.raises(UsageError, match="not JSON"):
+        outdir.read_record(tmp_path)
+    (tmp_path / outdir.RECORD).write_text(json.dumps({"format": 1}))
+    with pytest.raises(UsageError, match="is not a record"):
+        outdir.read_record(tmp_path)
