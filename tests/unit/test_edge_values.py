@@ -68,3 +68,70 @@ def test_a_render_record_with_a_huge_integer_is_not_a_record(tmp_path: Path) -> 
     (tmp_path / outdir.RECORD).write_text(json.dumps({"format": 1}))
     with pytest.raises(UsageError, match="is not a record"):
         outdir.read_record(tmp_path)
+
+
+# --- records read back: their schema version, the paths they name --------------------------
+
+
+def _decide_run(tmp_path: Path) -> Path:
+    from test_decide import Run
+
+    run = Run(tmp_path)
+    run.decide(("baseline", "gathercast"))
+    return run.out
+
+
+@pytest.mark.parametrize("version", [1, 99, "2"])
+def test_decide_rescore_refuses_another_schema_version(tmp_path: Path, version: object) -> None:
+    from opsctl.decide import app as decide_app
+
+    out = _decide_run(tmp_path)
+    data = json.loads((out / "decide.json").read_text())
+    data["schema_version"] = version
+    (out / "decide.json").write_text(json.dumps(data))
+    with pytest.raises(UsageError, match="not a decide report of schema_version 2"):
+        decide_app.rescore(out, None)
+
+
+def test_a_nul_byte_in_a_recorded_path_is_one_line(tmp_path: Path) -> None:
+    from opsctl.decide import app as decide_app
+    from opsctl.traffic.bench.records import load_report
+
+    out = _decide_run(tmp_path)
+    data = json.loads((out / "decide.json").read_text())
+    first = data["variants"][0]["runs"][0]
+    bench_dir = (out / first["bench_report"]).parent
+    first["bench_report"] = "a\0b/bench.json"
+    (out / "decide.json").write_text(json.dumps(data))
+    rescored = decide_app.rescore(out, None)  # a report that cannot be read back is a note
+    assert "could not be pooled" in (rescored.report.variants[0].bench_note or "")
+    bench = json.loads((bench_dir / "bench.json").read_text())
+    levels = bench["variants"][0]["levels"]
+    levels[0]["requests_file"] = "requests/\0.jsonl"
+    (bench_dir / "bench.json").write_text(json.dumps(bench))
+    with pytest.raises(UsageError, match="not a relative path"):
+        load_report(bench_dir)
+    levels[0]["requests_file"] = levels[1]["requests_file"]  # one file for two levels
+    (bench_dir / "bench.json").write_text(json.dumps(bench))
+    with pytest.raises(UsageError, match="named by two levels"):
+        load_report(bench_dir)  # so --rescore and decide parse each file once
+
+
+def test_smoke_and_tune_records_of_another_version_are_refused(tmp_path: Path) -> None:
+    from opsctl.traffic import smoke_report
+    from opsctl.tune import state
+
+    written = next(_decide_run(tmp_path).glob("*/smoke.json"))
+    assert smoke_report.load_reference(written).passed is not None  # as written: read
+    data = json.loads(written.read_text())
+    data["schema_version"] = 99
+    written.write_text(json.dumps(data))
+    with pytest.raises(UsageError, match="not a smoke report"):
+        smoke_report.load_reference(written)
+    question = state.Question(profile="sim", variant="baseline", knobs={}, concurrency=1,
+                              requests=1, input_words=1, output_tokens=1)
+    path = state.TuneState(question=question).save(tmp_path)
+    assert state.load_state(tmp_path).question == question
+    path.write_text(path.read_text().replace('"version": 1', '"version": 7'))
+    with pytest.raises(UsageError, match="not a tune state file"):
+        state.load_state(tmp_path)
