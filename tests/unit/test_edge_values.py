@@ -135,3 +135,56 @@ def test_smoke_and_tune_records_of_another_version_are_refused(tmp_path: Path) -
     path.write_text(path.read_text().replace('"version": 1', '"version": 7'))
     with pytest.raises(UsageError, match="not a tune state file"):
         state.load_state(tmp_path)
+
+
+# --- the tokenizer: read under a cap, a vocabulary to draw from --------------------------------
+
+
+def test_a_tokenizer_with_an_empty_vocabulary_is_refused(tmp_path: Path) -> None:
+    tokenizers = pytest.importorskip("tokenizers")  # installed by scripts/setup.sh
+    from opsctl.traffic.bench.workloads import WorkloadSpec, build, load_tokenizer
+
+    path = tmp_path / "tokenizer.json"
+    path.write_text(tokenizers.Tokenizer(tokenizers.models.BPE()).to_str())
+    with pytest.raises(UsageError, match="vocabulary is empty"):
+        load_tokenizer(path)
+    with pytest.raises(UsageError, match="vocabulary is empty"):
+        build(WorkloadSpec(name="random", tokenizer=path))
+
+
+def test_a_tokenizer_is_read_under_its_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tokenizers = pytest.importorskip("tokenizers")
+    from opsctl.traffic.bench import workloads
+
+    path = tmp_path / "tokenizer.json"
+    model = tokenizers.models.WordLevel({"a": 0, "b": 1, "[UNK]": 2}, unk_token="[UNK]")
+    path.write_text(tokenizers.Tokenizer(model).to_str())
+    assert workloads.load_tokenizer(path).get_vocab_size() == 3
+    monkeypatch.setattr(workloads, "MAX_TOKENIZER_BYTES", path.stat().st_size - 1, raising=False)
+    with pytest.raises(UsageError, match="larger than"):
+        workloads.load_tokenizer(path)
+
+
+# --- a trace's span against the sweep's deadline -------------------------------------------
+
+
+def _trace(tmp_path: Path, last_ms: float) -> Path:
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": stamp, "input_length": 8, "output_length": 4,
+                                        "hash_ids": [0]}) + "\n" for stamp in (0, last_ms)))
+    return path
+
+
+def test_a_trace_longer_than_the_sweeps_deadline_is_refused_up_front(tmp_path: Path) -> None:
+    from opsctl.traffic.bench.sweep import DEADLINE_CAP_S, BenchOptions
+    from opsctl.traffic.bench.workloads import WorkloadSpec, build
+    from opsctl.traffic.settings import BenchSettings
+
+    far = build(WorkloadSpec(name="mooncake-trace", dataset_path=_trace(tmp_path, 1e9)))
+    with pytest.raises(UsageError, match="beyond the sweep's deadline of 3600 s"):
+        BenchOptions(BenchSettings(concurrency=(1,)), workload=far)
+    with pytest.raises(UsageError, match="beyond the sweep's deadline of 86400 s"):
+        BenchOptions(BenchSettings(concurrency=(1,), deadline_s=86400), workload=far)
+    near = build(WorkloadSpec(name="mooncake-trace", dataset_path=_trace(tmp_path, 60_000)))
+    options = BenchOptions(BenchSettings(concurrency=(1, 2)), workload=near)
+    assert options.deadline() <= 2 * DEADLINE_CAP_S
