@@ -4,6 +4,7 @@ one-line error with its exit code, never a traceback or a silent default."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,61 @@ def test_a_trace_longer_than_the_sweeps_deadline_is_refused_up_front(tmp_path: P
     near = build(WorkloadSpec(name="mooncake-trace", dataset_path=_trace(tmp_path, 60_000)))
     options = BenchOptions(BenchSettings(concurrency=(1, 2)), workload=near)
     assert options.deadline() <= 2 * DEADLINE_CAP_S
+
+
+# --- options checked while the command line is parsed: exit 2, nothing run ----------------
+
+
+@pytest.mark.parametrize("argv", [
+    ["render", "k8s", "--out", "OUT", "--name", ""],
+    ["render", "k8s", "--out", "OUT", "-v", ""],
+    ["render", "k8s", "--out", "OUT", "-p", " "],
+    ["render", "k8s", "--out", "OUT", "--model-pvc", ""],
+    ["render", "k8s", "--out", "OUT", "--cache-pvc", ""],
+    ["render", "k8s", "--out", "OUT", "--router-image", ""],
+    ["render", "k8s", "--out", "OUT", "--router-image", "a b"],
+    ["render", "k8s", "--out", "OUT", "--router-image", "repo/app:1\nkind: Secret"],
+    ["profile", "resolve", "--gpu-name", ""],
+    ["profile", "resolve", "-v", ""],
+    ["monitor", "compose", "--config-dir", ""],
+    ["monitor", "up", "--config-dir", "", "--dry-run"],
+    ["build", "-v", "", "--dry-run"],
+])
+def test_an_empty_or_malformed_option_is_a_usage_error_before_anything_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
+    from typer.testing import CliRunner
+
+    from opsctl.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # monitor's default folder
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, [str(out) if arg == "OUT" else arg for arg in argv])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value" in result.output and "Traceback" not in result.output
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("field", "value", "words"), [
+    ("name", "", "--name ''"), ("model_pvc", "", "--model-pvc ''"),
+    ("cache_pvc", "Bad_Name", "--cache-pvc 'Bad_Name'"), ("router_image", "", "--router-image"),
+    ("router_image", "a b", "not an image reference"), ("namespace", "", "--namespace"),
+])
+def test_render_settings_refuse_what_no_cluster_takes(field: str, value: str, words: str) -> None:
+    from opsctl.render.settings import RenderSettings
+
+    with pytest.raises(UsageError, match=re.escape(words)):
+        RenderSettings(**{field: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("key", ["/k", "p/", "a/b/c", "Bad_Prefix.example/k", "", "-k"])
+def test_a_label_key_follows_kubernetes_grammar(key: str) -> None:
+    with pytest.raises(UsageError, match="not a Kubernetes label or taint key"):
+        placement.node_selector([f"{key}=v"])
+    with pytest.raises(UsageError, match="not a Kubernetes label or taint key"):
+        placement.toleration(f"{key}:NoSchedule")
+
+
+def test_good_label_keys_are_kept() -> None:
+    assert placement.node_selector(["nvidia.com/gpu.product=A", "zone=b"]) == {
+        "nvidia.com/gpu.product": "A", "zone": "b"}
