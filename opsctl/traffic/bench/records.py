@@ -21,6 +21,7 @@ gap cap a record keeps its TTFT, TPOT and E2E and drops its gaps (`"gaps_s": nul
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -217,12 +218,13 @@ def _check_requests_files(path: Path, report: BenchReport) -> None:
             name = level.requests_file
             if name is None:
                 continue
-            if "\0" in name or not name or Path(name).is_absolute() or name in seen:
-                why = "named by two levels" if name in seen else "not a relative path"
+            key = os.path.normpath(name) if name else name  # requests//a and requests/a
+            if "\0" in name or not name or Path(name).is_absolute() or key in seen:
+                why = "named by two levels" if key in seen else "not a relative path"
                 raise UsageError(f"{path}: requests file {name[:120]!r} is {why}",
                                  hint="pass the directory of a bench run this opsctl wrote, "
                                       "unedited")
-            seen.add(name)
+            seen.add(key)
 
 
 def rescore_report(directory: Path, slo: Slo) -> BenchReport:
