@@ -17,9 +17,11 @@ from test_doctor import Box
 from opsctl.core.errors import LaunchError
 from opsctl.core.tools import (
     LINE_CHARS,
+    MAX_LINE_CHARS,
     TIMED_OUT,
     TOO_MUCH_OUTPUT,
     last_line,
+    run_lines,
     run_tool,
 )
 from opsctl.deploy import hostcheck
@@ -104,3 +106,31 @@ def test_doctor_stays_bounded_with_a_hostile_nvidia_smi(
     for name in ("GPU count", "P2P, IOMMU, ACS"):
         assert rows[name].status == FAIL, name
         assert len(rows[name].detail) <= 500, (name, rows[name].detail[:300])
+
+
+def test_run_lines_hands_on_lines_cut_and_stops_at_the_deadline(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    long = script(tmp_path, "long", "head -c 10000000 /dev/zero | tr '\\0' x\n"
+                  f"printf '\\nnext\\n'\nsleep 300 & echo $! > {pid_file}\nwait\n")
+    lines: list[str] = []
+    code = run_lines([str(long)], 2, lines.append, line_chars=100)
+    assert code == TIMED_OUT
+    assert lines == ["x" * 100, "next", "no end within 2 s: stopped"]
+    assert not alive(int(pid_file.read_text()))
+
+
+def test_a_build_step_is_logged_in_bounded_lines_and_stopped_at_its_timeout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from opsctl.core.errors import BuildError
+    from opsctl.engine.api import BuildEvent
+    from opsctl.image import baseimage
+
+    events: list[BuildEvent] = []
+    failing = script(tmp_path, "failing", "head -c 3000000 /dev/zero | tr '\\0' y; exit 3\n")
+    with pytest.raises(BuildError, match=r"exit 3\): y+$"):
+        baseimage._run_logged([str(failing)], events.append, "debootstrap")
+    assert events and all(len(event.text) <= MAX_LINE_CHARS for event in events)
+    monkeypatch.setattr(baseimage, "DEBOOTSTRAP_TIMEOUT_SECONDS", 1)
+    hung = script(tmp_path, "hung", "echo started\nexec sleep 300\n")
+    with pytest.raises(BuildError, match="exit 124"):
+        baseimage._run_logged([str(hung)], events.append, "debootstrap")
