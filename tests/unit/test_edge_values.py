@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from opsctl.core.errors import ProfileError, UsageError
+from opsctl.core.errors import OpsctlError, ProfileError, UsageError
 from opsctl.core.yamlread import MAX_NODES, YamlRefused, load_yaml
 from opsctl.observe import alertmanager
 from opsctl.render import outdir, placement
@@ -247,3 +247,25 @@ def test_a_label_key_follows_kubernetes_grammar(key: str) -> None:
 def test_good_label_keys_are_kept() -> None:
     assert placement.node_selector(["nvidia.com/gpu.product=A", "zone=b"]) == {
         "nvidia.com/gpu.product": "A", "zone": "b"}
+
+
+def test_both_rescore_commands_end_in_one_line_on_a_nul_byte(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from opsctl.cli import app
+
+    out = _decide_run(tmp_path)
+    data = json.loads((out / "decide.json").read_text())
+    bench_dir = (out / data["variants"][0]["runs"][0]["bench_report"]).parent
+    bench = json.loads((bench_dir / "bench.json").read_text())
+    bench["variants"][0]["levels"][0]["requests_file"] = "requests/\0.jsonl"
+    (bench_dir / "bench.json").write_text(json.dumps(bench))
+    runner = CliRunner()
+    rescored = runner.invoke(app, ["bench", "--rescore", str(bench_dir), "--goodput", "tpot:80"])
+    # (the CLI's top, cli/app.main, prints an OpsctlError as one line with its exit code)
+    assert isinstance(rescored.exception, UsageError), rescored.output
+    assert "not a relative path" in rescored.exception.message
+    decided = runner.invoke(app, ["decide", "-p", "sim", "--rescore", str(out)])
+    assert isinstance(decided.exception, OpsctlError | SystemExit | None), decided.exception
+    rescored_report = json.loads((out / "decide-rescored.json").read_text())
+    assert "could not be pooled" in rescored_report["variants"][0]["bench_note"]
