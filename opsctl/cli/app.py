@@ -45,12 +45,23 @@ console = Console(file=RedactingStream(lambda: sys.stdout),  # type: ignore[arg-
 err_console = Console(file=RedactingStream(lambda: sys.stderr),  # type: ignore[arg-type]
                       width=None if sys.stderr.isatty() else 200, markup=False, emoji=False)
 
+
+def non_empty(value: str | None) -> str | None:
+    """A typer callback for a text option: given, it holds something. An empty value (or only
+    spaces) is refused while the command line is parsed (exit 2), never read as "not given",
+    which would mean the default (`--name ''` rendered under the default name)."""
+    if value is not None and not value.strip():
+        raise typer.BadParameter("empty: leave the option out for its default")
+    return value
+
+
 ProfileOpt = Annotated[
     str | None,
     typer.Option("--profile", "-p", help="Profile name under deploy/ or a YAML path "
-                 "(default: $OPSCTL_PROFILE or 'sim')."),
+                 "(default: $OPSCTL_PROFILE or 'sim').", callback=non_empty),
 ]
-VariantOpt = Annotated[str | None, typer.Option("--variant", "-v", help="Variant of the profile.")]
+VariantOpt = Annotated[str | None, typer.Option("--variant", "-v", help="Variant of the profile.",
+                                                callback=non_empty)]
 
 Number = TypeVar("Number", int, float)
 
@@ -61,6 +72,18 @@ def image_ref(value: str | None) -> str | None:
     from opsctl.image.registry import image_ref_problem
 
     problem = None if value is None else image_ref_problem(value)
+    if value is not None and problem:
+        raise typer.BadParameter(f"{value[:80]!r}: {problem}")
+    return value
+
+
+def image_reference(value: str | None) -> str | None:
+    """A typer callback for an image another engine pulls (`render k8s --router-image`): not
+    empty, and by Docker's reference grammar (core/imageref), so no space, newline or
+    upper-case repository is written into a manifest."""
+    from opsctl.core.imageref import reference_problem
+
+    problem = None if non_empty(value) is None else reference_problem(str(value))
     if value is not None and problem:
         raise typer.BadParameter(f"{value[:80]!r}: {problem}")
     return value

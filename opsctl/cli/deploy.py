@@ -9,7 +9,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, VariantOpt, app, command_group, console, err_console, image_ref, within
+from opsctl.cli.app import (
+    ProfileOpt,
+    VariantOpt,
+    app,
+    command_group,
+    console,
+    err_console,
+    image_ref,
+    non_empty,
+    within,
+)
 from opsctl.config.profile_checks import MAX_READINESS_SECONDS
 
 if TYPE_CHECKING:
@@ -39,10 +49,11 @@ def profile_show(profile: ProfileOpt = None, variant: VariantOpt = None) -> None
 def profile_resolve(
     profile: ProfileOpt = None,
     variant: Annotated[str | None, typer.Option(
-        "--variant", "-v", help="Variant of the profile (default: every variant).")] = None,
+        "--variant", "-v", help="Variant of the profile (default: every variant).",
+        callback=non_empty)] = None,
     gpu_name: Annotated[str | None, typer.Option(
-        help="GPU reported to sglang (default: the profile's target, RTX PRO 6000 Blackwell).")
-    ] = None,
+        help="GPU reported to sglang (default: the profile's target, RTX PRO 6000 Blackwell).",
+        callback=non_empty)] = None,
     gpu_count: Annotated[int | None, typer.Option(
         help="GPUs reported (default: the profile's container.gpus, else its tp_size).",
         callback=within(1, 64))] = None,

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, app, command_group, console, err_console
+from opsctl.cli.app import ProfileOpt, app, command_group, console, err_console, non_empty
 
 sglang_args_app = command_group(
     "The pinned sglang releases' real argument parsers and image stacks, read from their wheels.")
@@ -87,7 +87,7 @@ def build_command(
     profile: ProfileOpt = None,
     variant: Annotated[str | None, typer.Option(
         "--variant", "-v", help="Only the image this variant runs (default: every image the "
-        "profile's variants need, one per sglang release).")] = None,
+        "profile's variants need, one per sglang release).", callback=non_empty)] = None,
     base_image: Annotated[str | None, typer.Option(
         "--base-image", help="Build on this image instead of the image's base (e.g. a local "
         "stand-in); its digest is locked like the profile's. Names one image.")] = None,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, app, command_group, console
+from opsctl.cli.app import ProfileOpt, app, command_group, console, non_empty
 from opsctl.core.files import check_output_path
 from opsctl.core.reports import REPORTS_DIR
 
@@ -45,7 +45,7 @@ def monitor_up(
     profile: ProfileOpt = None,
     config_dir: Annotated[str | None, typer.Option(
         "--config-dir", help="Where the rendered config goes (default: "
-        "$XDG_STATE_HOME/opsctl/monitoring).")] = None,
+        "$XDG_STATE_HOME/opsctl/monitoring).", callback=non_empty)] = None,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Render the config and print the docker run commands; start nothing."
     )] = False,
@@ -76,7 +76,7 @@ def monitor_compose(
     profile: ProfileOpt = None,
     config_dir: Annotated[str | None, typer.Option(
         "--config-dir", help="Folder to write the config, secrets and compose.yaml into "
-        "(default: $XDG_STATE_HOME/opsctl/monitoring, as `monitor up`).")] = None,
+        "(default: $XDG_STATE_HOME/opsctl/monitoring, as `monitor up`).", callback=non_empty)] = None,
     receivers: Annotated[str | None, typer.Option(
         "--receivers", help="Alertmanager receivers file (default: the checkout's "
         "monitoring/alertmanager/receivers.yml).")] = None,
@@ -129,7 +129,7 @@ def exporter(
     profile: ProfileOpt = None,
     variant: Annotated[str | None, typer.Option(
         "--variant", "-v", help="Describe this variant of the profile instead of asking Docker "
-        "what runs.")] = None,
+        "what runs.", callback=non_empty)] = None,
     image: Annotated[str | None, typer.Option(
         "--image", help="Image reference to report with --variant.")] = None,
     reports: Annotated[str, typer.Option(

@@ -7,7 +7,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, VariantOpt, app, command_group, console, err_console, within
+from opsctl.cli.app import (
+    ProfileOpt,
+    VariantOpt,
+    app,
+    command_group,
+    console,
+    err_console,
+    image_reference,
+    non_empty,
+    within,
+)
 from opsctl.render.settings import RENDER_DEFAULTS as _D
 
 if TYPE_CHECKING:
@@ -54,15 +64,17 @@ def k8s(
     namespace: Annotated[str, typer.Option(help="Namespace of every object.")] = _D.namespace,
     model_pvc: Annotated[str | None, typer.Option(
         "--model-pvc", help="PersistentVolumeClaim holding the weights, mounted read-only "
-        "(default: the profile's model.host_path as a hostPath).")] = _D.model_pvc,
+        "(default: the profile's model.host_path as a hostPath).", callback=non_empty)
+    ] = _D.model_pvc,
     cache_pvc: Annotated[str | None, typer.Option(
         "--cache-pvc", help="PersistentVolumeClaim for the JIT caches (default: an emptyDir, "
-        "lost with the pod).")] = _D.cache_pvc,
+        "lost with the pod).", callback=non_empty)] = _D.cache_pvc,
     name: Annotated[str | None, typer.Option(
-        help="Base of every object's name (default: <profile>-<variant>).")] = _D.name,
+        help="Base of every object's name (default: <profile>-<variant>).",
+        callback=non_empty)] = _D.name,
     router_image: Annotated[str | None, typer.Option(
         "--router-image", help="Image with sglang_router for the router (default: the "
-        "serving image).")] = _D.router_image,
+        "serving image).", callback=image_reference)] = _D.router_image,
     force: Annotated[bool, typer.Option(
         "--force", help="Overwrite files of the earlier render that were edited since (never "
         "a file it did not write).")] = False,

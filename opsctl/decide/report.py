@@ -25,7 +25,7 @@ from opsctl.traffic.evals.score import Score
 # 2: --repeats: per-variant `runs` (one per repeat), levels pooled over them with bootstrap 95%
 # intervals and SLO goodput, `repeats`/`margin`/`slo_*`/`tie` at the top. Additive since: the
 # run's `settings` (DecideSettings).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION: Literal[2] = 2
 
 # Where each variant's evidence goes, under <run dir>/<NN>-<variant>/ (with the server's log,
 # saved there by the deploy room under its own name before the container is removed).
@@ -156,7 +156,7 @@ class Pair(BaseModel):
 class DecideReport(PartialReport):
     """decide.json (schema_version bumps on any incompatible change)."""
 
-    schema_version: int = SCHEMA_VERSION
+    schema_version: Literal[2] = SCHEMA_VERSION  # a report of another version is refused
     kind: Literal["decide"] = "decide"
     started_at: str
     duration_s: float = 0.0

@@ -25,8 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from opsctl.core.errors import LaunchError
-from opsctl.core.tools import Run
+from opsctl.core.errors import LaunchError, OpsctlError
+from opsctl.core.files import read_bounded
+from opsctl.core.tools import Run, last_line
 from opsctl.core.tools import run_tool as _run
 
 # Path types whose traffic crosses a PCIe host bridge (PHB), the interconnect between host
@@ -42,6 +43,7 @@ P2P_STATUS = {
     "DR": "Disabled by regkey",
     "U": "Unknown",
 }
+MAX_HOST_FILE_BYTES = 1 << 20  # /proc/cmdline: at most a few kB
 IOMMU_GROUPS = Path("/sys/kernel/iommu_groups")
 KERNEL_CMDLINE = Path("/proc/cmdline")
 _IOMMU_ARG = re.compile(r"^(iommu|intel_iommu|amd_iommu|pcie_acs_override)=")
@@ -166,8 +168,8 @@ class HostP2pReport:
 
 def _read(path: Path) -> str:
     try:
-        return path.read_text()
-    except OSError:
+        return read_bounded(path, "host file", MAX_HOST_FILE_BYTES).decode(errors="replace")
+    except (OSError, OpsctlError):
         return ""
 
 
@@ -190,8 +192,8 @@ def check_p2p(*, which: Callable[[str], str | None] = shutil.which, run: Run = _
     for args in (["topo", "-m"], ["topo", "-p2p", "r"]):
         code, text = run([smi, *args])
         if code != 0:
-            last = (text.strip().splitlines() or ["no output"])[-1]
-            raise LaunchError(f"nvidia-smi {' '.join(args)} failed (exit {code}): {last}",
+            raise LaunchError(f"nvidia-smi {' '.join(args)} failed (exit {code}): "
+                              f"{last_line(text)}",
                               hint="check the driver with `nvidia-smi`")
         outputs.append(text)
     topology, p2p = parse_matrix(outputs[0]), parse_matrix(outputs[1])

@@ -41,6 +41,7 @@ Prints one JSON report on stdout; exits 0 when every check passed, 1 otherwise, 
 
 from __future__ import annotations
 
+import errno
 import importlib.metadata
 import importlib.util
 import json
@@ -221,7 +222,11 @@ def check_shards(report: Report, model_dir: Path) -> dict[str, str]:
         report.record("safetensors", False, f"{INDEX} names {len(shards)} shards, more than "
                       f"{MAX_SHARDS}: not a checkpoint's index")
         return {}
-    root = model_dir.resolve()
+    try:
+        root = resolved(model_dir)
+    except OSError as exc:
+        report.record("safetensors", False, f"{model_dir} cannot be resolved: {why(exc)}")
+        return {}
     sizes: dict[str, int] = {}
     problems: list[str] = []
     for shard in shards:
@@ -248,11 +253,20 @@ def check_shards(report: Report, model_dir: Path) -> dict[str, str]:
     return weight_map
 
 
+def resolved(path: Path) -> Path:
+    """`path.resolve()`, a symlink loop an OSError (ELOOP) as Python 3.13 raises it: 3.11's
+    RuntimeError would end the probe in a traceback, which `up` reads as a broken image."""
+    try:
+        return path.resolve()
+    except RuntimeError as exc:
+        raise OSError(errno.ELOOP, f"{exc}") from None
+
+
 def shard_problem(root: Path, model_dir: Path, shard: str) -> tuple[str | None, int]:
     """(why the shard the index names is unusable, or None; its size)."""
     shown = shard if len(shard) <= 120 else shard[:120] + "..."
     try:
-        path = (model_dir / shard).resolve()
+        path = resolved(model_dir / shard)
         if root not in path.parents:
             return f"{shown!r} lies outside the checkpoint folder", 0
         if not path.is_file():

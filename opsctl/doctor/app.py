@@ -36,7 +36,9 @@ from opsctl.core import labels
 from opsctl.core.clock import Clock
 from opsctl.core.errors import DaemonUnreachable, OpsctlError, stop_reason
 from opsctl.core.failures import as_opsctl_error
+from opsctl.core.files import read_bounded
 from opsctl.core.reports import REPORTS_DIR
+from opsctl.core.tools import last_line
 from opsctl.deploy import hostcheck, preflight, preflight_probe
 from opsctl.doctor.checks import (
     DOCKER_DEFAULT_SHM,
@@ -68,6 +70,8 @@ LIMIT_S = 60.0  # the issue's bound on the whole command
 BUDGET_S = 50.0  # no check starts after this; the slowest bounded call then ends within 60 s
 TOOL_TIMEOUT_S = 10.0  # each nvidia-smi / lspci run
 GPU_RUN_TIMEOUT_S = 20.0  # the throwaway GPU container
+MAX_HOST_FILE_BYTES = 1 << 20  # /proc/meminfo, /proc/cmdline: a few kB
+DETAIL_CHARS = 400  # a failed check's row quotes at most this much of its error
 GPU_FIX = ("install the NVIDIA driver and the NVIDIA Container Toolkit, then `nvidia-ctk runtime "
            "configure --runtime=docker` (or CDI: `nvidia-ctk cdi generate --output=/etc/cdi/"
            "nvidia.yaml`) and restart dockerd")
@@ -84,9 +88,10 @@ def _disk_usage(path: str) -> tuple[int, int]:
 
 
 def _read(path: Path) -> str:
+    """A small host file (/proc/meminfo, /proc/cmdline), read under a cap; "" when unreadable."""
     try:
-        return path.read_text(errors="replace")
-    except OSError:
+        return read_bounded(path, "host file", MAX_HOST_FILE_BYTES).decode(errors="replace")
+    except (OSError, OpsctlError):
         return ""
 
 
@@ -221,9 +226,8 @@ class _Session:
             raise _Unavailable(NO_GPU, "run doctor on the GPU host, where the NVIDIA driver "
                                "installs nvidia-smi")
         code, output = self.run([smi, *GPU_QUERY])
-        last = (output.strip().splitlines() or ["no output"])[-1][:200]
         if code != 0:
-            raise _Unavailable(f"nvidia-smi failed (exit {code}): {last}",
+            raise _Unavailable(f"nvidia-smi failed (exit {code}): {last_line(output)}",
                                "check the driver with `nvidia-smi`")
         try:
             gpus = parse_gpus(output)
@@ -260,7 +264,7 @@ class _Session:
         code, output = engine.run_to_completion(image, ["nvidia-smi", "-L"], gpus=True,
                                                 timeout_seconds=self.left(GPU_RUN_TIMEOUT_S))
         listed = listed_gpus(output)
-        last = (output.strip().splitlines() or ["no output"])[-1][:200]
+        last = last_line(output)
         if code == 0 and listed:
             return [Check(name, PASS, f"nvidia-smi in a throwaway container of {image} lists "
                           f"{listed} GPU(s){self._mechanism()}")]
@@ -507,7 +511,8 @@ def _guarded(session: _Session, name: str, check: Callable[[_Session], list[Chec
             raise
         if isinstance(error, DaemonUnreachable):
             session.engine_down(error)
-        return [Check(name, FAIL, " ".join(error.message.split()), error.hint)]
+        return [Check(name, FAIL, last_line(" ".join(error.message.split()), DETAIL_CHARS),
+                      error.hint)]
 
 
 def existing_dir(path: Path, is_dir: Callable[[Path], bool]) -> Path:

@@ -57,7 +57,15 @@ class Gpu:
 
 
 def parse_gpus(text: str) -> list[Gpu]:
-    """The GPUs of a GPU_QUERY answer; ValueError naming the first line that is not one."""
+    """The GPUs of a GPU_QUERY answer; ValueError naming the first line that is not one (a
+    field past csv's limit, a number past int's digit limit included)."""
+    try:
+        return _parse_gpus(text)
+    except csv.Error as exc:
+        raise ValueError(f"unexpected nvidia-smi output ({exc})") from None
+
+
+def _parse_gpus(text: str) -> list[Gpu]:
     gpus = []
     for row in csv.reader(text.strip().splitlines(), skipinitialspace=True):
         if not row:

@@ -23,7 +23,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from opsctl import __version__
 from opsctl.core import labels, wheels
 from opsctl.core.errors import BuildError, UsageError
 from opsctl.core.paths import project_root
+from opsctl.core.tools import run_lines
 from opsctl.engine.api import BuildEvent, Engine
 
 DEBIAN_REPOSITORY = "opsctl/debian-base"
@@ -163,19 +163,15 @@ def _strip_rootfs(rootfs: Path) -> None:
 
 
 def _run_logged(argv: list[str], on_event: Callable[[BuildEvent], None], step: str) -> None:
+    """Run a step, each line of its output an event as it comes (core/tools.run_lines: lines
+    cut at their cap, the step killed with its session at DEBOOTSTRAP_TIMEOUT_SECONDS)."""
     tail: list[str] = []
-    with subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
-    ) as proc:
-        for line in proc.stdout or ():
-            text = line.rstrip("\n")
-            tail = (tail + [text])[-20:]
-            on_event(BuildEvent(text=text, step=step))
-        try:
-            code = proc.wait(timeout=DEBOOTSTRAP_TIMEOUT_SECONDS)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = -1
+
+    def line(text: str) -> None:
+        tail[:] = [*tail[-19:], text]
+        on_event(BuildEvent(text=text, step=step))
+
+    code = run_lines(argv, DEBOOTSTRAP_TIMEOUT_SECONDS, line)
     if code != 0:
         last = next((t for t in reversed(tail) if t.strip()), "no output")
         on_event(BuildEvent(text=last, step=step, error=last))

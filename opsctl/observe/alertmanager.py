@@ -23,6 +23,7 @@ import yaml
 from opsctl.core.errors import ProfileError
 from opsctl.core.files import read_bounded
 from opsctl.core.paths import project_root
+from opsctl.core.yamlread import load_yaml
 from opsctl.engine.api import Mount, RunSpec
 
 PORT = 9093
@@ -72,7 +73,7 @@ def load_receivers(path: Path | None = None) -> dict[str, Any]:
     """The user's receivers file, checked: the two routed receivers exist, no inline secret."""
     source = path or receivers_path()
     try:
-        doc = yaml.safe_load(read_bounded(source, "receivers file", MAX_RECEIVERS_BYTES))
+        doc = load_yaml(read_bounded(source, "receivers file", MAX_RECEIVERS_BYTES))
     except (OSError, yaml.YAMLError) as exc:
         raise ProfileError(f"cannot read receivers file {source}: {exc}",
                            hint="see monitoring/alertmanager/receivers.yml for the format") from None

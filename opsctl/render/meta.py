@@ -18,7 +18,11 @@ from opsctl.core.errors import UsageError
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+# A qualified name's name part (a label key's, a taint key's): a non-empty label value.
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 MAX_LABEL = 63
+MAX_SUBDOMAIN = 253
 # Names of objects derived from the base name: "<name>-router", pods "<name>-<group>-<worker>"
 # and the StatefulSets' controller-revision-hash label "<name>-<group>-<10-character hash>",
 # which must stay a 63-character label value; 40 leaves room for all of them.
@@ -36,12 +40,15 @@ def check_namespace(namespace: str) -> str:
     return namespace
 
 
-def check_object_name(name: str) -> str:
-    """A name shared by every variant of a profile (its rules): an RFC 1123 label."""
+def check_object_name(name: str, option: str | None = None) -> str:
+    """A name shared by every variant of a profile (its rules), or an option's (a
+    PersistentVolumeClaim's): an RFC 1123 label."""
     if len(name) > MAX_LABEL or not _DNS1123_LABEL.fullmatch(name):
-        raise UsageError(f"{name!r} cannot name a Kubernetes object",
-                         hint="a profile rendered for a cluster is named with lower-case "
-                         "letters, digits and '-'")
+        raise UsageError(f"{option + ' ' if option else ''}{name!r} cannot name a Kubernetes "
+                         "object", hint=("lower-case letters, digits and '-', at most 63, "
+                                         "starting and ending with a letter or digit (RFC 1123)")
+                         if option else "a profile rendered for a cluster is named with "
+                         "lower-case letters, digits and '-'")
     return name
 
 
@@ -52,6 +59,25 @@ def check_name(name: str, option: str) -> str:
                          hint=f"pass --name: lower-case letters, digits and '-', at most "
                          f"{MAX_BASE_NAME}, starting with a letter (RFC 1035)")
     return name
+
+
+def is_subdomain(text: str) -> bool:
+    """A DNS-1123 subdomain (a PriorityClass name, a label key's prefix)."""
+    return len(text) <= MAX_SUBDOMAIN and _DNS1123_SUBDOMAIN.fullmatch(text) is not None
+
+
+def check_label_key(text: str, option: str) -> str:
+    """A label or taint key by apimachinery's IsQualifiedName: NAME or PREFIX/NAME, NAME at
+    most 63 of [A-Za-z0-9._-] starting and ending with a letter or digit, PREFIX a DNS
+    subdomain. A `/` needs both sides (`/k` and `p/` are refused, as `a/b/c`)."""
+    prefix, slash, name = text.rpartition("/")
+    good = (len(name) <= MAX_LABEL and _QUALIFIED_NAME.fullmatch(name) is not None
+            and (not slash or is_subdomain(prefix)))
+    if not good:
+        raise UsageError(f"{option} {text!r}: not a Kubernetes label or taint key",
+                         hint="[PREFIX/]NAME: NAME at most 63 of [A-Za-z0-9._-], starting and "
+                              "ending with a letter or digit; PREFIX a DNS subdomain")
+    return text
 
 
 def fits_label(value: str) -> bool:

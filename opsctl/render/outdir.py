@@ -70,8 +70,8 @@ def read_record(out: Path) -> Record | None:
         raise _bad_record(out, exc.strerror or str(exc)) from None
     try:
         data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _bad_record(out, f"not JSON ({exc})") from None
+    except ValueError as exc:  # not UTF-8, not JSON, an integer past int()'s digit limit
+        raise _bad_record(out, f"not JSON ({str(exc).split(';')[0]})") from None
     if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT:
         raise _bad_record(out, f"not a {RECORD_FORMAT} record")
     return Record(files=_hashes(out, data.get("files")), pending=_hashes(out, data.get("pending", {})))

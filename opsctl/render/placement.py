@@ -11,7 +11,6 @@ needs no GPU node. Anything beyond these belongs in a Kustomize overlay of the r
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,16 +20,12 @@ import yaml
 from opsctl.core.errors import UsageError
 from opsctl.core.files import read_bounded
 from opsctl.core.httpcap import checked_base_url
+from opsctl.core.yamlread import YamlRefused, load_yaml
 from opsctl.render import meta
 
 MAX_AFFINITY_BYTES = 1 << 20
 _EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _AFFINITY_KINDS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
-# A qualified name: an optional DNS-1123 subdomain prefix and `/`, then a name (apimachinery's
-# IsQualifiedName, as label keys and taint keys are checked).
-_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_MAX_PREFIX = 253
 
 
 @dataclass(frozen=True)
@@ -65,17 +60,6 @@ class Placement:
         return found
 
 
-def check_qualified_name(text: str, option: str) -> str:
-    prefix, _, name = text.rpartition("/")
-    good = (len(name) <= meta.MAX_LABEL and _NAME.fullmatch(name) is not None
-            and (not prefix or (len(prefix) <= _MAX_PREFIX and _SUBDOMAIN.fullmatch(prefix))))
-    if not good:
-        raise UsageError(f"{option} {text!r}: not a Kubernetes label or taint key",
-                         hint="[PREFIX/]NAME: NAME at most 63 of [A-Za-z0-9._-], starting and "
-                              "ending with a letter or digit; PREFIX a DNS subdomain")
-    return text
-
-
 def _check_value(value: str, option: str, given: str) -> str:
     if not meta.fits_label(value):
         raise UsageError(f"{option} {given!r}: {value!r} is not a Kubernetes label value",
@@ -92,7 +76,7 @@ def node_selector(given: list[str]) -> dict[str, str]:
         if not sign:
             raise UsageError(f"--node-selector {item!r}: not KEY=VALUE",
                              hint="e.g. --node-selector nvidia.com/gpu.product=NVIDIA-RTX-PRO-6000")
-        check_qualified_name(key, "--node-selector")
+        meta.check_label_key(key, "--node-selector")
         if key in found:
             raise UsageError(f"--node-selector {key} is given twice",
                              hint="a node has one value per label: give each key once")
@@ -109,7 +93,7 @@ def toleration(given: str) -> dict[str, Any]:
                          f"{', '.join(_EFFECTS)}", hint="KEY[=VALUE][:EFFECT], as `kubectl "
                                                          "taint` writes a taint")
     key, sign, value = body.partition("=")
-    found: dict[str, Any] = {"key": check_qualified_name(key, "--toleration")}
+    found: dict[str, Any] = {"key": meta.check_label_key(key, "--toleration")}
     if sign:
         found.update(operator="Equal", value=_check_value(value, "--toleration", given))
     else:
@@ -123,10 +107,14 @@ def affinity(path: Path) -> dict[str, Any]:
     """`--affinity FILE`: a core/v1 Affinity (nodeAffinity, podAffinity, podAntiAffinity) in
     YAML or JSON. Its top level is checked here; the API server checks the rest."""
     try:
-        data = yaml.safe_load(read_bounded(path, "--affinity", MAX_AFFINITY_BYTES))
+        data = load_yaml(read_bounded(path, "--affinity", MAX_AFFINITY_BYTES))
     except OSError as exc:
         raise UsageError(f"--affinity {path}: {exc.strerror or exc}",
                          hint="name a readable YAML or JSON file") from None
+    except YamlRefused as exc:
+        raise UsageError(f"--affinity {path}: {exc}",
+                         hint="a mapping with nodeAffinity, podAffinity or podAntiAffinity"
+                         ) from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" (line {where.line + 1})" if where else ""
@@ -149,7 +137,7 @@ def affinity(path: Path) -> dict[str, Any]:
 
 def priority_class(name: str | None) -> str | None:
     """A PriorityClass name: a DNS-1123 subdomain."""
-    if name is not None and (len(name) > _MAX_PREFIX or not _SUBDOMAIN.fullmatch(name)):
+    if name is not None and not meta.is_subdomain(name):
         raise UsageError(f"--priority-class {name!r} cannot name a PriorityClass",
                          hint="lower-case letters, digits, '-' and '.' (a DNS subdomain)")
     return name

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from opsctl.core.errors import UsageError
+from opsctl.core.imageref import reference_problem
+from opsctl.render import meta
 from opsctl.render.placement import Placement
 
 DEFAULT_NAMESPACE = "opsctl"
@@ -26,6 +29,21 @@ class RenderSettings:
     name: str | None = None  # base of every object's name; None: <profile>-<variant>
     router_image: str | None = None  # None: the serving image
     placement: Placement = field(default_factory=Placement)
+
+    def __post_init__(self) -> None:
+        """Every value given is checked here, by the grammar its field is written with: an
+        empty one is never read as "not given" (the default), an image reference by Docker's
+        grammar (so no space or newline reaches a manifest)."""
+        meta.check_namespace(self.namespace)
+        if self.name is not None:
+            meta.check_name(self.name, "--name")
+        for option, claim in (("--model-pvc", self.model_pvc), ("--cache-pvc", self.cache_pvc)):
+            if claim is not None:
+                meta.check_object_name(claim, option)
+        problem = None if self.router_image is None else reference_problem(self.router_image)
+        if problem:
+            raise UsageError(f"--router-image {self.router_image!r:.80}: {problem}",
+                             hint="an image the cluster can pull, e.g. REGISTRY/REPO:TAG")
 
 
 RENDER_DEFAULTS = RenderSettings()

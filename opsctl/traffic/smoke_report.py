@@ -25,7 +25,7 @@ from opsctl.traffic.evals.probes import ProbeResult
 from opsctl.traffic.served import ModelResolution
 from opsctl.traffic.settings import SmokeSettings
 
-SCHEMA_VERSION = 2  # 2: slo records objectives by quantile (no p50-only fields)
+SCHEMA_VERSION: Literal[2] = 2  # 2: slo records objectives by quantile (no p50-only fields)
 MAX_REPORT_BYTES = 256 << 20  # a reference report, GSM8K outputs included
 
 CheckStatus = Literal["pass", "fail", "skip"]
@@ -88,7 +88,7 @@ class SloRecord(BaseModel):
 class SmokeReport(PartialReport):
     """The JSON written by `opsctl smoke` (schema_version bumps on any incompatible change)."""
 
-    schema_version: int = SCHEMA_VERSION
+    schema_version: Literal[2] = SCHEMA_VERSION  # a report of another version is refused
     kind: Literal["smoke"] = "smoke"
     started_at: str
     duration_s: float

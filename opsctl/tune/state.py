@@ -20,7 +20,7 @@ from opsctl.tune.settings import TuneSettings
 
 STATE_FILE = "tune-state.json"
 TUNE_DIR_PREFIX = "tune-"
-VERSION = 1
+VERSION: Literal[1] = 1
 MAX_STATE_BYTES = 64 << 20  # a state file holds one record per measured point
 
 
@@ -61,7 +61,7 @@ class Question(BaseModel):
 class TuneState(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    version: int = VERSION
+    version: Literal[1] = VERSION  # a state file of another version is refused
     question: Question
     budget_s: float | None = None
     mode: str | None = None  # grid | halving, decided after the first point

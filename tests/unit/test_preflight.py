@@ -266,6 +266,9 @@ def _hostile(folder: Path, case: str) -> None:
         index["weight_map"]["x"] = "x" * 5000
     elif case == "shard-name-nul":
         index["weight_map"]["x"] = "a\0b"
+    elif case == "shard-symlink-loop":
+        (folder / "loop.safetensors").symlink_to("loop.safetensors")
+        index["weight_map"]["x"] = "loop.safetensors"
     elif case == "too-many-shards":
         index["weight_map"] = {f"t{i}": f"s{i}.safetensors" for i in range(200_000)}
     if not case.endswith("-fifo"):
@@ -274,7 +277,7 @@ def _hostile(folder: Path, case: str) -> None:
 
 @pytest.mark.parametrize("case", [
     "config-fifo", "index-fifo", "architectures-int", "architectures-object", "metadata-list",
-    "metadata-string", "shard-name-too-long", "shard-name-nul", "too-many-shards"])
+    "metadata-string", "shard-name-too-long", "shard-name-nul", "shard-symlink-loop", "too-many-shards"])
 def test_a_hostile_checkpoint_is_a_failed_check_never_a_hang_or_a_traceback(
         tmp_path: Path, case: str) -> None:
     """The probe as the container runs it (stdlib only: -S -I): before, a FIFO blocked it until
@@ -297,6 +300,7 @@ def test_a_hostile_checkpoint_is_a_failed_check_never_a_hang_or_a_traceback(
                 "index-fifo": ("safetensors", "not a regular file"),
                 "too-many-shards": ("safetensors", "200000 shards, more than 100000"),
                 "shard-name-too-long": ("safetensors", "cannot be read"),
-                "shard-name-nul": ("safetensors", "cannot be read")}.get(case)
+                "shard-name-nul": ("safetensors", "cannot be read"),
+                "shard-symlink-loop": ("safetensors", "cannot be read")}.get(case)
     if expected:
         assert expected[1] in failed[expected[0]], failed

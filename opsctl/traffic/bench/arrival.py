@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from opsctl.core.errors import UsageError
 from opsctl.traffic.client import RequestResult
 
 Send = Callable[[int], Awaitable[RequestResult]]
@@ -77,6 +78,18 @@ class Arrival:
             return next(poisson)
         times, after = self.schedule_s, (index + 1) % len(self.schedule_s)
         return 0.0 if after == 0 else times[after] - times[after - 1]
+
+
+def check_replay(arrival: Arrival, counts: Iterable[int], deadline_s: float) -> None:
+    """UsageError (exit 2, before anything is launched) when a trace's own arrivals for the
+    levels' request counts take longer than the sweep may (`deadline_s`): bench would wait
+    for them past its deadline, silently (a timestamp of 10^9 ms is 11.6 days)."""
+    replay = sum(arrival.replay_s(count) for count in counts)
+    if replay > deadline_s:
+        raise UsageError(f"the trace's arrivals take {replay:.0f} s over the levels, beyond the "
+                         f"sweep's deadline of {deadline_s:.0f} s",
+                         hint="check the trace's timestamps (milliseconds), or pass "
+                              "--trace-scale below 1, fewer --requests or a longer --deadline")
 
 
 def poisson_gaps(rate: float, seed: int) -> Iterator[float]:

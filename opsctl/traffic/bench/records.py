@@ -21,6 +21,7 @@ gap cap a record keeps its TTFT, TPOT and E2E and drops its gaps (`"gaps_s": nul
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -128,8 +129,8 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 def _read(path: Path, what: str, max_bytes: int) -> bytes:
     try:
         return read_bounded(path, what, max_bytes)
-    except OSError as exc:
-        raise UsageError(f"{what} {path}: {exc.strerror or exc}",
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in a recorded path
+        raise UsageError(f"{what} {path}: {getattr(exc, 'strerror', None) or exc}",
                          hint="pass the directory a bench run wrote (bench.json, requests/)"
                          ) from None
 
@@ -198,11 +199,32 @@ def load_report(directory: Path) -> BenchReport:
     path = directory / BENCH_JSON
     data = _read(path, "bench report", MAX_REPORT_BYTES)
     try:
-        return BenchReport.model_validate_json(data)
+        report = BenchReport.model_validate_json(data)
     except ValueError:
         raise UsageError(f"{path}: not a bench report of schema_version {SCHEMA_VERSION}",
                          hint="pass the directory of a bench run this opsctl wrote (bench.json, "
                               "requests/)") from None
+    _check_requests_files(path, report)
+    return report
+
+
+def _check_requests_files(path: Path, report: BenchReport) -> None:
+    """Each level names its own requests file (bench writes one per level: `level_path`), a
+    relative path without a NUL byte: a report naming one file for many levels would have it
+    parsed once per level (a 256 MiB file, hundreds of times)."""
+    seen: set[str] = set()
+    for variant in report.variants:
+        for level in variant.levels:
+            name = level.requests_file
+            if name is None:
+                continue
+            key = os.path.normpath(name) if name else name  # requests//a and requests/a
+            if "\0" in name or not name or Path(name).is_absolute() or key in seen:
+                why = "named by two levels" if key in seen else "not a relative path"
+                raise UsageError(f"{path}: requests file {name[:120]!r} is {why}",
+                                 hint="pass the directory of a bench run this opsctl wrote, "
+                                      "unedited")
+            seen.add(key)
 
 
 def rescore_report(directory: Path, slo: Slo) -> BenchReport:

@@ -46,7 +46,7 @@ from opsctl.core.errors import LaunchError, OpsctlError, UsageError, stop_reason
 from opsctl.core.httpcap import answer_json, checked_base_url
 from opsctl.core.options import comma_items
 from opsctl.core.redact import API_KEY_ENV, mask_secret, redact, redact_model, redact_userinfo
-from opsctl.traffic.bench.arrival import Arrival
+from opsctl.traffic.bench.arrival import Arrival, check_replay
 from opsctl.traffic.bench.drivers import OPSCTL, SweepDriver
 from opsctl.traffic.bench.levels import (
     CUT_SHORT,
@@ -109,6 +109,10 @@ class BenchOptions:
     temperature: float = 0.0
     prompt_seed: int = 0
     server_figures: bool = True  # sample the server's /metrics (and local GPUs) per level
+
+    def __post_init__(self) -> None:
+        check_replay(self.arrival, map(self.requests_at, self.settings.concurrency),
+                     self.settings.deadline_s or DEADLINE_CAP_S)
 
     @property
     def arrival(self) -> Arrival:

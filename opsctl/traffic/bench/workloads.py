@@ -41,6 +41,7 @@ DATASET_NAMES: tuple[DatasetName, ...] = ("words", "random", "sharegpt", "genera
 TRACE_BLOCK_TOKENS = 512  # what one of a Mooncake trace's hash_ids stands for
 MAX_TRACE_REQUESTS = 1_000_000
 MAX_DATASET_BYTES = 1 << 30  # ShareGPT's cleaned split is about 650 MB
+MAX_TOKENIZER_BYTES = 128 << 20  # a large vocabulary's tokenizer.json is a few 10 MB
 MAX_WORKLOAD_WORDS = 20_000_000  # sglang's default shared-prefix set is about 2.2 million
 _EXACT_TRIES = 8  # re-encode rounds before the nearest count is accepted
 
@@ -140,10 +141,17 @@ def load_tokenizer(path: Path) -> Tokens:
         raise UsageError("--tokenizer needs the `tokenizers` package",
                          hint="pip install 'opsctl[bench]'") from None
     try:
-        loaded: Tokens = Tokenizer.from_file(str(file))
-    except Exception as exc:  # the library raises its own exception type for a bad file
-        raise UsageError(f"--tokenizer {file}: not a tokenizer: {exc}",
+        text = read_bounded(file, "--tokenizer", MAX_TOKENIZER_BYTES).decode()
+        loaded: Tokens = Tokenizer.from_str(text)
+    except OSError as exc:
+        raise UsageError(f"--tokenizer {file}: {exc.strerror or exc}",
                          hint="pass the served model's tokenizer.json or its folder") from None
+    except Exception as exc:  # the library raises its own exception type for a bad file
+        raise UsageError(f"--tokenizer {file}: not a tokenizer: {str(exc)[:200]}",
+                         hint="pass the served model's tokenizer.json or its folder") from None
+    if loaded.get_vocab_size(with_added_tokens=False) < 1:
+        raise UsageError(f"--tokenizer {file}: its vocabulary is empty: no prompt can be drawn "
+                         "from it", hint="pass the served model's tokenizer.json or its folder")
     return loaded
 
 
