@@ -186,7 +186,11 @@ if has glm5 && [ "$(left)" -gt 90 ]; then
 fi
 if has mtp && [ "$(left)" -gt 120 ]; then
   # FP8 KV + MTP stock, patched, and BF16 KV + MTP on the tiny GLM-5-shaped model with a NextN layer,
-  # one server after another: greedy parity with stock FP8 and TPOT by context length.
+  # one server after another: greedy parity with stock FP8 and TPOT by context length. First the
+  # kernel on the spec paths' buffers under real CUDA-graph capture and replay.
+  timeout 120 python3 -m pytest -m gpu tests/gpu/test_kernel_kv_gather_cast_spec_gpu.py -v -p no:cacheprovider \
+    --noconftest > "$RES/mtp_gpu_tests.log" 2>&1
+  log "spec-path GPU tests rc=$?"; tail -6 "$RES/mtp_gpu_tests.log"
   python3 bench/mtp_gathercast_gpu.py --out "$RES/mtp" --models /tmp/models --deadline-s $(( $(left) - 30 )) \
     > "$RES/mtp.txt" 2>&1
   log "mtp rc=$?"; tail -40 "$RES/mtp.txt"
