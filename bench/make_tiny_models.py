@@ -1,11 +1,16 @@
 """Tiny random models for a real sglang server, written here: no hub, no download.
 
-    python bench/make_tiny_models.py --out DIR [--kind mla|glm5|all]
+    python bench/make_tiny_models.py --out DIR [--kind mla|glm5|glm5-mtp|all]
 
 - `tiny-mla`: DeepseekV2ForCausalLM-shaped (MLA with kv_lora_rank 512 and a 64-wide rope part,
   the shapes flashinfer's MLA kernels take; 2 layers, the second one MoE with 8 small experts).
 - `tiny-glm5`: GlmMoeDsaForCausalLM-shaped (MLA + the DSA indexer with a small index_topk,
   MoE with a few small experts, 2 layers). Written for the DSA path; not served in this run.
+- `tiny-glm5-mtp`: tiny-glm5 plus one NextN (MTP) layer, as GLM-5 ships it: config
+  `num_nextn_predict_layers: 1` and `model.layers.<num_hidden_layers>.*` holding a whole decoder
+  layer (MLA + indexer + MoE) and the NextN parts sglang's loader reads (`enorm`, `hnorm`,
+  `eh_proj`, `shared_head.norm`; `embed_tokens` and `shared_head.head` are in the checkpoint and
+  skipped by the loader, which shares the target's). For EAGLE/NEXTN runs (bench/mtp_gathercast_gpu.py).
 
 Weights are random BF16 (seeded), saved as safetensors under the checkpoint names sglang's
 loaders read; the tokenizer is word-level over bench's prompt words (tokenizers library), so
@@ -109,6 +114,32 @@ def glm5_config(vocab: int) -> dict:
     return cfg
 
 
+def glm5_mtp_config(vocab: int) -> dict:
+    cfg = glm5_config(vocab)
+    cfg["num_nextn_predict_layers"] = 1
+    return cfg
+
+
+CONFIGS = {"mla": mla_config, "glm5": glm5_config, "glm5-mtp": glm5_mtp_config}
+
+
+def _nextn_tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
+    """The NextN-only tensors of the MTP layer (index num_hidden_layers + k)."""
+    h, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    shapes: dict[str, tuple[int, ...]] = {}
+    for k in range(cfg.get("num_nextn_predict_layers", 0)):
+        p = f"model.layers.{cfg['num_hidden_layers'] + k}."
+        shapes.update({
+            p + "enorm.weight": (h,),
+            p + "hnorm.weight": (h,),
+            p + "eh_proj.weight": (h, 2 * h),
+            p + "shared_head.norm.weight": (h,),
+            p + "shared_head.head.weight": (vocab, h),
+            p + "embed_tokens.weight": (vocab, h),
+        })
+    return shapes
+
+
 def _tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
     h, heads = cfg["hidden_size"], cfg["num_attention_heads"]
     qk = cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
@@ -116,8 +147,11 @@ def _tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
         "model.embed_tokens.weight": (cfg["vocab_size"], h),
         "model.norm.weight": (h,),
         "lm_head.weight": (cfg["vocab_size"], h),
+        **_nextn_tensors(cfg),
     }
-    for i in range(cfg["num_hidden_layers"]):
+    # The NextN layers are whole decoder layers after the last hidden one (MoE: past
+    # first_k_dense_replace), under the same names.
+    for i in range(cfg["num_hidden_layers"] + cfg.get("num_nextn_predict_layers", 0)):
         p = f"model.layers.{i}."
         shapes[p + "input_layernorm.weight"] = (h,)
         shapes[p + "post_attention_layernorm.weight"] = (h,)
@@ -183,7 +217,7 @@ def write_model(out: Path, kind: str, seed: int = 0) -> Path:
 
     out.mkdir(parents=True, exist_ok=True)
     vocab = write_tokenizer(out)
-    cfg = mla_config(vocab) if kind == "mla" else glm5_config(vocab)
+    cfg = CONFIGS[kind](vocab)
     gen = torch.Generator().manual_seed(seed)
     tensors = {}
     for name, shape in _tensors(cfg).items():
@@ -205,9 +239,9 @@ def write_model(out: Path, kind: str, seed: int = 0) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--kind", choices=["mla", "glm5", "all"], default="mla")
+    parser.add_argument("--kind", choices=[*CONFIGS, "all"], default="mla")
     args = parser.parse_args()
-    kinds = ["mla", "glm5"] if args.kind == "all" else [args.kind]
+    kinds = list(CONFIGS) if args.kind == "all" else [args.kind]
     for kind in kinds:
         path = write_model(args.out / f"tiny-{kind}", kind)
         size = sum(f.stat().st_size for f in path.iterdir())

@@ -6,7 +6,8 @@
 # exceed one call's 64 MiB; the machine keeps /tmp/site while warm) holds bench/sglang_bundle.py's
 # parts; .devcarry/overlay, if present, files of a branch that the shipped tree lacks (copied over
 # it first). PHASES (env) picks what runs:
-# install,patch,model,serve,fixtures,verify,smoke,tests,bench,metrics,trace,glm5 (default: all).
+# install,patch,model,serve,fixtures,verify,smoke,tests,bench,metrics,trace,glm5 (default: all);
+# mtp (not in the default) is issue 35's run: PHASES=install,patch,mtp (bench/mtp_gathercast_gpu.py).
 # PHASES=install only unpacks the parts carried so far; any other phase needs every part.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
@@ -182,5 +183,16 @@ if has glm5 && [ "$(left)" -gt 90 ]; then
   fi
   grep -E "DSA|dsa|backend|rror" /tmp/server-glm5.log | cut -c1-400 | head -40 > "$RES/glm5-resolved.txt"
   tail -c 200000 /tmp/server-glm5.log > "$RES/server-glm5.log"
+fi
+if has mtp && [ "$(left)" -gt 120 ]; then
+  # FP8 KV + MTP stock, patched, and BF16 KV + MTP on the tiny GLM-5-shaped model with a NextN layer,
+  # one server after another: greedy parity with stock FP8 and TPOT by context length. First the
+  # kernel on the spec paths' buffers under real CUDA-graph capture and replay.
+  timeout 120 python3 -m pytest -m gpu tests/gpu/test_kernel_kv_gather_cast_spec_gpu.py -v -p no:cacheprovider \
+    --noconftest > "$RES/mtp_gpu_tests.log" 2>&1
+  log "spec-path GPU tests rc=$?"; tail -6 "$RES/mtp_gpu_tests.log"
+  python3 bench/mtp_gathercast_gpu.py --out "$RES/mtp" --models /tmp/models --deadline-s $(( $(left) - 30 )) \
+    > "$RES/mtp.txt" 2>&1
+  log "mtp rc=$?"; tail -40 "$RES/mtp.txt"
 fi
 log "done; $(left)s left"

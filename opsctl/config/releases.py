@@ -18,14 +18,6 @@ DSA_ARCHITECTURES = frozenset({
     "GlmMoeDsaForCausalLM",
 })
 
-PATCH_SPECULATIVE_REASON = (
-    "speculative decoding verifies with the stock full-pool cast (target-verify keeps "
-    "`get_key_buffer(...).to(q.dtype)`), so the patch gains nothing there, and the draft "
-    "backends allocate extra pool-sized workspaces outside the memory budget "
-    "(0.5.23 speculative/draft_utils.py:204)"
-)
-
-
 @dataclass(frozen=True)
 class Release:
     """Facts of one sglang release that decide whether a variant can run on it."""
@@ -166,8 +158,6 @@ def check(
     if architecture in DSA_ARCHITECTURES:
         _check_dsa(release, argv, attention, errors, warnings)
     _check_env(release, argv, env, errors, warnings)
-    if patched and _has_flag(argv, "--speculative-algorithm"):
-        errors.append(f"the gather-then-cast patch with --speculative-algorithm: {PATCH_SPECULATIVE_REASON}")
     for name in sorted(env):
         if name in release.env_not_read:
             errors.append(f"container env {name}: {release.env_not_read[name]}; set it only on "

@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from opsctl.config import releases, resolve
 from opsctl.config.profiles import Deployment, Profile, check_argv, release_findings
 
+# Where the speculative paths of the patch are described (each with sglang's file:line).
+SPECULATIVE_PATCH_DOC = "docs/kv-gather-cast.md, speculative decoding"
+
 
 @dataclass(frozen=True)
 class VariantSummary:
@@ -62,8 +65,13 @@ def speculative(deployment: Deployment) -> str | None:
     shape = ", ".join(f"{name} {value}" for name, value in (
         ("steps", server.speculative_num_steps), ("top-k", server.speculative_eagle_topk),
         ("draft tokens", server.speculative_num_draft_tokens)) if value is not None)
-    return (f"{server.speculative_algorithm} ({shape or 'sglang defaults'}) on the checkpoint's "
-            f"draft layer; the gather-then-cast patch is refused here: {releases.PATCH_SPECULATIVE_REASON}")
+    line = (f"{server.speculative_algorithm} ({shape or 'sglang defaults'}) on the checkpoint's "
+            "draft layer")
+    if deployment.patched:
+        line += ("; the gather-then-cast patch converts only the rows that draft decode, target "
+                 "verify and draft extend read, with a second BF16 workspace for the draft "
+                 f"model's KV pool ({SPECULATIVE_PATCH_DOC})")
+    return line
 
 
 def show(profile: Profile, variant: str | None = None) -> ProfileShow:
@@ -92,8 +100,7 @@ def variant_table(profile: Profile) -> str:
     for name in profile.variants:
         deployment = profile.resolve(name)
         found = resolve.current_record(deployment)
-        patch = "on" if deployment.patched else (
-            "refused" if deployment.server.speculative_algorithm else "off")
+        patch = "on" if deployment.patched else "off"
         if found is None:
             rows.append(f"| `{name}` | {deployment.image.sglang_version} | {_UNRESOLVED} | | | | | "
                         f"{patch} |")

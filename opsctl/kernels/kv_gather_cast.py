@@ -45,6 +45,12 @@ ACTIVE, INACTIVE = "active", "inactive"
 REASON_SWITCH_OFF = "switch_off"
 REASON_POOL_NOT_FP8 = "pool_not_fp8_e4m3"
 REASON_POOL_SHAPE = "pool_shape"
+# Which model a pool's workspace serves (the `role` field of the marker line): the target model,
+# or the speculative draft model (MTP/EAGLE), whose own KV pool gets its own workspace.
+ROLE_TARGET, ROLE_DRAFT = "target", "draft"
+# Where `workspace_for_pool` keeps a pool's workspace (or its absence): on the pool object itself,
+# so every backend over that pool shares one buffer and one marker line, for the pool's lifetime.
+POOL_ATTR = "_opsctl_gathercast_workspace"
 # Per-forward reasons for the stock cast (`stock_reason`); not logged, they can change per step.
 REASON_NO_WORKSPACE = "no_workspace"
 REASON_ROWS_UNKNOWN = "rows_unknown"
@@ -269,26 +275,29 @@ class GatherCastWorkspace:
 
 
 def create_workspace(
-    pool: torch.Tensor, dtype: torch.dtype, layers: int | None = None
+    pool: torch.Tensor, dtype: torch.dtype, layers: int | None = None, role: str | None = None
 ) -> GatherCastWorkspace | None:
     """A workspace for `pool` (one layer's key buffer, (rows, 1, row_elems)), or None.
 
     Logs the one marker line: `active` with the workspace's size, or `inactive` with the reason
     the stock path stays (a pool that is not FP8 e4m3, e.g. BF16 KV, needs no cast kernel).
+    `role` (ROLE_TARGET or ROLE_DRAFT), when given, ends the line.
     """
+    tag = {} if role is None else {"role": role}
     if not is_fp8_e4m3(pool) or pool.dtype == dtype:
         reason = REASON_QUERY_DTYPE if is_fp8_e4m3(pool) else REASON_POOL_NOT_FP8
-        _announce(logging.WARNING, INACTIVE, reason=reason, pool_dtype=pool.dtype, dtype=dtype)
+        _announce(logging.WARNING, INACTIVE, reason=reason, pool_dtype=pool.dtype, dtype=dtype,
+                  **tag)
         return None
     if pool.dim() != 3 or pool.shape[1] != 1:
         _announce(logging.WARNING, INACTIVE, reason=REASON_POOL_SHAPE,
-                  pool_shape="x".join(str(n) for n in pool.shape))
+                  pool_shape="x".join(str(n) for n in pool.shape), **tag)
         return None
     rows, _, row_elems = pool.shape
     workspace = GatherCastWorkspace(rows, row_elems, dtype, pool.device)
     _announce(logging.INFO, ACTIVE, workspace_bytes=workspace.nbytes, rows=rows,
               row_elems=row_elems, layers="unknown" if layers is None else layers,
-              dtype=dtype, device=pool.device, programs=workspace.num_programs)
+              dtype=dtype, device=pool.device, programs=workspace.num_programs, **tag)
     return workspace
 
 
@@ -296,10 +305,11 @@ def workspace_for_backend(
     kv_pool: Any, dtype: torch.dtype, skip_prefill: bool,
     environ: Mapping[str, str] | None = None,
 ) -> GatherCastWorkspace | None:
-    """Start-up hook of the patched flashinfer MLA backend; touches the pool only if switched on.
+    """Start-up hook of the 0.5.9 patch set's backend; touches the pool only if switched on.
 
-    Draft-decode backends (`skip_prefill`) only ever see speculative batches, which keep the
-    stock path, so they get no workspace and log nothing: the target backend's line is the one.
+    That patch set leaves speculative batches on the stock path, so its draft-decode backends
+    (`skip_prefill`) get no workspace and log nothing. The 0.5.15 and 0.5.23 patch sets convert
+    the speculative rows too and call `workspace_for_pool` instead.
     """
     if skip_prefill:
         return None
@@ -311,6 +321,62 @@ def workspace_for_backend(
                             getattr(kv_pool, "layer_num", None))
 
 
+def workspace_for_pool(
+    kv_pool: Any, dtype: torch.dtype, draft: bool, environ: Mapping[str, str] | None = None,
+) -> GatherCastWorkspace | None:
+    """Start-up hook of the patched backend (0.5.15, 0.5.23): one workspace per KV pool.
+
+    Every flashinfer MLA backend over the same pool gets the same workspace (or the same None),
+    decided, allocated and announced once: the target model's backends share one; the draft
+    model's (MTP/EAGLE: one backend per draft-decode step and the draft-extend backend, all over
+    the draft model's own pool) share another. Sharing is safe because a workspace row is written
+    and then read within one layer's forward, and every forward over a pool runs in order on one
+    stream. The marker line carries `role=target` or `role=draft` (`draft`: the model runner's
+    is_draft_worker), so a patched MTP server logs two lines per rank, both `active`.
+    """
+    held = getattr(kv_pool, POOL_ATTR, None)
+    if held is not None:
+        return held[0]
+    role = ROLE_DRAFT if draft else ROLE_TARGET
+    workspace = None
+    if not switch_enabled(environ):
+        _announce(logging.INFO, INACTIVE, reason=REASON_SWITCH_OFF, switch=SWITCH_ENV, role=role)
+    else:
+        first_layer = getattr(kv_pool, "start_layer", 0) or 0
+        workspace = create_workspace(kv_pool.get_key_buffer(first_layer), dtype,
+                                     getattr(kv_pool, "layer_num", None), role=role)
+    setattr(kv_pool, POOL_ATTR, (workspace,))
+    return workspace
+
+
+def graph_rows(wrapper: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(kv_indptr, kv_indices) of a CUDA-graph flashinfer MLA wrapper: the buffers it owns.
+
+    A wrapper made with `use_cuda_graph=True` keeps the index buffers it was given, and every plan
+    copies the step's rows into them in place (flashinfer 0.6.12 mla/_core.py:843-847; 0.7.2
+    mla/_batch_mla/_backends/_fa_common.py:532-555; sglang 0.5.23's own replay plan,
+    fast_mla_prefill_plan, copies into the same two attributes). So a graph captured with them
+    reads the current step's rows at every replay. None for any other wrapper.
+    """
+    indptr = getattr(wrapper, "_kv_indptr_buf", None)
+    indices = getattr(wrapper, "_kv_indices_buf", None)
+    if not getattr(wrapper, "_use_cuda_graph", False) or indptr is None or indices is None:
+        return None
+    return indptr, indices
+
+
+def rows_for_forward(
+    rows: tuple[torch.Tensor, torch.Tensor] | None, graph_safe: bool, capturing: bool,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The planned rows a forward may use: while a CUDA graph is being captured, only rows whose
+    buffers every replay refills in place (`graph_safe`: the verify graph's `graph_rows`); rows
+    planned into fresh tensors (eager verify, a paged prefill) would be frozen into the graph, so
+    the stock cast stays there."""
+    if rows is None or (capturing and not graph_safe):
+        return None
+    return rows
+
+
 def stock_reason(
     workspace: GatherCastWorkspace | None,
     pool: torch.Tensor,
@@ -320,8 +386,9 @@ def stock_reason(
     """Why this forward keeps the stock `pool.to(dtype)`, or None when the kernel runs.
 
     Stock whenever the kernel's result could differ from it: no workspace, rows not planned by
-    the patched updaters (speculative, DCP, a prefill being captured), a pool that is not FP8
-    e4m3, a workspace dtype other than the query's, or a pool of another shape.
+    the patched updaters (DCP, a prefill being captured; on 0.5.9 every speculative batch), a
+    pool that is not FP8 e4m3, a workspace dtype other than the query's, or a pool of another
+    shape.
     """
     if workspace is None:
         return REASON_NO_WORKSPACE

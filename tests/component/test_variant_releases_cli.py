@@ -19,13 +19,14 @@ def test_profile_show_states_release_and_computation_of_every_variant() -> None:
     assert "#   sglang 0.5.23 on lmsysorg/sglang:v0.5.23-cu130, patch switch off" in lines
     assert "#   sglang 0.5.23 on lmsysorg/sglang:v0.5.23-cu130, patch switch on" in lines
     computes = [line for line in lines if line.startswith("#   computes: ")]
-    assert len(computes) == 6
+    assert len(computes) == 8
     assert computes[0].startswith("#   computes: sparse DSA attention")
     assert "flashinfer_sparse_mla" in computes[0]
-    assert sum("dense MLA over the whole context" in line for line in computes) == 4
+    assert sum("dense MLA over the whole context" in line for line in computes) == 6
     speculative = [line for line in lines if line.startswith("#   speculative: ")]
-    assert len(speculative) == 2 and all("the gather-then-cast patch is refused here" in line
-                                         for line in speculative)
+    assert len(speculative) == 4
+    patched = [line for line in speculative if "gather-then-cast" in line]
+    assert len(patched) == 1 and "draft decode, target verify and draft extend" in patched[0]
 
 
 def test_up_dry_run_of_native_renders_the_0523_argv() -> None:

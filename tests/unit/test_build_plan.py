@@ -201,10 +201,12 @@ def two_release_profile(tmp_path: Path) -> Profile:
 def test_the_real_profile_needs_one_image(tmp_path: Path) -> None:
     [only] = plans(load_profile("glm5-nvfp4-rtx6000"))
     assert (only.sglang_version, only.base_image) == ("0.5.23", "lmsysorg/sglang:v0.5.23-cu130")
-    assert only.variants == ("baseline", "gathercast", "bf16kv", "bf16kv-mtp", "native", "native-mtp")
+    assert only.variants == ("baseline", "gathercast", "bf16kv", "bf16kv-mtp", "fp8kv-mtp",
+                             "gathercast-mtp", "native", "native-mtp")
     assert only.patch_set_sha256 == patchset.patch_set_sha256("0.5.23")
     [sim] = plans(load_profile("sim"))
-    assert sim.variants == ("baseline", "gathercast", "bf16kv", "bf16kv-mtp", "native", "corrupt")
+    assert sim.variants == ("baseline", "gathercast", "bf16kv", "bf16kv-mtp", "fp8kv-mtp",
+                            "gathercast-mtp", "native", "corrupt")
 
 
 def test_a_profile_needs_one_image_per_release(tmp_path: Path) -> None:

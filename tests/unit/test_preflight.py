@@ -240,8 +240,8 @@ def test_the_probe_without_transformers_reads_config_and_tokenizer_files_only(
 def test_the_glm5_mtp_variants_ask_for_the_nextn_check_and_load_as_the_server_does() -> None:
     profile = load_profile("glm5-nvfp4-rtx6000")
     requests = {name: preflight.probe_request(profile.resolve(name)) for name in profile.variants}
-    assert {name for name, asked in requests.items() if asked["mtp"]} == {"bf16kv-mtp",
-                                                                          "native-mtp"}
+    assert {name for name, asked in requests.items() if asked["mtp"]} == {
+        "bf16kv-mtp", "fp8kv-mtp", "gathercast-mtp", "native-mtp"}
     assert all(asked["strict"] and asked["trust_remote_code"] for asked in requests.values())
 
 

@@ -155,12 +155,13 @@ def test_deep_gemm_left_on_sm120_warns(tmp_path: Path) -> None:
     assert any("configurer.py:17-55" in w and "SGLANG_ENABLE_JIT_DEEPGEMM" in w for w in warnings)
 
 
-def test_the_patch_with_speculative_decoding_is_refused(tmp_path: Path) -> None:
+def test_the_patch_with_speculative_decoding_loads(tmp_path: Path) -> None:
+    # issue 35: the 0.5.23 patch set converts the draft and verify rows too, so it is not refused
     text = _glm_text().replace(
         "    requires_patch: true\n",
-        "    requires_patch: true\n    server: {speculative_algorithm: EAGLE}\n")
-    with pytest.raises(ProfileError, match="variant 'gathercast'.*speculative"):
-        load_profile(str(_write(tmp_path, text)))
+        "    requires_patch: true\n    server: {speculative_algorithm: EAGLE}\n", 1)
+    deployment = load_profile(str(_write(tmp_path, text))).resolve("gathercast")
+    assert deployment.patched and release_findings(deployment).errors == []
 
 
 def test_a_dsa_backend_the_release_refuses_on_cuda(tmp_path: Path) -> None:
