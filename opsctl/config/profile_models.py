@@ -128,6 +128,25 @@ def _absolute(value: str | None) -> str | None:
     return value
 
 
+# Speculative algorithms whose draft is the checkpoint's own NextN (MTP) layer when no other
+# draft model is given (sglang's NEXTN is EAGLE on that layer).
+NEXTN_ALGORITHMS = frozenset({"EAGLE", "NEXTN"})
+DRAFT_MODEL_FLAG = "--speculative-draft-model-path"
+
+
+class MtpCheckpoint(StrictModel):
+    """The checkpoint every MTP variant serves (community builds ship the NextN layer apart)."""
+
+    repo: str | None = Field(None, description="Its Hugging Face repository.")
+    revision: str | None = Field(None, description="Its branch, tag or commit.")
+    host_path: str = Field(description="Where it lies on the host (mounted where the server "
+                           "reads weights, so the argv stays the same).")
+
+    _path = field_validator("host_path")(_absolute)
+    _repo = field_validator("repo")(_repo_id)
+    _rev = field_validator("revision")(_revision)
+
+
 class ModelSpec(StrictModel):
     host_path: str | None = Field(None, description="Weights on the host, mounted read-only; "
                                   "`opsctl model fetch` downloads `repo` here.")
@@ -140,6 +159,9 @@ class ModelSpec(StrictModel):
                           "resolved to is printed by `model fetch`.")
     token_env: str = Field("HF_TOKEN", description="Environment variable holding the hub token "
                            "for a gated or private `repo` (the name only; never its value).")
+    mtp: MtpCheckpoint | None = Field(None, description="The checkpoint with the NextN layer "
+                                      "that every variant drafting on it (EAGLE/NEXTN without a "
+                                      "draft model) serves instead; null: this one.")
 
     _paths = field_validator("host_path", "container_path")(_absolute)
     _repo = field_validator("repo")(_repo_id)

@@ -29,7 +29,9 @@ from opsctl.config import releases
 from opsctl.config.evalconfig import EvalConfig
 from opsctl.config.profile_checks import check_name, extra_args_problem
 from opsctl.config.profile_models import (
+    DRAFT_MODEL_FLAG,
     NCCL_P2P_LEVEL_ENV,
+    NEXTN_ALGORITHMS,
     PATCH_SWITCH_ENV,
     ContainerSettings,
     ImageSpec,
@@ -86,8 +88,13 @@ class Profile(StrictModel):
         return ImageSpec.model_validate({**self.image.model_dump(), **overlay})
 
     def variant_model(self, variant: str) -> ModelSpec:
+        """The profile's model; for a variant drafting on the NextN layer, `model.mtp`'s
+        checkpoint; then the variant's own overlay."""
+        base = self.model.model_dump()
+        if self.model.mtp is not None and drafts_on_nextn(self.variant_server(variant)):
+            base.update(self.model.mtp.model_dump(exclude_none=True))
         overlay = self.variants[variant].model.model_dump(exclude_none=True)
-        return ModelSpec.model_validate({**self.model.model_dump(), **overlay})
+        return ModelSpec.model_validate({**base, **overlay})
 
     def resolve(self, variant: str | None = None) -> Deployment:
         chosen = variant or self.default_variant
@@ -136,7 +143,7 @@ class Deployment(StrictModel):
             "image": self.image.model_dump(),
             # Where the weights come from (repo, revision, token) does not shape the server;
             # the folder mounted does.
-            "model": self.model.model_dump(exclude={"repo", "revision", "token_env"}),
+            "model": self.model.model_dump(exclude={"repo", "revision", "token_env", "mtp"}),
             # The env above already holds what nccl_p2p_level and env_from_host render.
             "container": container.model_dump(exclude={"env", "nccl_p2p_level", "env_from_host"}),
         }
@@ -230,6 +237,14 @@ def check_argv(deployment: Deployment, environ: Mapping[str, str] | None = None)
 
 
 # --- loading ---------------------------------------------------------------------------------
+
+
+def drafts_on_nextn(server: ServerSettings) -> bool:
+    """EAGLE/NEXTN with no draft model of its own: the draft is the checkpoint's NextN layer."""
+    algorithm = (server.speculative_algorithm or "").upper()
+    own_draft = any(arg == DRAFT_MODEL_FLAG or arg.startswith(DRAFT_MODEL_FLAG + "=")
+                    for arg in server.extra_args)
+    return algorithm in NEXTN_ALGORITHMS and not own_draft
 
 
 def profile_is_path(name_or_path: str) -> bool:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from opsctl.config.profile_models import DRAFT_MODEL_FLAG, NEXTN_ALGORITHMS
 from opsctl.config.profiles import Deployment, to_argv
 from opsctl.config.releases import _flag_value, _has_flag
 from opsctl.core.errors import LaunchError
@@ -30,11 +31,7 @@ from opsctl.engine.api import Engine, Mount
 
 PREFLIGHT_TIMEOUT_S = 180.0  # an sglang image imports torch and sglang's config code: seconds
 SPECULATIVE_FLAG = "--speculative-algorithm"
-DRAFT_MODEL_FLAG = "--speculative-draft-model-path"
 TRUST_REMOTE_CODE_FLAG = "--trust-remote-code"  # the probe loads as the server will
-# Speculative algorithms whose draft is the checkpoint's own NextN (MTP) layer when no other
-# draft model is given (sglang's NEXTN is EAGLE on that layer).
-NEXTN_ALGORITHMS = frozenset({"EAGLE", "NEXTN"})
 SKIP_HINT = "`opsctl up --skip-preflight` starts without it (only if you know it loads)"
 
 

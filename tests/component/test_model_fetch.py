@@ -27,9 +27,9 @@ def profile(tmp_path: Path, weights: Path, mtp_weights: Path) -> Path:
     """deploy/sim.yaml with a checkpoint to fetch, and an MTP variant with its own."""
     data = yaml.safe_load((project_root() / "deploy" / "sim.yaml").read_text())
     data["name"] = "fetch-test"
-    data["model"].update({"repo": REPO, "host_path": str(weights)})
+    data["model"].update({"repo": REPO, "host_path": str(weights),
+                          "mtp": {"repo": MTP_REPO, "host_path": str(mtp_weights)}})
     data["variants"]["mtp"] = {
-        "model": {"repo": MTP_REPO, "host_path": str(mtp_weights)},
         "server": {"speculative_algorithm": "EAGLE", "speculative_num_steps": 3,
                    "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}}
     path = tmp_path / "fetch-test.yaml"
@@ -122,7 +122,7 @@ def test_an_mtp_variant_fetches_its_own_checkpoint_and_a_repo_without_nextn_is_r
         assert "MTP (NextN) weights" in good.stdout
         # The same variant pointed at the repository without the NextN layer:
         data = yaml.safe_load(path.read_text())
-        data["variants"]["mtp"]["model"]["repo"] = REPO
+        data["model"]["mtp"]["repo"] = REPO
         path.write_text(yaml.safe_dump(data))
         bad = fetch(opsctl, endpoint, path, "-v", "mtp")
     assert bad.returncode == EXIT_HOST, bad.stderr

@@ -217,11 +217,19 @@ def test_simulator_profiles_are_not_judged_by_the_patch_sets(tmp_path: Path) -> 
     assert problem is not None and "656-byte scaled DSA row" in problem
 
 
-def test_an_mtp_variant_serves_its_own_checkpoint_at_the_same_container_path() -> None:
+def test_every_mtp_variant_serves_the_mtp_checkpoint_at_the_same_container_path() -> None:
     profile = load_profile("glm5-nvfp4-rtx6000")
-    plain, mtp = profile.resolve("gathercast"), profile.resolve("bf16kv-mtp")
-    assert plain.model.repo == "nvidia/GLM-5-NVFP4"
-    assert mtp.model.repo != plain.model.repo and mtp.model.host_path != plain.model.host_path
+    plain = profile.resolve("gathercast")
+    assert plain.model.repo == "nvidia/GLM-5-NVFP4" and profile.model.mtp is not None
+    drafting = [v for v in profile.variants if profile.resolve(v).server.speculative_algorithm]
+    assert len(drafting) >= 3
+    for variant in drafting:
+        mtp = profile.resolve(variant)
+        assert (mtp.model.repo, mtp.model.host_path) == (profile.model.mtp.repo,
+                                                         profile.model.mtp.host_path)
+    for variant in set(profile.variants) - set(drafting):
+        assert profile.resolve(variant).model.host_path == plain.model.host_path
+    mtp = profile.resolve("bf16kv-mtp")
     # The server reads the same path, so its argv (and sglang's resolution records) stay as is:
     assert mtp.model.container_path == plain.model.container_path
     mount = next(m for m in run_spec(mtp, "img").mounts if m.target == mtp.model.container_path)
