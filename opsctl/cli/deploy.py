@@ -167,6 +167,10 @@ def up(
     """Launch the profile's server (a variant), wait until it truly serves, and verify that it
     resolved what the profile says (a mismatch removes it: exit 4).
 
+    While it waits it prints a line per start-up phase that the server's log announces (weights
+    loading, KV cache, CUDA graphs capturing, listening, warmed up) with the time since start,
+    and a "still ..." line at least every 30 s, on a terminal or not (piped, nohup, systemd).
+
     First, in seconds, the preflight: a throwaway container of the variant's image (no network,
     no GPU, the checkpoint mounted read-only) loads config.json and the tokenizer with the
     image's own transformers and sglang, checks that the safetensors index names only shards

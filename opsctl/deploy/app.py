@@ -53,6 +53,8 @@ HttpFactory = Callable[[], httpx.Client]
 # (deployment, its base URL, the container's log) -> what the server resolved vs the profile.
 Verifier = Callable[[Deployment, str, str], VerifyResult]
 _ALIVE = {"created", "running"}
+# The log lines each readiness report reads for the start-up phase (and the last line).
+_PHASE_LOG_TAIL = 200
 
 
 def _quiet(line: str) -> None:
@@ -61,11 +63,13 @@ def _quiet(line: str) -> None:
 
 @dataclass(frozen=True)
 class Progress:
-    """One readiness poll of `up`: the phase, the time since start, the server's last log line."""
+    """One readiness report of `up`: the probe's phase, the time since start, the server's last
+    log line and the start-up phase its log announced last ("" before the first)."""
 
     probe: readiness.Probe
     elapsed_seconds: float
     last_log_line: str
+    server_phase: str = ""
 
 
 @dataclass(frozen=True)
@@ -251,8 +255,13 @@ def _wait_ready(
         code = info.exit_code if info.exit_code is not None else info.last_exit_code
         return readiness.Exited(exit_code=code, log=engine.logs(container_id, tail=200))
 
+    phase = ""  # kept when its line has scrolled out of the tail read
+
     def progress(state: readiness.Probe, elapsed: float) -> None:
-        on_progress(Progress(state, elapsed, _last_log_line(engine, container_id)))
+        nonlocal phase
+        lines = readiness.log_lines(engine.logs(container_id, tail=_PHASE_LOG_TAIL))
+        phase = readiness.startup_phase("\n".join(lines)) or phase
+        on_progress(Progress(state, elapsed, lines[-1][-160:] if lines else "", phase))
 
     deadline = launch.clock.monotonic() + timeout_seconds
 
@@ -266,11 +275,6 @@ def _wait_ready(
             timeout_seconds=timeout_seconds, poll_seconds=poll_seconds, clock=launch.clock,
             on_progress=progress, cleanup="",  # the cleanup appends what became of it
         )
-
-
-def _last_log_line(engine: Engine, container_id: str) -> str:
-    lines = [line for line in engine.logs(container_id, tail=5).splitlines() if line.strip()]
-    return lines[-1][-160:] if lines else ""
 
 
 def dry_run(deployment: Deployment, image_for: ImageFor, preflight: bool = True) -> DryRun:
