@@ -255,7 +255,11 @@ def down(
 
 
 @app.command()
-def status() -> None:
+def status(
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print the deployments as one JSON object ({\"servers\": [...]}, the "
+        "table's columns as keys) instead of the table.")] = False,
+) -> None:
     """Show opsctl's deployments: profile, variant, image, patch sha, uptime, readiness, the
     health check, restarts by the restart policy (a crash loop says so), the last exit, and
     `up`'s verdict (verified / MISMATCH: fields / not verified)."""
@@ -264,7 +268,11 @@ def status() -> None:
     from opsctl.deploy import view
 
     root = Root()
-    console.print(view.status_table(deploy_app.status(root.engine, state=root.state)))
+    result = deploy_app.status(root.engine, state=root.state)
+    if as_json:
+        console.print(view.status_json(result), highlight=False, soft_wrap=True)
+        return
+    console.print(view.status_table(result))
 
 
 @app.command()

@@ -5,6 +5,7 @@ module of opsctl/deploy/ that knows about rich.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from collections.abc import Callable, Iterator
@@ -194,6 +195,12 @@ def note(console: Console) -> Callable[[str], None]:
     """Prints what `up`/`down` do to a container as they do it (stopping, saving its log)."""
     return lambda line: console.print(Text.assemble(("note:", "bold"), " ", line),
                                       highlight=False, soft_wrap=True)
+
+
+def status_json(result: StatusResult) -> str:
+    """`status --json`: {"servers": [{name, profile, variant, image, patch_sha256, uptime,
+    readiness, verdict, health, restarts, last_exit, crash_loop}, ...]}."""
+    return json.dumps(dataclasses.asdict(result), indent=2)
 
 
 def status_table(result: StatusResult) -> Table:
