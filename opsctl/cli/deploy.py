@@ -298,7 +298,8 @@ def logs(
 @host_app.command("p2p")
 def host_p2p() -> None:
     """Whether GPU P2P across the root complex is reported OK here, and whether
-    NCCL_P2P_LEVEL=SYS (container.nccl_p2p_level) is advisable (exit 4 without nvidia-smi)."""
+    NCCL_P2P_LEVEL=SYS (container.nccl_p2p_level) is advisable (exit 7, host not ready, as
+    `doctor`, when nvidia-smi is missing or cannot read the topology)."""
     from opsctl.deploy import hostcheck, view
 
     console.print(view.host_p2p_text(hostcheck.check_p2p()), highlight=False, soft_wrap=True,
