@@ -141,6 +141,36 @@ def test_bad_variant_overlay_names_the_variant_field(tmp_path: Path) -> None:
     assert "variants.bf16kv.server.kv_cache_dtyp" in err.value.message
 
 
+def test_every_problem_is_listed_at_once_with_a_did_you_mean(tmp_path: Path) -> None:
+    text = (_sim_text().replace("  tp_size: 8", "  tp_size: 8\n  max_runing_requests: 4")
+            .replace("  mem_fraction_static: 0.85", "  mem_fraction_static: lots"))
+    path = _write(tmp_path, text)
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path))
+    found = err.value.details
+    assert len(found) == 2 and "(and 1 more problem(s) in the profile, listed above)" in \
+        err.value.message
+    typo = next(line for line in found if "max_runing_requests" in line)
+    assert typo.startswith(f"{path}:{_line_of(text, 'max_runing_requests')}: "
+                           "server.max_runing_requests: ")
+    assert typo.endswith("did you mean 'max_running_requests'?")
+    assert any("server.mem_fraction_static" in line for line in found)
+
+
+def test_every_variants_overlay_problem_is_listed_at_once(tmp_path: Path) -> None:
+    data = yaml.safe_load(_sim_text())
+    data["variants"]["baseline"]["server"] = {"kv_cache_dtyp": "bf16"}
+    data["variants"]["bf16kv"]["server"] = {"mem_fraction_statc": 0.8}
+    path = _write(tmp_path, yaml.safe_dump(data))
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path))
+    found = err.value.details
+    assert any("variants.baseline.server.kv_cache_dtyp" in line
+               and "did you mean 'kv_cache_dtype'?" in line for line in found), found
+    assert any("variants.bf16kv.server.mem_fraction_statc" in line
+               and "did you mean 'mem_fraction_static'?" in line for line in found), found
+
+
 def test_flag_unknown_to_pinned_sglang_is_refused(tmp_path: Path) -> None:
     text = _sim_text().replace("  watchdog_timeout: 1800",
                                "  watchdog_timeout: 1800\n  extra_args: [--no-such-flag]")
