@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 PROJECT_DIR_ENV = "OPSCTL_PROJECT_DIR"
+STATE_DIR_ENV = "OPSCTL_STATE_DIR"
 # The project's data, as paths relative to the project root: what a wheel carries under
 # opsctl/_data/ (the same relative paths there), and what marks a checkout.
 PACKAGED = ("deploy", "docker", "monitoring", "patches", "tests/fixtures/glm5")
@@ -113,3 +115,14 @@ def require_checkout(what: str, option: str | None = None) -> None:
             f"({project_root()})",
             hint=f"run it from a checkout of opsctl (or set {PROJECT_DIR_ENV} to one){alternative}",
         )
+
+
+def default_state_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    """Where opsctl keeps this host's state, the one truth every reader asks (verdicts, locks,
+    trust records, the monitoring stack's config): $OPSCTL_STATE_DIR, else $XDG_STATE_HOME/opsctl
+    (when absolute, as the spec requires), else ~/.local/state/opsctl."""
+    if environ.get(STATE_DIR_ENV):
+        return Path(environ[STATE_DIR_ENV])
+    xdg = environ.get("XDG_STATE_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state"
+    return base / "opsctl"
