@@ -48,6 +48,20 @@ def test_golden_docker_run(profile: str, variant: str) -> None:
     _golden(f"{profile}.{variant}.docker-run", shlex.join(spec.docker_run_argv()) + "\n")
 
 
+def test_the_jit_cache_volume_is_keyed_by_the_image() -> None:
+    """Kernels one image's flashinfer/triton compiled never reach another image's server."""
+    deployment = load_profile("glm5-nvfp4-rtx6000").resolve("baseline")
+
+    def volume(image: str) -> str:
+        (mount,) = [m for m in run_spec(deployment, image).mounts if m.kind == "volume"]
+        assert mount.target == "/root/.cache"
+        return mount.source
+
+    old, new = volume("opsctl/sglang-glm5:aaaa"), volume("opsctl/sglang-glm5:bbbb")
+    assert old != new and old == volume("opsctl/sglang-glm5:aaaa")
+    assert old.startswith("opsctl-jit-cache-") and len(old) == len("opsctl-jit-cache-") + 12
+
+
 def test_variants_are_overlays_not_copies() -> None:
     profile = load_profile("glm5-nvfp4-rtx6000")
     base, patched, bf16 = (profile.resolve(v) for v in ("baseline", "gathercast", "bf16kv"))
