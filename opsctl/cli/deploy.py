@@ -58,7 +58,12 @@ def profile_resolve(
 ) -> None:
     """Run the pinned sglang's own ServerArgs resolution offline (CPU, real wheel) and print
     what /server_info will say on the box: backends, KV dtype and row, page size, CUDA graphs,
-    MoE runner, speculative settings and every setting the profile left to sglang."""
+    MoE runner, speculative settings and every setting the profile left to sglang.
+
+    The first run downloads what it needs, each announced first: the release's wheel into the
+    wheel cache ($OPSCTL_WHEEL_CACHE), its side environment (the transformers it pins) from
+    PyPI and, when opsctl's environment has no torch (pipx, uv tool), the CPU torch from
+    PyTorch's CPU index; all cached under the wheel cache's resolve/."""
     from opsctl.config import resolve
     from opsctl.config.profiles import load_profile
     from opsctl.core.errors import UsageError
@@ -83,7 +88,8 @@ def profile_resolve(
 
     for deployment in deployments:
         gpu_for(deployment)  # option errors before the wheel is touched
-    result = deploy_app.profile_resolve(deployments, gpu_for, model_config, write_records)
+    result = deploy_app.profile_resolve(deployments, gpu_for, model_config, write_records,
+                                        on_note=view.note(err_console))
     console.print(view.resolve_text(result), highlight=False, soft_wrap=True, markup=False)
     if not write_records:
         resolve.raise_on_refusal(result.resolved)

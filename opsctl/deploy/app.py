@@ -389,16 +389,17 @@ class ResolveResult:
 
 def profile_resolve(deployments: list[Deployment], gpu_for: Callable[[Deployment], GpuReport],
                     model_config: Path | None = None, write_records: bool = False,
-                    runner: Runner | None = None) -> ResolveResult:
+                    runner: Runner | None = None, on_note: Note = _quiet) -> ResolveResult:
     """The pinned releases' own resolution of each deployment (opsctl.config.resolve).
 
     With `write_records`, every record is written (atomically) and records of these profiles'
     variants that no longer exist are removed. Without, a variant the release refuses is an
-    error (exit 2) after its record is returned for printing.
+    error (exit 2) after its record is returned for printing. What it downloads first (the
+    release's wheel, its side environment, a CPU torch) is announced through `on_note`.
     """
     if write_records:
         require_checkout("profile resolve --write-records")
-    resolved = resolve.resolve(deployments, gpu_for, model_config, runner)
+    resolved = resolve.resolve(deployments, gpu_for, model_config, runner, on_note)
     if write_records:
         profiles = sorted({d.profile.name for d in deployments})
         return ResolveResult(resolved, resolve.write(resolved, stale_from=profiles))
