@@ -31,7 +31,7 @@ from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.errors import LaunchError, OpsctlError, UsageError, is_ctrl_c
 from opsctl.core.files import check_output_path
 from opsctl.core.paths import require_checkout
-from opsctl.core.redact import redact_stream
+from opsctl.core.redact import redact, redact_stream
 from opsctl.deploy import ownership, readiness
 from opsctl.deploy.custody import CLEANUP_GRACE_SECONDS as CLEANUP_GRACE_SECONDS
 from opsctl.deploy.custody import Custody, Note, RunRecord, after_cleanup
@@ -185,6 +185,7 @@ def _start(launch: Launch, deployment: Deployment, spec: RunSpec, run: RunRecord
         launch, started.id, url, deployment.profile.model.served_name,
         timeout_seconds=timeout_seconds or settings.timeout_seconds,
         poll_seconds=settings.poll_interval_seconds, on_progress=on_progress,
+        secrets=named_secrets(spec.labels)[0],  # sglang logs its arguments, --api-key's too
     )
     container = launch.engine.inspect(started.id)
     verdict = _judge(launch, deployment, container, url, checkpoint)
@@ -244,6 +245,7 @@ def _wait_ready(
     timeout_seconds: float,
     poll_seconds: float,
     on_progress: Callable[[Progress], None],
+    secrets: list[str],
 ) -> float:
     engine = launch.engine
 
@@ -261,7 +263,8 @@ def _wait_ready(
         nonlocal phase
         lines = readiness.log_lines(engine.logs(container_id, tail=_PHASE_LOG_TAIL))
         phase = readiness.startup_phase("\n".join(lines)) or phase
-        on_progress(Progress(state, elapsed, lines[-1][-160:] if lines else "", phase))
+        last = redact(lines[-1], *secrets)[-160:] if lines else ""
+        on_progress(Progress(state, elapsed, last, phase))
 
     deadline = launch.clock.monotonic() + timeout_seconds
 

@@ -137,3 +137,23 @@ def test_up_progress_prints_its_lines_on_a_console_that_is_not_a_terminal() -> N
         "sim/gathercast   1m04s  listening, warming up (/health_generate answered 503)",
         "sim/gathercast   1m06s  healthy and serving glm-5",
     ]
+
+
+def test_the_reported_log_line_never_shows_the_servers_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """sglang logs its arguments, --api-key's value too; `up` prints the last log line piped."""
+    secret = "sk-first-hour-sentinel-0042"
+    monkeypatch.setenv("FIRST_HOUR_KEY", secret)
+    server = PROFILE.server.model_copy(update={"api_key_env": "FIRST_HOUR_KEY"})
+    profile = PROFILE.model_copy(update={"server": server})
+    engine, seen = FakeEngine(images={IMAGE: {labels.PATCH_SHA256: "abc"}}), []
+
+    def log_the_key(engine: FakeEngine, count: int) -> None:
+        (container,) = engine.containers.values()
+        container.log.append(f"[t] server_args=ServerArgs(api_key='{secret}', port=30000)")
+
+    launch = Launch(engine=engine, image_for=lambda _: IMAGE, verify=None, state=None,
+                    http=FakeSglang(profile.model.served_name, ["refused", "ready"]).client,
+                    clock=FakeClock())
+    app.up(profile.resolve("gathercast"), launch,
+           on_progress=lambda progress: (seen.append(progress), log_the_key(engine, len(seen))))
+    assert "server_args" in seen[-1].last_log_line and secret not in seen[-1].last_log_line
