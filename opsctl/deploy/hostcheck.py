@@ -180,7 +180,8 @@ def _count(path: Path) -> int:
 
 def check_p2p(*, which: Callable[[str], str | None] = shutil.which, run: Run = _run,
               read: Callable[[Path], str] = _read, count: Callable[[Path], int] = _count) -> HostP2pReport:
-    """Read the topology, P2P status, IOMMU and ACS state; HostNotReady (exit 7) without nvidia-smi."""
+    """Read the topology, P2P status, IOMMU and ACS state; HostNotReady (exit 7) without
+    nvidia-smi."""
     smi = which("nvidia-smi")
     if smi is None:
         raise HostNotReady("nvidia-smi not found: this host's GPU topology cannot be read",

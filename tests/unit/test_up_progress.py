@@ -128,7 +128,8 @@ def test_up_progress_prints_its_lines_on_a_console_that_is_not_a_terminal() -> N
         report(_progress(0))
         report(_progress(2, "loading weights"))
         report(_progress(4, "loading weights"))
-        report(_progress(64, "listening, warming up", Phase.WARMING, "/health_generate answered 503"))
+        report(_progress(64, "listening, warming up", Phase.WARMING,
+                         "/health_generate answered 503"))
         report(_progress(66, "warmed up", Phase.READY, "healthy and serving glm-5"))
     printed = out.getvalue().splitlines()
     assert printed == [
