@@ -90,7 +90,8 @@ log "installing opsctl into .venv"
 .venv/bin/pip install -q -e '.[dev,plot,lmeval]'
 # The kernel's CPU tests run it in Triton's interpreter: torch 2.13.0 is the CPU build this
 # machine kind carries as a local file; triton 3.6.0 is the release the GPU side is tested with.
-.venv/bin/pip install -q torch==2.13.0 triton==3.6.0
+# The torch pin is opsctl's own (argspec/resolution.TORCH_CPU: what `profile resolve` runs with).
+.venv/bin/pip install -q "$(.venv/bin/python -c 'from opsctl.argspec.resolution import TORCH_CPU; print(TORCH_CPU)')" triton==3.6.0
 # A real OpenAI-compatible server that is not sglang, for the component tests of smoke and bench
 # (`transformers serve` on a tiny model the tests build), and bench's local tokenizers.
 .venv/bin/pip install -q 'transformers[serving]==5.24.0' tokenizers==0.23.3

@@ -4,11 +4,14 @@ The wheel comes from the wheel cache (opsctl.core.wheels) and is unpacked once u
 `<cache>/resolve/`; beside it, a side environment of real packages is installed once by pip
 (`--target`): the transformers (and tokenizers) the wheel's METADATA pins with `==`, the
 parser probe's PROBE_DEPENDENCIES, pillow (sglang registers image processors at import) and
-torch's pure-Python dependencies. torch itself is the CPU build of opsctl's own environment
-(scripts/setup.sh installs torch==2.13.0), linked in: sglang 0.5.23 pins torch 2.14.1, whose only
-PyPI build is the ~1 GB CUDA one; resolution only needs torch's dtypes and `torch.cuda`'s
-device queries, which `resolve_probe.py` answers with the GPU it is told to report. Every
-record says so (`TORCH_CHOICE`).
+torch's pure-Python dependencies. torch itself is a CPU build (TORCH_CPU): opsctl's own when its
+environment has one (scripts/setup.sh installs it into a checkout's .venv), linked in; else (an
+installed opsctl: pipx, uv tool) pip installs it once beside the side environment from PyTorch's
+CPU index, and says so first. sglang 0.5.23 pins torch 2.14.1, whose only PyPI build is the ~1 GB
+CUDA one; resolution only needs torch's dtypes and `torch.cuda`'s device queries, which
+`resolve_probe.py` answers with the GPU it is told to report. Every record says so
+(`TORCH_CHOICE`). Whatever is downloaded (the sglang wheel, the side environment, torch) is
+announced through `on_note` before pip starts.
 
 Everything here is bounded: pip and the probe run under timeouts, caches appear whole (built
 beside, renamed into place) or not at all.
@@ -25,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +64,16 @@ TORCH_CHOICE = (
     "queries and torch.version.cuda are faked (see `faked`); the pinned CUDA build is not "
     "installable on a CPU machine and nothing in the resolution runs a kernel"
 )
+# The CPU torch resolution runs with (scripts/setup.sh installs this pin into .venv too), and
+# where pip finds it when opsctl's environment has none: torch's Linux builds on PyPI are CUDA
+# ones, PyTorch's own CPU index serves the CPU build.
+TORCH_CPU = "torch==2.13.0"
+TORCH_CPU_SOURCE = ("--index-url", "https://download.pytorch.org/whl/cpu")
+Note = Callable[[str], None]
+
+
+def _quiet(line: str) -> None:
+    """The default `on_note`: say nothing."""
 
 
 @dataclass(frozen=True)
@@ -85,20 +99,23 @@ class Probed:
 
 
 def resolve_argvs(version: str, argvs: list[list[str]], gpu: GpuReport,
-                  wheel_dir: Path | None = None) -> Probed:
+                  wheel_dir: Path | None = None, on_note: Note = _quiet) -> Probed:
     """sglang `version`'s resolution of each argv (without the entrypoint; `--model-path DIR`
-    first) reporting `gpu`, in one subprocess: `dump["results"]` is in argv order."""
+    first) reporting `gpu`, in one subprocess: `dump["results"]` is in argv order. What is not
+    cached yet is downloaded, each download announced through `on_note` first."""
     if not sglang_version_ok(version):
         raise UsageError(f"{version!r} is not a sglang version", hint="e.g. 0.5.23")
     cache = wheel_dir or wheels.cache_dir()
-    wheel = extract.ensure_wheel(
-        version, cache, extract.recorded_wheel_name(_spec_record(version)))
-    wheel_sha = _sha256(wheel)
     root = cache / "resolve"
+    torch_dir = torch_environment(root, on_note)  # first: no download is wasted without it
+    recorded = extract.recorded_wheel_name(_spec_record(version))
+    if not _wheel_cached(version, cache, recorded):
+        on_note(f"downloading sglang {version}'s wheel from PyPI into {cache} (once)")
+    wheel = extract.ensure_wheel(version, cache, recorded)
+    wheel_sha = _sha256(wheel)
     source = _unpacked(wheel, root / f"sglang-{version}-{wheel_sha[:16]}")
     pins = extract.pinned_versions(source, version)
-    env_dir = side_environment(pins, root, cache)
-    torch_dir = _torch_links(root)
+    env_dir = side_environment(pins, root, cache, on_note)
     with tempfile.TemporaryDirectory(prefix="opsctl-resolve-") as tmp:
         request = Path(tmp) / "request.json"
         request.write_text(json.dumps({
@@ -108,6 +125,12 @@ def resolve_argvs(version: str, argvs: list[list[str]], gpu: GpuReport,
         dump = _run_probe(request, Path(tmp))
     return Probed(dump=dump, wheel=wheel.name, wheel_sha256=wheel_sha, pins=pins,
                   side_packages=installed(env_dir))
+
+
+def _wheel_cached(version: str, cache: Path, recorded: str | None) -> bool:
+    if recorded and (cache / recorded).is_file():
+        return True
+    return wheels.find(cache, "sglang", version) is not None
 
 
 def sglang_version_ok(version: str) -> bool:
@@ -133,7 +156,8 @@ def side_requirements(pins: dict[str, str]) -> list[str]:
     return [*own, *SIDE_PACKAGES]
 
 
-def side_environment(pins: dict[str, str], root: Path, cache: Path) -> Path:
+def side_environment(pins: dict[str, str], root: Path, cache: Path,
+                     on_note: Note = _quiet) -> Path:
     """The side environment for these pins, installed by pip once (cached, whole or absent)."""
     requirements = side_requirements(pins)
     key = hashlib.sha256(json.dumps(
@@ -141,29 +165,62 @@ def side_environment(pins: dict[str, str], root: Path, cache: Path) -> Path:
     target = root / f"env-{key[:16]}"
     if (target / ".complete").is_file():
         return target
+    on_note(f"installing the resolution environment ({', '.join(requirements[:2])} and "
+            f"{len(requirements) - 2} more, from PyPI) into {target} (once)")
+    hint = f"check that PyPI is reachable; the side environment installs {' '.join(requirements)}"
+    return _pip_install(target, ["--find-links", str(cache)], requirements, hint,
+                        constraints=SIDE_CONSTRAINTS)
+
+
+def torch_environment(root: Path, on_note: Note = _quiet,
+                      source: tuple[str, ...] = TORCH_CPU_SOURCE) -> Path:
+    """A directory holding torch for the probe: opsctl's own, linked, when its environment has
+    one; else TORCH_CPU installed by pip once (from `source`, PyTorch's CPU index), announced
+    first."""
+    try:
+        dist = importlib.metadata.distribution("torch")
+    except importlib.metadata.PackageNotFoundError:
+        key = hashlib.sha256(json.dumps([TORCH_CPU, source, sys.version_info[:2]]).encode())
+        target = root / f"torch-cpu-{key.hexdigest()[:12]}"
+        if (target / ".complete").is_file():
+            return target
+        on_note(f"opsctl's environment has no torch: installing the CPU build ({TORCH_CPU}, "
+                f"{' '.join(source)}) into {target} (once; resolution needs only its dtypes and "
+                "device queries)")
+        hint = f"check that pip reaches {source[-1]}, or install {TORCH_CPU} (the CPU build) " \
+               "into opsctl's environment"
+        return _pip_install(target, [*source, "--no-deps"], [TORCH_CPU], hint)
+    return _torch_links(root, dist)
+
+
+def _pip_install(target: Path, options: list[str], requirements: list[str], hint: str,
+                 constraints: tuple[str, ...] = ()) -> Path:
+    """`pip install --target` into a stage beside `target`, renamed into place when whole
+    (marked by `.complete`); BuildError with `hint` when pip fails or times out."""
+    root = target.parent
     root.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=".env-", dir=root))
-    constraints = stage.with_name(stage.name + ".constraints.txt")
-    constraints.write_text("\n".join(SIDE_CONSTRAINTS) + "\n")
+    pinned = stage.with_name(stage.name + ".constraints.txt")
+    pinned.write_text("".join(f"{line}\n" for line in constraints))
     command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-               "--only-binary=:all:", "--target", str(stage), "--find-links", str(cache),
-               "--constraint", str(constraints), *requirements]
-    hint = f"check that PyPI is reachable; the side environment installs {' '.join(requirements)}"
+               "--only-binary=:all:", "--target", str(stage), *options,
+               "--constraint", str(pinned), *requirements]
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S,
                                 check=False)
         if result.returncode != 0:
             last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise BuildError(f"pip could not install the resolution environment: {last}",
-                             hint=hint)
+            raise BuildError(f"pip could not install {' '.join(requirements[:2])}"
+                             f"{' ...' if len(requirements) > 2 else ''} for the resolution: "
+                             f"{last}", hint=hint)
         (stage / ".complete").write_text(json.dumps(requirements) + "\n")
         _replace_dir(stage, target)
     except subprocess.TimeoutExpired:
-        raise BuildError("pip timed out installing the resolution environment", hint=hint
-                         ) from None
+        raise BuildError(f"pip timed out installing {' '.join(requirements[:2])} for the "
+                         "resolution", hint=hint) from None
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-        constraints.unlink(missing_ok=True)
+        pinned.unlink(missing_ok=True)
     return target
 
 
@@ -176,13 +233,8 @@ def installed(env_dir: Path) -> list[str]:
     return found
 
 
-def _torch_links(root: Path) -> Path:
+def _torch_links(root: Path, dist: importlib.metadata.Distribution) -> Path:
     """A directory linking opsctl's own CPU torch (its packages and dist-info)."""
-    try:
-        dist = importlib.metadata.distribution("torch")
-    except importlib.metadata.PackageNotFoundError:
-        raise BuildError("torch is not installed in opsctl's environment",
-                         hint="run scripts/setup.sh (it installs the CPU torch)") from None
     site = Path(str(dist.locate_file(""))).resolve()
     info = Path(str(dist._path)).name  # type: ignore[attr-defined]
     names = [n for n in (*TORCH_TOP_LEVELS, info) if (site / n).exists()]

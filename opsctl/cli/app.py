@@ -28,15 +28,39 @@ EXIT_CODES_HELP = exit_codes_help()
 
 
 
-def command_group(help: str) -> typer.Typer:  # noqa: A002 - typer's own keyword
+# `-h` is `--help` everywhere (click passes the setting down to every sub-command's context).
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+
+
+def command_group(help: str, *, completion: bool = False) -> typer.Typer:  # noqa: A002
     """A typer app or sub-command group with opsctl's one help style: click's plain formatting
     (paragraphs wrapped, no rich markup interpreted in help text: it is printed literally, as
-    everything opsctl prints), no shell-completion commands, no rich tracebacks."""
-    return typer.Typer(help=help, no_args_is_help=True, add_completion=False,
-                       pretty_exceptions_enable=False, rich_markup_mode=None)
+    everything opsctl prints), `-h` as `--help`, no rich tracebacks; typer's own
+    shell-completion options (--install-completion, --show-completion) on the root only."""
+    return typer.Typer(help=help, no_args_is_help=True, add_completion=completion,
+                       pretty_exceptions_enable=False, rich_markup_mode=None,
+                       context_settings=HELP_OPTIONS)
 
 
-app = command_group("Deploy GLM-5-NVFP4 with sglang on one 8x RTX PRO 6000 host.\n\n" + EXIT_CODES_HELP)
+app = command_group("Deploy GLM-5-NVFP4 with sglang on one 8x RTX PRO 6000 host.\n\n"
+                    + EXIT_CODES_HELP, completion=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from opsctl import __version__
+
+        console.print(f"opsctl {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option(
+        "--version", help="Print opsctl's version and exit.", is_eager=True,
+        callback=_print_version)] = False,
+) -> None:
+    """Deploy GLM-5-NVFP4 with sglang on one 8x RTX PRO 6000 host."""
 
 # Piped output (CI logs, scripts) keeps whole table cells instead of rich's 80-column default.
 # Both print through core.redact: no secret reaches the terminal, whatever a view forgot.

@@ -69,7 +69,12 @@ def profile_resolve(
 ) -> None:
     """Run the pinned sglang's own ServerArgs resolution offline (CPU, real wheel) and print
     what /server_info will say on the box: backends, KV dtype and row, page size, CUDA graphs,
-    MoE runner, speculative settings and every setting the profile left to sglang."""
+    MoE runner, speculative settings and every setting the profile left to sglang.
+
+    The first run downloads what it needs, each announced first: the release's wheel into the
+    wheel cache ($OPSCTL_WHEEL_CACHE), its side environment (the transformers it pins) from
+    PyPI and, when opsctl's environment has no torch (pipx, uv tool), the CPU torch from
+    PyTorch's CPU index; all cached under the wheel cache's resolve/."""
     from opsctl.config import resolve
     from opsctl.config.profiles import load_profile
     from opsctl.core.errors import UsageError
@@ -94,7 +99,8 @@ def profile_resolve(
 
     for deployment in deployments:
         gpu_for(deployment)  # option errors before the wheel is touched
-    result = deploy_app.profile_resolve(deployments, gpu_for, model_config, write_records)
+    result = deploy_app.profile_resolve(deployments, gpu_for, model_config, write_records,
+                                        on_note=view.note(err_console))
     console.print(view.resolve_text(result), highlight=False, soft_wrap=True, markup=False)
     if not write_records:
         resolve.raise_on_refusal(result.resolved)
@@ -177,6 +183,10 @@ def up(
 ) -> None:
     """Launch the profile's server (a variant), wait until it truly serves, and verify that it
     resolved what the profile says (a mismatch removes it: exit 4).
+
+    While it waits it prints a line per start-up phase that the server's log announces (weights
+    loading, KV cache, CUDA graphs capturing, listening, warmed up) with the time since start,
+    and a "still ..." line at least every 30 s, on a terminal or not (piped, nohup, systemd).
 
     First, in seconds, the preflight: a throwaway container of the variant's image (no network,
     no GPU, the checkpoint mounted read-only) loads config.json and the tokenizer with the
@@ -262,7 +272,11 @@ def down(
 
 
 @app.command()
-def status() -> None:
+def status(
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print the deployments as one JSON object ({\"servers\": [...]}, the "
+        "table's columns as keys) instead of the table.")] = False,
+) -> None:
     """Show opsctl's deployments: profile, variant, image, patch sha, uptime, readiness, the
     health check, restarts by the restart policy (a crash loop says so), the last exit, and
     `up`'s verdict (verified / MISMATCH: fields / not verified)."""
@@ -271,7 +285,11 @@ def status() -> None:
     from opsctl.deploy import view
 
     root = Root()
-    console.print(view.status_table(deploy_app.status(root.engine, state=root.state)))
+    result = deploy_app.status(root.engine, state=root.state)
+    if as_json:
+        console.print(view.status_json(result), highlight=False, soft_wrap=True)
+        return
+    console.print(view.status_table(result))
 
 
 @app.command()
@@ -297,7 +315,8 @@ def logs(
 @host_app.command("p2p")
 def host_p2p() -> None:
     """Whether GPU P2P across the root complex is reported OK here, and whether
-    NCCL_P2P_LEVEL=SYS (container.nccl_p2p_level) is advisable (exit 4 without nvidia-smi)."""
+    NCCL_P2P_LEVEL=SYS (container.nccl_p2p_level) is advisable (exit 7, host not ready, as
+    `doctor`, when nvidia-smi is missing or cannot read the topology)."""
     from opsctl.deploy import hostcheck, view
 
     console.print(view.host_p2p_text(hostcheck.check_p2p()), highlight=False, soft_wrap=True,

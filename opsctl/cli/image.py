@@ -24,7 +24,8 @@ app.add_typer(patch_app, name="patch")
 def sglang_args_extract(
     version: Annotated[str, typer.Option("--version", help="sglang release, e.g. 0.5.23.")],
     wheel_dir: Annotated[Path | None, typer.Option(
-        "--wheel-dir", help="Wheel cache (default $OPSCTL_WHEEL_CACHE or /var/cache/opsctl-wheels).")] = None,
+        "--wheel-dir", help="Wheel cache (default $OPSCTL_WHEEL_CACHE, else "
+        "/var/cache/opsctl-wheels for root, ~/.cache/opsctl-wheels for a user).")] = None,
     output: Annotated[Path | None, typer.Option(
         "--output", help="Write here instead of patches/sglang/<version>/cli-args.json.")] = None,
 ) -> None:
@@ -39,7 +40,8 @@ def sglang_args_extract(
 def sglang_args_stack(
     version: Annotated[str, typer.Option("--version", help="sglang release, e.g. 0.5.23.")],
     wheel_dir: Annotated[Path | None, typer.Option(
-        "--wheel-dir", help="Wheel cache (default $OPSCTL_WHEEL_CACHE or /var/cache/opsctl-wheels).")] = None,
+        "--wheel-dir", help="Wheel cache (default $OPSCTL_WHEEL_CACHE, else "
+        "/var/cache/opsctl-wheels for root, ~/.cache/opsctl-wheels for a user).")] = None,
     output: Annotated[Path | None, typer.Option(
         "--output", help="Write here instead of patches/sglang/<version>/stack.json.")] = None,
 ) -> None:

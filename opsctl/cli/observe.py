@@ -45,7 +45,8 @@ def monitor_up(
     profile: ProfileOpt = None,
     config_dir: Annotated[str | None, typer.Option(
         "--config-dir", help="Where the rendered config goes (default: "
-        "$XDG_STATE_HOME/opsctl/monitoring).", callback=non_empty)] = None,
+        "<state dir>/monitoring: $OPSCTL_STATE_DIR, else $XDG_STATE_HOME/opsctl, else "
+        "~/.local/state/opsctl).", callback=non_empty)] = None,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Render the config and print the docker run commands; start nothing."
     )] = False,
@@ -76,7 +77,7 @@ def monitor_compose(
     profile: ProfileOpt = None,
     config_dir: Annotated[str | None, typer.Option(
         "--config-dir", help="Folder to write the config, secrets and compose.yaml into "
-        "(default: $XDG_STATE_HOME/opsctl/monitoring, as `monitor up`).", callback=non_empty)] = None,
+        "(default: <state dir>/monitoring, as `monitor up`).", callback=non_empty)] = None,
     receivers: Annotated[str | None, typer.Option(
         "--receivers", help="Alertmanager receivers file (default: the checkout's "
         "monitoring/alertmanager/receivers.yml).")] = None,

@@ -234,7 +234,9 @@ class ContainerSettings(StrictModel):
     shm_size: str | None = Field(None, description="Docker size, e.g. 32g (with ipc_host: false).")
     memlock_unlimited: bool = True
     stack_bytes: int | None = 67_108_864
-    cache_volume: str | None = Field("opsctl-jit-cache", description="Named volume for JIT caches.")
+    cache_volume: str | None = Field(
+        "opsctl-jit-cache", description="Named volume for JIT caches, one per image: the name "
+        "gets the image reference's key appended (opsctl-jit-cache-<12 hex>).")
     cache_mount: str = "/root/.cache"
     publish_address: str = Field("127.0.0.1", description="IP address the port is published on.")
     host_port: int = Field(30000, ge=1, le=65535)

@@ -12,12 +12,14 @@ aliases, a recursive alias, or aliases that would expand the document past 100,0
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from opsctl.core.errors import ProfileError
 from opsctl.core.files import open_regular
@@ -29,6 +31,7 @@ MAX_DEPTH = 64
 MAX_ALIASES = 64
 MAX_NODES = 100_000
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+SCHEMA_HINT = "`opsctl profile schema` prints the schema"
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -181,12 +184,60 @@ def where(path: Path, loc: tuple, lines: Lines) -> str:
     return f"{path}:{line}" if line else str(path)
 
 
-def schema_error(path: Path, lines: Lines, exc: ValidationError, prefix: tuple) -> ProfileError:
-    """pydantic's first complaint as `file:line: field.path: reason`."""
-    first = exc.errors()[0]
-    loc = (*prefix, *first["loc"])
-    field = ".".join(str(part) for part in loc) or "(top level)"
-    return ProfileError(
-        f"{where(path, loc, lines)}: {field}: {first['msg']}",
-        hint=f"{len(exc.errors())} problem(s) here; `opsctl profile schema` prints the schema",
-    )
+def schema_problems(path: Path, lines: Lines, exc: ValidationError, prefix: tuple,
+                    model: type[BaseModel]) -> list[ProfileError]:
+    """Every complaint of pydantic's about `model` (validated at `prefix` of the file), each as
+    `file:line: field.path: reason`; a key the model does not know names the one it most likely
+    meant ("did you mean 'max_running_requests'?", by difflib)."""
+    problems = []
+    for error in exc.errors():
+        loc = (*prefix, *error["loc"])
+        field = ".".join(str(part) for part in loc) or "(top level)"
+        text = f"{where(path, loc, lines)}: {field}: {error['msg']}"
+        if error["type"] == "extra_forbidden" and error["loc"]:
+            guess = difflib.get_close_matches(str(error["loc"][-1]),
+                                              known_keys(model, error["loc"][:-1]), n=1)
+            text += f"; did you mean {guess[0]!r}?" if guess else ""
+        problems.append(ProfileError(text, hint=SCHEMA_HINT))
+    return problems
+
+
+def all_at_once(problems: list[ProfileError]) -> ProfileError:
+    """One error for every problem found: the first as its message, all of them (each with its
+    hint) listed above it when there are several."""
+    first = problems[0]
+    if len(problems) == 1:
+        return first
+    listed = [problem.message + (f" (hint: {problem.hint})"
+                                 if problem.hint and problem.hint != first.hint else "")
+              for problem in problems]
+    return ProfileError(f"{first.message} (and {len(problems) - 1} more problem(s) in the "
+                        "profile, listed above)", hint=first.hint, details=listed)
+
+
+def known_keys(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The keys a mapping at `loc` inside `model` may hold (its model's fields), [] when `loc`
+    is not a model's place."""
+    current: list[Any] = [model]
+    for part in loc:
+        current = [step for annotation in current for step in _inside(annotation, part)]
+    return sorted({name for annotation in current for found in _models(annotation)
+                   for name in found.model_fields})
+
+
+def _inside(annotation: Any, part: Any) -> list[Any]:
+    """What sits at `part` of a value of `annotation`: a model's field, else (a list index, a
+    mapping's key, a union's member) the type's arguments."""
+    fields = [found.model_fields[part].annotation for found in _models(annotation)
+              if isinstance(part, str) and part in found.model_fields]
+    return fields or list(get_args(annotation))
+
+
+def _models(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation names (itself, or inside an Optional or a union)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    origin = get_origin(annotation)
+    if origin is Union or origin is UnionType:
+        return [found for arg in get_args(annotation) for found in _models(arg)]
+    return []

@@ -41,7 +41,14 @@ from opsctl.config.profile_models import (
     StrictModel,
     Variant,
 )
-from opsctl.config.profile_yaml import Lines, parse_yaml, read_profile, schema_error, where
+from opsctl.config.profile_yaml import (
+    Lines,
+    all_at_once,
+    parse_yaml,
+    read_profile,
+    schema_problems,
+    where,
+)
 from opsctl.config.sloconfig import Slo
 from opsctl.config.support import variant_support_problem
 from opsctl.core.errors import ProfileError, UsageError
@@ -300,21 +307,39 @@ def release_findings(deployment: Deployment) -> releases.Findings:
 
 
 def load_profile(name_or_path: str | None = None) -> Profile:
+    """The profile, checked whole: every problem found is in the one ProfileError raised (the
+    schema's first; then each variant's overlays and what its release says of it)."""
     path = profile_path(name_or_path)
     data, lines = parse_yaml(path, read_profile(path))
     try:
         profile = Profile.model_validate(data)
     except ValidationError as exc:
-        raise schema_error(path, lines, exc, prefix=()) from None
+        raise all_at_once(schema_problems(path, lines, exc, (), Profile)) from None
+    problems: list[ProfileError] = []
     for name in profile.variants:
-        for part, overlay in (("image", profile.variant_image), ("server", profile.variant_server)):
+        found = _overlay_problems(profile, name, path, lines)
+        if not found:
             try:
-                overlay(name)
-            except ValidationError as exc:
-                raise schema_error(path, lines, exc, prefix=("variants", name, part)) from None
-        _check_variant(profile.resolve(name), path, lines)
+                _check_variant(profile.resolve(name), path, lines)
+            except ProfileError as exc:
+                found = [exc]
+        problems += found
+    if problems:
+        raise all_at_once(problems)
     profile._source = path.resolve()
     return profile
+
+
+def _overlay_problems(profile: Profile, name: str, path: Path, lines: Lines) -> list[ProfileError]:
+    """What is wrong with the variant's image and server overlays, each a schema problem."""
+    problems = []
+    for part, overlay, model in (("image", profile.variant_image, ImageSpec),
+                                 ("server", profile.variant_server, ServerSettings)):
+        try:
+            overlay(name)
+        except ValidationError as exc:
+            problems += schema_problems(path, lines, exc, ("variants", name, part), model)
+    return problems
 
 
 def _check_variant(deployment: Deployment, path: Path, lines: Lines) -> None:

@@ -158,13 +158,15 @@ def record_path(deployment: Deployment) -> Path:
 
 
 def resolve(deployments: Iterable[Deployment], gpu: Callable[[Deployment], GpuReport],
-            model_config: Path | None = None,
-            runner: Runner | None = None) -> list[Resolved]:
-    """Each deployment's record, in order: one probe per (release, GPU)."""
+            model_config: Path | None = None, runner: Runner | None = None,
+            on_note: resolution.Note = lambda line: None) -> list[Resolved]:
+    """Each deployment's record, in order: one probe per (release, GPU). What the probe needs
+    and is not cached (wheel, side environment, CPU torch) is announced by `on_note`, then
+    downloaded."""
     config_path = model_config or project_root() / FIXTURE
     check_model_config(config_path)
     run = runner or (lambda version, argvs, report: resolution.resolve_argvs(
-        version, argvs, report))
+        version, argvs, report, on_note=on_note))
     items = [(d, check_argv(d)[len(d.server.entrypoint):], gpu(d)) for d in deployments]
     results: dict[int, Resolved] = {}
     with tempfile.TemporaryDirectory(prefix="opsctl-model-") as tmp:

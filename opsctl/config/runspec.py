@@ -22,6 +22,7 @@ sglang and the simulator images; no curl assumed), never through a proxy.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping
 
@@ -92,6 +93,13 @@ def deployment_labels(deployment: Deployment, image: str, image_labels: dict[str
     }
 
 
+def cache_volume(base: str, image: str) -> str:
+    """The JIT-cache volume of one image: `base` keyed by its reference (12 hex digits of its
+    sha256), so kernels one image's flashinfer/triton compiled are never loaded by another's
+    (opsctl's own tags are content hashes: a rebuilt image gets a fresh cache)."""
+    return f"{base}-{hashlib.sha256(image.encode()).hexdigest()[:12]}"
+
+
 def secret_env_names(deployment: Deployment) -> list[str]:
     """The host variables whose values the server is given (names only, each once)."""
     server, container = deployment.server, deployment.profile.container
@@ -114,7 +122,8 @@ def run_spec(deployment: Deployment, image: str, image_labels: dict[str, str] | 
         mounts.append(Mount(source=deployment.model.host_path, target=deployment.model.container_path,
                             read_only=True))
     if container.cache_volume:
-        mounts.append(Mount(source=container.cache_volume, target=container.cache_mount, kind="volume"))
+        mounts.append(Mount(source=cache_volume(container.cache_volume, image),
+                            target=container.cache_mount, kind="volume"))
     ulimits: dict[str, tuple[int, int]] = {}
     if container.memlock_unlimited:
         ulimits["memlock"] = (-1, -1)

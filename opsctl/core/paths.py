@@ -42,15 +42,6 @@ RELEASES_DIR = "patches/sglang"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # .../opsctl
 
 
-def default_state_dir(environ: Mapping[str, str] = os.environ) -> Path:
-    """Where host state lives (locks, verdicts, fetched datasets): $OPSCTL_STATE_DIR, else
-    $XDG_STATE_HOME/opsctl (when absolute, as the spec requires), else ~/.local/state/opsctl."""
-    if environ.get(STATE_DIR_ENV):
-        return Path(environ[STATE_DIR_ENV])
-    xdg = environ.get("XDG_STATE_HOME", "")
-    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state"
-    return base / "opsctl"
-
 CHECKOUT = "checkout"
 PROJECT_COPY = "project dir"
 INSTALLED = "installed package"
@@ -125,3 +116,14 @@ def require_checkout(what: str, option: str | None = None) -> None:
             f"({project_root()})",
             hint=f"run it from a checkout of opsctl (or set {PROJECT_DIR_ENV} to one){alternative}",
         )
+
+
+def default_state_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    """Where opsctl keeps this host's state, the one truth every reader asks (verdicts, locks,
+    trust records, the monitoring stack's config, fetched datasets): $OPSCTL_STATE_DIR, else
+    $XDG_STATE_HOME/opsctl (when absolute, as the spec requires), else ~/.local/state/opsctl."""
+    if environ.get(STATE_DIR_ENV):
+        return Path(environ[STATE_DIR_ENV])
+    xdg = environ.get("XDG_STATE_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state"
+    return base / "opsctl"

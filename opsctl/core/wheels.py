@@ -2,7 +2,8 @@
 
 Image builds have no network, patch checks and the parser extraction need the real upstream
 files, so wheels are `pip download --no-deps`ed on the host into one cache directory
-($OPSCTL_WHEEL_CACHE, default /var/cache/opsctl-wheels) and reused from there.
+($OPSCTL_WHEEL_CACHE, default /var/cache/opsctl-wheels for root, a user's ~/.cache/opsctl-wheels)
+and reused from there.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from opsctl.core.errors import BuildError
@@ -24,8 +26,18 @@ WHEEL_NAME = re.compile(
 )
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get(WHEEL_CACHE_ENV) or DEFAULT_WHEEL_CACHE)
+def cache_dir(environ: Mapping[str, str] = os.environ, root: bool | None = None) -> Path:
+    """$OPSCTL_WHEEL_CACHE, else the host's cache (/var/cache/opsctl-wheels) for root, else the
+    user's ($XDG_CACHE_HOME/opsctl-wheels when absolute, else ~/.cache/opsctl-wheels): an
+    installed opsctl run by a user (pipx, uv tool) cannot write under /var/cache."""
+    if environ.get(WHEEL_CACHE_ENV):
+        return Path(environ[WHEEL_CACHE_ENV])
+    as_root = os.geteuid() == 0 if root is None else root
+    if as_root:
+        return DEFAULT_WHEEL_CACHE
+    xdg = environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "opsctl-wheels"
 
 
 def find(cache: Path, name: str, version: str) -> Path | None:

@@ -31,7 +31,7 @@ from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.errors import LaunchError, OpsctlError, UsageError, is_ctrl_c
 from opsctl.core.files import check_output_path
 from opsctl.core.paths import require_checkout
-from opsctl.core.redact import redact_stream
+from opsctl.core.redact import redact, redact_stream
 from opsctl.deploy import ownership, readiness
 from opsctl.deploy.custody import CLEANUP_GRACE_SECONDS as CLEANUP_GRACE_SECONDS
 from opsctl.deploy.custody import Custody, Note, RunRecord, after_cleanup
@@ -53,6 +53,8 @@ HttpFactory = Callable[[], httpx.Client]
 # (deployment, its base URL, the container's log) -> what the server resolved vs the profile.
 Verifier = Callable[[Deployment, str, str], VerifyResult]
 _ALIVE = {"created", "running"}
+# The log lines each readiness report reads for the start-up phase (and the last line).
+_PHASE_LOG_TAIL = 200
 
 
 def _quiet(line: str) -> None:
@@ -61,11 +63,13 @@ def _quiet(line: str) -> None:
 
 @dataclass(frozen=True)
 class Progress:
-    """One readiness poll of `up`: the phase, the time since start, the server's last log line."""
+    """One readiness report of `up`: the probe's phase, the time since start, the server's last
+    log line and the start-up phase its log announced last ("" before the first)."""
 
     probe: readiness.Probe
     elapsed_seconds: float
     last_log_line: str
+    server_phase: str = ""
 
 
 @dataclass(frozen=True)
@@ -181,6 +185,7 @@ def _start(launch: Launch, deployment: Deployment, spec: RunSpec, run: RunRecord
         launch, started.id, url, deployment.model.served_name,
         timeout_seconds=timeout_seconds or settings.timeout_seconds,
         poll_seconds=settings.poll_interval_seconds, on_progress=on_progress,
+        secrets=named_secrets(spec.labels)[0],  # sglang logs its arguments, --api-key's too
     )
     container = launch.engine.inspect(started.id)
     verdict = _judge(launch, deployment, container, url, checkpoint)
@@ -240,6 +245,7 @@ def _wait_ready(
     timeout_seconds: float,
     poll_seconds: float,
     on_progress: Callable[[Progress], None],
+    secrets: list[str],
 ) -> float:
     engine = launch.engine
 
@@ -251,8 +257,14 @@ def _wait_ready(
         code = info.exit_code if info.exit_code is not None else info.last_exit_code
         return readiness.Exited(exit_code=code, log=engine.logs(container_id, tail=200))
 
+    phase = ""  # kept when its line has scrolled out of the tail read
+
     def progress(state: readiness.Probe, elapsed: float) -> None:
-        on_progress(Progress(state, elapsed, _last_log_line(engine, container_id)))
+        nonlocal phase
+        lines = readiness.log_lines(engine.logs(container_id, tail=_PHASE_LOG_TAIL))
+        phase = readiness.startup_phase("\n".join(lines)) or phase
+        last = redact(lines[-1], *secrets)[-160:] if lines else ""
+        on_progress(Progress(state, elapsed, last, phase))
 
     deadline = launch.clock.monotonic() + timeout_seconds
 
@@ -266,11 +278,6 @@ def _wait_ready(
             timeout_seconds=timeout_seconds, poll_seconds=poll_seconds, clock=launch.clock,
             on_progress=progress, cleanup="",  # the cleanup appends what became of it
         )
-
-
-def _last_log_line(engine: Engine, container_id: str) -> str:
-    lines = [line for line in engine.logs(container_id, tail=5).splitlines() if line.strip()]
-    return lines[-1][-160:] if lines else ""
 
 
 def dry_run(deployment: Deployment, image_for: ImageFor, preflight: bool = True) -> DryRun:
@@ -385,16 +392,17 @@ class ResolveResult:
 
 def profile_resolve(deployments: list[Deployment], gpu_for: Callable[[Deployment], GpuReport],
                     model_config: Path | None = None, write_records: bool = False,
-                    runner: Runner | None = None) -> ResolveResult:
+                    runner: Runner | None = None, on_note: Note = _quiet) -> ResolveResult:
     """The pinned releases' own resolution of each deployment (opsctl.config.resolve).
 
     With `write_records`, every record is written (atomically) and records of these profiles'
     variants that no longer exist are removed. Without, a variant the release refuses is an
-    error (exit 2) after its record is returned for printing.
+    error (exit 2) after its record is returned for printing. What it downloads first (the
+    release's wheel, its side environment, a CPU torch) is announced through `on_note`.
     """
     if write_records:
         require_checkout("profile resolve --write-records")
-    resolved = resolve.resolve(deployments, gpu_for, model_config, runner)
+    resolved = resolve.resolve(deployments, gpu_for, model_config, runner, on_note)
     if write_records:
         profiles = sorted({d.profile.name for d in deployments})
         return ResolveResult(resolved, resolve.write(resolved, stale_from=profiles))

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from opsctl.core.errors import LaunchError, OpsctlError
+from opsctl.core.errors import HostNotReady, OpsctlError
 from opsctl.core.files import read_bounded
 from opsctl.core.tools import Run, last_line
 from opsctl.core.tools import run_tool as _run
@@ -182,24 +182,25 @@ def _count(path: Path) -> int:
 
 def check_p2p(*, which: Callable[[str], str | None] = shutil.which, run: Run = _run,
               read: Callable[[Path], str] = _read, count: Callable[[Path], int] = _count) -> HostP2pReport:
-    """Read the topology, P2P status, IOMMU and ACS state; LaunchError (exit 4) without nvidia-smi."""
+    """Read the topology, P2P status, IOMMU and ACS state; HostNotReady (exit 7) without
+    nvidia-smi."""
     smi = which("nvidia-smi")
     if smi is None:
-        raise LaunchError("nvidia-smi not found: this host's GPU topology cannot be read",
+        raise HostNotReady("nvidia-smi not found: this host's GPU topology cannot be read",
                           hint="run `opsctl host p2p` on the GPU host, where the NVIDIA driver "
                           "installs nvidia-smi")
     outputs = []
     for args in (["topo", "-m"], ["topo", "-p2p", "r"]):
         code, text = run([smi, *args])
         if code != 0:
-            raise LaunchError(f"nvidia-smi {' '.join(args)} failed (exit {code}): "
-                              f"{last_line(text)}",
+            raise HostNotReady(f"nvidia-smi {' '.join(args)} failed (exit {code}): "
+                                f"{last_line(text)}",
                               hint="check the driver with `nvidia-smi`")
         outputs.append(text)
     topology, p2p = parse_matrix(outputs[0]), parse_matrix(outputs[1])
     if not topology:
         # An empty or unrecognised matrix is not "0 GPUs, no problem": nothing was learnt.
-        raise LaunchError("nvidia-smi topo -m listed no GPU pairs: the topology could not be read",
+        raise HostNotReady("nvidia-smi topo -m listed no GPU pairs: the topology could not be read",
                           hint="run `nvidia-smi topo -m` on the host and check the driver")
     lspci = which("lspci")
     acs = parse_acs(run([lspci, "-vvv"])[1] if lspci else None)

@@ -11,6 +11,11 @@ sglang's `--api-key` guards /v1/models but not /health*, so the probe sends the 
 A 401/403 from /v1/models even with the key is final (a wrong key does not heal by waiting).
 Every answer is read under opsctl's byte cap and within the probe's timeout in total (connect,
 headers and body: a server sending one header line a second cannot hold a probe longer).
+
+Never silent: the wait reports at least every REPORT_EVERY_SECONDS (a long poll interval is slept
+in ticks, each followed by a report), and `startup_phase` reads which start-up phase the server's
+own log announces (weights loading, CUDA graphs capturing, warming up), so a piped `up` prints a
+line per phase and a "still ..." line when a phase lasts.
 """
 
 from __future__ import annotations
@@ -37,6 +42,57 @@ _RECOGNISABLE = re.compile(
     r"ambiguous option|Traceback|Error:|RuntimeError|AssertionError|Killed",
     re.IGNORECASE,
 )
+
+
+# Never more than this between two reports of a wait (the heartbeat of `up`'s progress lines).
+REPORT_EVERY_SECONDS = 30.0
+# The longest sleep between two reports: a long poll interval is slept in ticks of this.
+TICK_SECONDS = 5.0
+# A lasting phase is reported again after this much silence: a report can come a tick and a whole
+# probe later, and the next line must still come within REPORT_EVERY_SECONDS.
+HEARTBEAT_SECONDS = REPORT_EVERY_SECONDS - TICK_SECONDS - PROBE_TIMEOUT_SECONDS
+
+# sglang's start-up phases, each as the line its log opens it with, matched anywhere in a line
+# (a rank prefix such as "TP0" may precede it). Read in the pinned releases' wheels (paths under
+# sglang/srt/) and seen in a real 0.5.15 server's log (bench/results/sglang_h200/server-glm5.log,
+# lines 22, 27, 29, 31, 35, 42 and 52); the simulator (opsctl/sim/server.py) prints the same.
+STARTUP_PHASES: tuple[tuple[re.Pattern[str], str], ...] = (
+    # 0.5.23 model_executor/model_runner.py:1274; 0.5.9 model_executor/model_runner.py:899
+    (re.compile(r"Load weight begin\."), "loading weights"),
+    # 0.5.23 model_executor/model_runner.py:1373 and
+    # model_executor/model_runner_components/startup_weight_load.py:538;
+    # 0.5.9 model_executor/model_runner.py:1041
+    (re.compile(r"Load weight end\."), "weights loaded, allocating the KV cache"),
+    # 0.5.23 mem_cache/kv_cache_configurator.py:499;
+    # 0.5.9 model_executor/model_runner_kv_cache_mixin.py:745
+    (re.compile(r"Memory pool end\."), "KV cache allocated"),
+    # 0.5.23 model_executor/model_runner_components/cuda_graph_setup.py:685 and :759 ("Capture
+    # target decode CUDA graph begin."), speculative/eagle_worker_v2.py:515 (draft);
+    # 0.5.9 model_executor/model_runner.py:2147 ("Capture cuda graph begin.")
+    (re.compile(r"Capture .*graph begin", re.IGNORECASE), "capturing CUDA graphs"),
+    # 0.5.23 cuda_graph_setup.py:696 and :788; 0.5.9 model_runner.py:2161
+    (re.compile(r"Capture .*graph end", re.IGNORECASE), "CUDA graphs captured"),
+    # uvicorn's own start line as sglang's logging prints it (server-glm5.log:42); 0.5.23 logs
+    # the same words itself with SO_REUSEPORT workers (entrypoints/http_server.py:3072)
+    (re.compile(r"Uvicorn running on"), "listening, warming up"),
+    # 0.5.23 entrypoints/http_server.py:2600; 0.5.9 entrypoints/http_server.py:1836
+    (re.compile(r"The server is fired up and ready to roll!"), "warmed up"),
+)
+
+
+def startup_phase(log: str) -> str | None:
+    """The start-up phase the log's last phase line announces (STARTUP_PHASES), None when the
+    log holds none."""
+    for line in reversed(log_lines(log)):
+        for pattern, phase in STARTUP_PHASES:
+            if pattern.search(line):
+                return phase
+    return None
+
+
+def log_lines(log: str) -> list[str]:
+    """The log's non-blank lines; a progress bar's carriage returns end a line too (tqdm's)."""
+    return [line for line in re.split(r"[\r\n]", log) if line.strip()]
 
 
 class Phase(enum.StrEnum):
@@ -138,6 +194,10 @@ def wait_ready(
 ) -> float:
     """Poll `check` until READY; returns the seconds it took.
 
+    `on_progress` is called after each probe and, while a poll interval longer than TICK_SECONDS
+    is slept, after each tick with the last probe's state (so a caller can report within
+    REPORT_EVERY_SECONDS whatever the interval).
+
     LaunchError when the server exits first (`exited` returns its state) or time runs out; the
     caller removes what it started, and `cleanup` ("container removed") says so in the message.
     A KeyboardInterrupt from `on_progress` or the clock's sleep propagates unchanged.
@@ -162,7 +222,17 @@ def wait_ready(
                 f"{state.detail}){after}",
                 hint=timeout_hint,
             )
-        clock.sleep(poll_seconds)
+        _sleep_in_ticks(clock, poll_seconds, started, state, on_progress)
+
+
+def _sleep_in_ticks(clock: Clock, seconds: float, started: float, state: Probe,
+                    on_progress: Callable[[Probe, float], None]) -> None:
+    """Sleep `seconds` in pieces of at most TICK_SECONDS, reporting `state` between two."""
+    while seconds > TICK_SECONDS:
+        clock.sleep(TICK_SECONDS)
+        seconds -= TICK_SECONDS
+        on_progress(state, clock.monotonic() - started)
+    clock.sleep(seconds)
 
 
 def _died_while_loading(gone: Exited, after: str) -> LaunchError:

@@ -5,6 +5,7 @@ module of opsctl/deploy/ that knows about rich.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from collections.abc import Callable, Iterator
@@ -30,7 +31,7 @@ from opsctl.deploy.app import (
 )
 from opsctl.deploy.hostcheck import HostP2pReport
 from opsctl.deploy.logsave import LOGS_DIR
-from opsctl.deploy.readiness import Phase
+from opsctl.deploy.readiness import HEARTBEAT_SECONDS, Phase
 
 
 def _variant_lines(summary: VariantSummary, indent: str = "") -> list[str]:
@@ -102,8 +103,11 @@ def _healing_lines(plan: DryRun) -> list[str]:
 
 @contextmanager
 def up_progress(console: Console, deployment: Deployment) -> Iterator[Callable[[Progress], None]]:
-    """A transient live line while `up` waits; yields the callback that updates it."""
+    """While `up` waits: a line per start-up phase and, while one lasts, a "still" line at least
+    every readiness.REPORT_EVERY_SECONDS, on a terminal or not (piped, under nohup or systemd);
+    on a terminal also a transient live line below them. Yields the callback that reports."""
     header = f"{deployment.profile.name}/{deployment.variant}"
+    lines = PhaseLines(header)
 
     def render(progress: Progress) -> Text:
         state = progress.probe
@@ -115,7 +119,54 @@ def up_progress(console: Console, deployment: Deployment) -> Iterator[Callable[[
         return text
 
     with Live(Text(f"{header} starting"), console=console, transient=True, refresh_per_second=4) as live:
-        yield lambda progress: live.update(render(progress))
+        def report(progress: Progress) -> None:
+            line = lines.line(progress)
+            if line is not None:
+                live.console.print(Text(line), highlight=False, soft_wrap=True)
+            live.update(render(progress))
+
+        yield report
+
+
+class PhaseLines:
+    """Which of `up`'s readiness reports print a line, and the line: a new phase at once, a
+    lasting one again after readiness.HEARTBEAT_SECONDS of silence (the reports come at least
+    every readiness.TICK_SECONDS plus one probe, so lines are never further apart than
+    readiness.REPORT_EVERY_SECONDS)."""
+
+    def __init__(self, header: str) -> None:
+        self._header = header
+        self._shown: str | None = None
+        self._at = 0.0
+
+    def line(self, progress: Progress) -> str | None:
+        phase, elapsed = _phase_words(progress), progress.elapsed_seconds
+        still = phase == self._shown
+        if still and elapsed - self._at < HEARTBEAT_SECONDS:
+            return None
+        self._shown, self._at = phase, elapsed
+        state = progress.probe
+        text = f"{self._header} {_minutes(elapsed)}  {'still ' if still else ''}{phase}"
+        if state.phase is not Phase.READY:
+            text += f" ({state.detail})"
+        if still and progress.last_log_line:
+            text += f"; log: {progress.last_log_line[-120:]}"
+        return text
+
+
+def _phase_words(progress: Progress) -> str:
+    """The phase in words: the probe's when ready, else the server log's, else the probe's."""
+    state = progress.probe
+    if state.phase is Phase.READY:
+        return state.detail
+    if progress.server_phase:
+        return progress.server_phase
+    return "starting" if state.phase is Phase.LOADING else "warming up"
+
+
+def _minutes(seconds: float) -> str:
+    whole = int(seconds)
+    return f"{whole // 60:3d}m{whole % 60:02d}s"
 
 
 def print_up(console: Console, result: UpResult) -> None:
@@ -144,6 +195,12 @@ def note(console: Console) -> Callable[[str], None]:
     """Prints what `up`/`down` do to a container as they do it (stopping, saving its log)."""
     return lambda line: console.print(Text.assemble(("note:", "bold"), " ", line),
                                       highlight=False, soft_wrap=True)
+
+
+def status_json(result: StatusResult) -> str:
+    """`status --json`: {"servers": [{name, profile, variant, image, patch_sha256, uptime,
+    readiness, verdict, health, restarts, last_exit, crash_loop}, ...]}."""
+    return json.dumps(dataclasses.asdict(result), indent=2)
 
 
 def status_table(result: StatusResult) -> Table:

@@ -30,7 +30,7 @@ import yaml
 from opsctl.core import labels as keys
 from opsctl.core.errors import LaunchError
 from opsctl.core.files import atomic_write_text
-from opsctl.core.paths import project_root
+from opsctl.core.paths import default_state_dir, project_root
 from opsctl.engine.api import Engine, Mount, RunSpec
 from opsctl.observe import alertmanager, compose, dashboard, gpu, promconfig
 from opsctl.observe.promnames import SloRule, slo_rules
@@ -184,8 +184,8 @@ def compose_for(profile: Profile) -> str:
 
 
 def default_config_dir() -> Path:
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "opsctl" / "monitoring"
+    """<the state directory>/monitoring (core.paths.default_state_dir: $OPSCTL_STATE_DIR first)."""
+    return default_state_dir() / "monitoring"
 
 
 def _labels(component: str, profile: str) -> dict[str, str]:

@@ -4,7 +4,10 @@ Log lines imitate sglang's format (``[%Y-%m-%d %H:%M:%S] message``, ``configure_
 its key messages, verified in the 0.5.23 source: "The server is fired up and ready to roll!"
 (http_server.py ``_wait_and_warmup``), "Scheduler hit an exception: ..." (scheduler.py),
 "Received sigquit from a child process. It usually means the child failed." (engine.py) and
-"SIGTERM received. ... Draining requests and shutting down..." (tokenizer_manager.py).
+"SIGTERM received. ... Draining requests and shutting down..." (tokenizer_manager.py). The start-up
+phase lines (weights, memory pool, CUDA graph capture, uvicorn, ready) are the ones `up` reports
+from a real server's log: opsctl.deploy.readiness.STARTUP_PHASES, which cites where sglang
+prints each.
 """
 
 from __future__ import annotations
@@ -128,6 +131,9 @@ async def serve(args: SimArgs, behaviour: Behaviour, release: str = DEFAULT_RELE
     if await _sleep_or_stop(behaviour.load_seconds, stop):
         return 0
     log.info("Load weight end. (simulated)")
+    log.info("Memory pool end. (simulated)")
+    log.info("Capture target decode CUDA graph begin. (simulated)")
+    log.info("Capture target decode CUDA graph end. (simulated)")
     view = ServerView(args, release, read_model_config(args.model_path))
     _announce_patch(view)
 

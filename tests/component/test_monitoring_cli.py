@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -40,6 +41,20 @@ def test_monitor_up_dry_run_renders_config_and_prints_the_containers(tmp_path: P
     assert (tmp_path / "alertmanager" / "alertmanager.yml").is_file()
     assert (tmp_path / "grafana" / "dashboards" / "decode-latency.json").is_file()
     assert not (tmp_path / "grafana-admin-password").exists()  # a dry run creates no secret
+
+
+def test_monitor_up_dry_run_writes_under_the_state_dir_opsctl_state_dir_names(
+        tmp_path: Path) -> None:
+    """The one state directory (core.paths.default_state_dir): $OPSCTL_STATE_DIR wins over
+    $XDG_STATE_HOME, for the monitoring config as for verdicts and locks."""
+    state, xdg = tmp_path / "state", tmp_path / "xdg"
+    result = subprocess.run(
+        [sys.executable, "-m", "opsctl", "monitor", "up", "--dry-run", "--profile", "sim"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "OPSCTL_STATE_DIR": str(state), "XDG_STATE_HOME": str(xdg)})
+    assert result.returncode == 0, result.stderr
+    assert (state / "monitoring" / "prometheus" / "rules" / "alerts.yml").is_file()
+    assert not xdg.exists()
 
 
 def test_monitor_up_dry_run_of_the_gpu_profile_adds_dcgm_exporter_on_its_gpus(

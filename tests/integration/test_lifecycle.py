@@ -92,6 +92,19 @@ def test_up_status_down_on_the_simulator(opsctl, sim_image: str, profile_factory
     assert containers_of(client, name) == []
 
 
+def test_piped_up_prints_a_line_per_start_up_phase(opsctl, sim_image: str,
+                                                  profile_factory) -> None:
+    """Never silent (issue 33): piped, `up` prints the phases the server's log announces."""
+    path, _, _ = profile_factory(env={"OPSCTL_SIM_LOAD_SECONDS": "3",
+                                      "OPSCTL_SIM_WARMUP_SECONDS": "2"})
+    up = opsctl("up", "--profile", str(path), "--variant", "baseline", "--image", sim_image)
+    assert up.returncode == 0, up.stderr
+    for phase in ("loading weights (port closed)", "listening, warming up (",
+                  "healthy and serving glm-5"):
+        assert phase in up.stdout, up.stdout
+    opsctl("down", "--profile", str(path))
+
+
 def test_replace_swaps_the_variant(opsctl, sim_image: str, profile_factory, client) -> None:
     path, name, _ = profile_factory()
     assert opsctl("up", "--profile", str(path), "--variant", "baseline", "--image", sim_image).returncode == 0

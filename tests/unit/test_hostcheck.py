@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from opsctl.core.errors import EXIT_LAUNCH, LaunchError
+from opsctl.core.errors import EXIT_HOST, HostNotReady
 from opsctl.deploy import hostcheck
 from opsctl.deploy.hostcheck import Acs, check_p2p, iommu_state, parse_acs, parse_matrix, verdict
 from opsctl.deploy.view import host_p2p_text
@@ -154,15 +154,15 @@ def test_check_reads_every_source_and_says_sys_is_advisable() -> None:
 
 def test_without_nvidia_smi_it_says_so_and_exits_4() -> None:
     host = FakeHost(smi=False)
-    with pytest.raises(LaunchError, match="nvidia-smi not found") as info:
+    with pytest.raises(HostNotReady, match="nvidia-smi not found") as info:
         check_p2p(which=host.which, run=host.run, read=host.read, count=host.count)
-    assert info.value.exit_code == EXIT_LAUNCH and "GPU host" in info.value.hint
+    assert info.value.exit_code == EXIT_HOST and "GPU host" in info.value.hint
     assert host.calls == []
 
 
 def test_a_failing_nvidia_smi_is_reported_with_its_last_line() -> None:
     host = FakeHost(topo_code=9)
-    with pytest.raises(LaunchError, match=rf"topo -m failed \(exit 9\): {MISMATCH}"):
+    with pytest.raises(HostNotReady, match=rf"topo -m failed \(exit 9\): {MISMATCH}"):
         check_p2p(which=host.which, run=host.run, read=host.read, count=host.count)
 
 
@@ -173,7 +173,7 @@ def test_an_empty_topology_is_an_error_not_zero_gpus() -> None:
     def empty_topo(argv: list[str]) -> tuple[int, str]:
         return (0, "\n") if argv[1:] == ["topo", "-m"] else real_run(argv)
 
-    with pytest.raises(LaunchError, match="listed no GPU pairs"):
+    with pytest.raises(HostNotReady, match="listed no GPU pairs"):
         check_p2p(which=host.which, run=empty_topo, read=host.read, count=host.count)
 
 

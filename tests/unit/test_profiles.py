@@ -48,6 +48,20 @@ def test_golden_docker_run(profile: str, variant: str) -> None:
     _golden(f"{profile}.{variant}.docker-run", shlex.join(spec.docker_run_argv()) + "\n")
 
 
+def test_the_jit_cache_volume_is_keyed_by_the_image() -> None:
+    """Kernels one image's flashinfer/triton compiled never reach another image's server."""
+    deployment = load_profile("glm5-nvfp4-rtx6000").resolve("baseline")
+
+    def volume(image: str) -> str:
+        (mount,) = [m for m in run_spec(deployment, image).mounts if m.kind == "volume"]
+        assert mount.target == "/root/.cache"
+        return mount.source
+
+    old, new = volume("opsctl/sglang-glm5:aaaa"), volume("opsctl/sglang-glm5:bbbb")
+    assert old != new and old == volume("opsctl/sglang-glm5:aaaa")
+    assert old.startswith("opsctl-jit-cache-") and len(old) == len("opsctl-jit-cache-") + 12
+
+
 def test_variants_are_overlays_not_copies() -> None:
     profile = load_profile("glm5-nvfp4-rtx6000")
     base, patched, bf16 = (profile.resolve(v) for v in ("baseline", "gathercast", "bf16kv"))
@@ -139,6 +153,36 @@ def test_bad_variant_overlay_names_the_variant_field(tmp_path: Path) -> None:
     with pytest.raises(ProfileError) as err:
         load_profile(str(path))
     assert "variants.bf16kv.server.kv_cache_dtyp" in err.value.message
+
+
+def test_every_problem_is_listed_at_once_with_a_did_you_mean(tmp_path: Path) -> None:
+    text = (_sim_text().replace("  tp_size: 8", "  tp_size: 8\n  max_runing_requests: 4")
+            .replace("  mem_fraction_static: 0.85", "  mem_fraction_static: lots"))
+    path = _write(tmp_path, text)
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path))
+    found = err.value.details
+    assert len(found) == 2 and "(and 1 more problem(s) in the profile, listed above)" in \
+        err.value.message
+    typo = next(line for line in found if "max_runing_requests" in line)
+    assert typo.startswith(f"{path}:{_line_of(text, 'max_runing_requests')}: "
+                           "server.max_runing_requests: ")
+    assert typo.endswith("did you mean 'max_running_requests'?")
+    assert any("server.mem_fraction_static" in line for line in found)
+
+
+def test_every_variants_overlay_problem_is_listed_at_once(tmp_path: Path) -> None:
+    data = yaml.safe_load(_sim_text())
+    data["variants"]["baseline"]["server"] = {"kv_cache_dtyp": "bf16"}
+    data["variants"]["bf16kv"]["server"] = {"mem_fraction_statc": 0.8}
+    path = _write(tmp_path, yaml.safe_dump(data))
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path))
+    found = err.value.details
+    assert any("variants.baseline.server.kv_cache_dtyp" in line
+               and "did you mean 'kv_cache_dtype'?" in line for line in found), found
+    assert any("variants.bf16kv.server.mem_fraction_statc" in line
+               and "did you mean 'mem_fraction_static'?" in line for line in found), found
 
 
 def test_flag_unknown_to_pinned_sglang_is_refused(tmp_path: Path) -> None:

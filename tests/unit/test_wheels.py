@@ -37,6 +37,19 @@ def test_fetch_reads_the_cache_named_by_the_environment(
     assert wheels.fetch("prometheus-client", "0.26.0") == wheel
 
 
+def test_a_user_caches_wheels_in_their_own_cache_root_in_the_hosts(tmp_path: Path) -> None:
+    """An installed opsctl run by a user (pipx, uv tool) cannot write under /var/cache."""
+    home = Path.home()
+    assert wheels.cache_dir({}, root=True) == wheels.DEFAULT_WHEEL_CACHE
+    assert wheels.cache_dir({}, root=False) == home / ".cache" / "opsctl-wheels"
+    assert wheels.cache_dir({"XDG_CACHE_HOME": str(tmp_path)}, root=False) == \
+        tmp_path / "opsctl-wheels"
+    assert wheels.cache_dir({"XDG_CACHE_HOME": "relative"}, root=False) == \
+        home / ".cache" / "opsctl-wheels"
+    named = {wheels.WHEEL_CACHE_ENV: str(tmp_path)}
+    assert wheels.cache_dir(named, root=False) == wheels.cache_dir(named, root=True) == tmp_path
+
+
 def test_a_failing_download_is_one_build_error_with_the_command_to_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
