@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_doctor import Box
 
-from opsctl.core.errors import LaunchError
+from opsctl.core.errors import HostNotReady
 from opsctl.core.tools import (
     LINE_CHARS,
     MAX_LINE_CHARS,
@@ -84,7 +84,7 @@ def test_last_line_is_one_short_printable_line() -> None:
 
 def test_p2p_quotes_a_huge_failure_line_short(tmp_path: Path) -> None:
     smi = script(tmp_path, "nvidia-smi", "head -c 3000000 /dev/zero | tr '\\0' x >&2; exit 3\n")
-    with pytest.raises(LaunchError) as caught:
+    with pytest.raises(HostNotReady) as caught:
         hostcheck.check_p2p(which=lambda name: str(smi) if name == "nvidia-smi" else None)
     assert len(caught.value.message) < 400 and "exit 125" in caught.value.message
 
