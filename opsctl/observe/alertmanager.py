@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from opsctl.core.errors import ProfileError
-from opsctl.core.files import read_bounded
+from opsctl.core.files import OwnedFolder, read_bounded
 from opsctl.core.paths import project_root
 from opsctl.engine.api import Mount, RunSpec
 
@@ -165,11 +165,9 @@ def run_spec(image: str, config_dir: Path, labels: dict[str, str], grace: int) -
     )
 
 
-def ensure_secrets_dir(config_dir: Path) -> Path:
+def ensure_secrets_dir(folder: OwnedFolder) -> Path:
     """`secrets/` stays 0700 (no other host user gets in); its alertmanager/ folder is 0755
-    so that Alertmanager (uid nobody in its image) can read the files mounted from it."""
-    folder = config_dir / SECRETS_DIR
-    folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    folder.parent.chmod(0o700)
-    folder.mkdir(mode=0o755, exist_ok=True)
-    return folder
+    so that Alertmanager (uid nobody in its image) can read the files mounted from it. Each is
+    set through its own descriptor: a link at either is refused, never chmod-ed through."""
+    folder.ensure_dir(SECRETS_DIR.split("/")[0], 0o700)
+    return folder.ensure_dir(SECRETS_DIR, 0o755)
