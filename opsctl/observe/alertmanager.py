@@ -5,10 +5,14 @@ The routing is opsctl's (rendered here): alerts are grouped by alertname, profil
 and inhibition keeps one cause from paging five times (below). The receivers are the user's:
 monitoring/alertmanager/receivers.yml (Alertmanager's own `receivers:` syntax, plus `global:`
 and `templates:`), merged into alertmanager.yml at render time, because Alertmanager reads one
-file. Secrets never go into that file: it is refused when it holds a known secret field inline,
-and the examples read them from files (`api_url_file`, `auth_password_file`,
-`credentials_file`, all supported by Alertmanager 0.25) under the host's
-`<config-dir>/secrets/alertmanager/`, mounted read-only at /etc/alertmanager/secrets.
+file. Secrets never go into that file (alertmanager.yml is world-readable, for Alertmanager's
+uid): the receivers file is refused when it holds a secret inline, by field (a password, API
+key, token, bearer_token, oauth2 client_secret, sigv4 secret_key, a Slack, Discord or Teams
+webhook URL, ...) or by value (a URL with userinfo or with a secret in its query, `?token=`).
+The examples read them from files (`api_url_file`, `auth_password_file`, `credentials_file`,
+all supported by Alertmanager 0.25) under the host's `<config-dir>/secrets/alertmanager/`,
+mounted read-only at /etc/alertmanager/secrets. A YAML error names its line and column, never
+the line's text (it may be a password's).
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ from typing import Any
 
 import yaml
 
+from opsctl.config.profile_yaml import yaml_problem
 from opsctl.core.errors import ProfileError
 from opsctl.core.files import OwnedFolder, read_bounded
 from opsctl.core.paths import project_root
+from opsctl.core.redact import redact_named_values, redact_userinfo
 from opsctl.engine.api import Mount, RunSpec
 
 PORT = 9093
@@ -36,11 +42,13 @@ _ALLOWED = {"global", "receivers", "templates"}
 # webhooks, http_config.authorization.credentials_file).
 _SECRET_KEYS = {
     "auth_password", "auth_secret", "api_key", "api_secret", "routing_key", "service_key",
-    "bot_token", "credentials", "password", "token", "user_key", "smtp_auth_password",
-    "smtp_auth_secret", "slack_api_url", "opsgenie_api_key", "victorops_api_key",
-    "wechat_api_secret",
+    "bot_token", "credentials", "password", "token", "token_id", "user_key",
+    "smtp_auth_password", "smtp_auth_secret", "slack_api_url", "opsgenie_api_key",
+    "victorops_api_key", "wechat_api_secret", "telegram_api_url", "webex_api_url",
+    "bearer_token", "client_secret", "secret_key", "webhook_url",
 }
-_SLACK_URL = ("slack_configs", "api_url")
+# A field that is a secret under one parent only: (parent, field).
+_SECRET_PAIRS = {("slack_configs", "api_url"), ("tls_config", "key")}
 
 
 @dataclass(frozen=True)
@@ -73,8 +81,11 @@ def load_receivers(path: Path | None = None) -> dict[str, Any]:
     source = path or receivers_path()
     try:
         doc = yaml.safe_load(read_bounded(source, "receivers file", MAX_RECEIVERS_BYTES))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ProfileError(f"cannot read receivers file {source}: {exc}",
+    except OSError as exc:
+        raise ProfileError(f"cannot read receivers file {source}: {exc.strerror or exc}",
+                           hint="see monitoring/alertmanager/receivers.yml for the format") from None
+    except yaml.YAMLError as exc:  # its text quotes the line, which may hold a password
+        raise ProfileError(f"cannot read receivers file {source}: {yaml_problem(exc)}",
                            hint="see monitoring/alertmanager/receivers.yml for the format") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("receivers"), list):
         raise ProfileError(f"{source}: needs a `receivers:` list",
@@ -87,12 +98,20 @@ def load_receivers(path: Path | None = None) -> dict[str, Any]:
         raise ProfileError(f"{source}: no receiver named {', '.join(missing)}",
                            hint="critical alerts route to `critical`, all others to `warning`")
     for key_path, value in _walk(doc):
-        if value and (key_path[-1] in _SECRET_KEYS or key_path[-2:] == _SLACK_URL):
+        if value and _inline_secret(key_path, value):
             raise ProfileError(
                 f"{source}: {'.'.join(key_path)} holds a secret inline",
                 hint=f"use {key_path[-1]}_file (or credentials_file) pointing into "
                 f"{SECRETS_MOUNT}/, with the file under <config-dir>/{SECRETS_DIR}/")
     return doc
+
+
+def _inline_secret(key_path: tuple[str, ...], value: Any) -> bool:
+    """A secret by its field's name, or a string that carries one whatever its field: a URL
+    with userinfo, a secret-named query parameter (what `core.redact` would mask)."""
+    if key_path[-1] in _SECRET_KEYS or tuple(key_path[-2:]) in _SECRET_PAIRS:
+        return True
+    return isinstance(value, str) and redact_named_values(redact_userinfo(value)) != value
 
 
 def silent_receivers(doc: dict[str, Any]) -> list[str]:
