@@ -35,7 +35,8 @@ PORT = 9093
 MAX_RECEIVERS_BYTES = 1 << 20
 RECEIVERS = ("critical", "warning")
 CONFIG_FILE = "alertmanager/alertmanager.yml"
-SECRETS_DIR = "secrets/alertmanager"  # under the config dir; mounted at SECRETS_MOUNT
+SECRETS_ROOT = "secrets"  # under the config dir: 0700, no other host user gets in
+SECRETS_DIR = f"{SECRETS_ROOT}/alertmanager"  # mounted at SECRETS_MOUNT
 SECRETS_MOUNT = "/etc/alertmanager/secrets"
 _ALLOWED = {"global", "receivers", "templates"}
 # Fields that hold a secret in Alertmanager's configuration; each has a *_file twin (or, for
@@ -188,5 +189,5 @@ def ensure_secrets_dir(folder: OwnedFolder) -> Path:
     """`secrets/` stays 0700 (no other host user gets in); its alertmanager/ folder is 0755
     so that Alertmanager (uid nobody in its image) can read the files mounted from it. Each is
     set through its own descriptor: a link at either is refused, never chmod-ed through."""
-    folder.ensure_dir(SECRETS_DIR.split("/")[0], 0o700)
+    folder.ensure_dir(SECRETS_ROOT, 0o700)
     return folder.ensure_dir(SECRETS_DIR, 0o755)

@@ -48,7 +48,7 @@ PUSHGATEWAY_PORT = 9091
 GRAFANA_PORT = 3000
 EXPORTER_PORT = 9464
 DASHBOARD_FILE = "dashboards/decode-latency.json"
-GRAFANA_PASSWORD_FILE = "secrets/grafana-admin-password"
+GRAFANA_PASSWORD_FILE = f"{alertmanager.SECRETS_ROOT}/grafana-admin-password"
 _OLD_PASSWORD_FILE = "grafana-admin-password"  # where opsctl kept it before (mode 0600)
 GRAFANA_PASSWORD_MOUNT = "/run/secrets/grafana-admin-password"
 COMPONENTS = ("prometheus", "pushgateway", "alertmanager", "grafana", "dcgm_exporter")
@@ -275,7 +275,7 @@ def ensure_grafana_password(config_dir: Path) -> Path:
     refused (exit 2), never chmod-ed through.
     """
     folder = config_folder(config_dir)
-    folder.ensure_dir(alertmanager.SECRETS_DIR.split("/")[0], 0o700)
+    folder.ensure_dir(alertmanager.SECRETS_ROOT, 0o700)
     if folder.inspect(GRAFANA_PASSWORD_FILE) is None and folder.inspect(_OLD_PASSWORD_FILE):
         os.replace(config_dir / _OLD_PASSWORD_FILE, config_dir / GRAFANA_PASSWORD_FILE)
     return folder.keep_file(GRAFANA_PASSWORD_FILE, lambda: secrets.token_urlsafe(18) + "\n",
