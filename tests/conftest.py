@@ -73,6 +73,16 @@ def _state_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["OPSCTL_STATE_DIR"] = str(tmp_path_factory.mktemp("opsctl-state"))
 
 
+@pytest.fixture(autouse=True)
+def _forget_remembered_secrets() -> Iterator[None]:
+    """A URL's secrets `checked_base_url` remembers (core.redact.remember_url) are masked for
+    the rest of the process: one test's URL must not mask another test's text."""
+    from opsctl.core import redact
+
+    yield
+    redact._remembered.clear()
+
+
 @pytest.fixture(scope="session")
 def free_port() -> Callable[[], int]:
     return localsim.free_port

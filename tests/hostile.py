@@ -73,11 +73,19 @@ MODES = (
     "auth",             # 401 unless `Authorization: Bearer <key>` (like sglang: /health* open)
     "echo_key",         # the bearer token comes back as the model id and in generated text
     "echo_auth",        # the whole Authorization header (e.g. `Basic <base64>`) comes back, no check
+    "echo_token",       # its credential alone (`Basic ` dropped) comes back, in /model_info
+                        # too, and a /server_info holding it, a key of its own and userinfo
     "redirect",         # generation requests get 307 to `redirect_to` (another host), the rest OK
     "html_502",         # every /v1 path answers 502 with nginx's HTML page
     "markup",           # model id and error text full of rich markup
     "empty_models",     # /v1/models lists nothing
 )
+
+
+# What mode "echo_token" answers at /server_info besides the echoed credential: secrets a server
+# knows and opsctl was never given.
+FOREIGN_SERVER_INFO = {"version": "0.5.23", "api_key": "server-own-key-31337",
+                       "dist_init_addr": "tcp://root:server-pw-31337@10.0.0.1:5000"}
 
 
 @dataclass
@@ -244,6 +252,13 @@ class _Handler(socketserver.StreamRequestHandler):
         bearer = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
         if mode == "echo_auth":  # what is echoed: the header as sent, any scheme
             bearer = request.headers.get("authorization", "")
+        if mode == "echo_token":  # the credential without its scheme
+            bearer = request.headers.get("authorization", "").partition(" ")[2]
+            if path == "/server_info":
+                return self._send_json({**FOREIGN_SERVER_INFO, "served_model_name": bearer})
+            if path == "/model_info":  # verify prints it in its table
+                return self._send_json({"model_path": "/models/hostile",
+                                        "served_model_name": bearer, "tokenizer_path": None})
         if mode in ("auth", "echo_key") and not path.startswith("/health") and bearer != hostile.key:
             return self._send_json({"error": {"message": "Invalid API key"}}, 401)
         if mode == "html_502" and path.startswith("/v1/"):
@@ -270,7 +285,7 @@ class _Handler(socketserver.StreamRequestHandler):
         return self._send_json({"object": "list", "data": [{"id": self._model_id(hostile, bearer)}]})
 
     def _model_id(self, hostile: HostileServer, bearer: str) -> str:
-        if hostile.mode in ("echo_key", "echo_auth"):
+        if hostile.mode in ("echo_key", "echo_auth", "echo_token"):
             return f"model-of-{bearer}"
         if hostile.mode == "markup":
             return "[/x][bold red]model[/]"

@@ -13,6 +13,7 @@ aliases, a recursive alias, or aliases that would expand the document past 100,0
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from types import UnionType
@@ -32,6 +33,7 @@ MAX_ALIASES = 64
 MAX_NODES = 100_000
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 SCHEMA_HINT = "`opsctl profile schema` prints the schema"
+DUPLICATE_KEY = "duplicate key"  # opsctl's own problem: it names a key, never a value
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -51,7 +53,7 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None,
-                f"duplicate key {key!r} (first at line {seen[key]})",
+                f"{DUPLICATE_KEY} {key!r} (first at line {seen[key]})",
                 key_node.start_mark,
             )
         seen[key] = key_node.start_mark.line + 1
@@ -146,14 +148,34 @@ def parse_yaml(path: Path, text: str) -> tuple[Any, Lines]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
-        reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ProfileError(f"{where}: invalid YAML: {reason}", hint="fix the YAML syntax") from None
+        raise ProfileError(f"{where}: invalid YAML: {yaml_problem(exc, at=False)}",
+                           hint="fix the YAML syntax") from None
     if not isinstance(data, dict):
         raise ProfileError(f"{path}: a profile must be a YAML mapping", hint="see deploy/sim.yaml")
     lines: Lines = {}
     if node is not None:
         _index_lines(node, (), lines)
     return data, lines
+
+
+# What PyYAML quotes from the document in a problem: an alias, a tag, an anchor, a scalar
+# ('...'); kept only when it names a token class ('<scalar>') or a character or two ('\\t').
+_QUOTED = re.compile(r"'(?P<text>[^'\n]{0,200})'")
+
+
+def yaml_problem(exc: yaml.YAMLError, *, at: bool = True) -> str:
+    """What is wrong, and where (line and column), without the text of the line: PyYAML's own
+    message prints the offending line, and quotes aliases and tags from it, any of which may be
+    a password (`password: *hunter2` is "found undefined alias 'hunter2'")."""
+    problem = str(getattr(exc, "problem", None) or getattr(exc, "context", None) or "not YAML")
+    if problem.startswith(DUPLICATE_KEY):
+        return problem
+    problem = _QUOTED.sub(lambda m: m[0] if m["text"].startswith("<") or len(m["text"]) <= 2
+                          else "'...'", problem)
+    mark = getattr(exc, "problem_mark", None)
+    if not (at and mark):
+        return problem
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
 
 
 def _index_lines(node: yaml.Node, loc: tuple, lines: Lines) -> None:

@@ -9,11 +9,13 @@ writer here right before its rename.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -205,3 +207,205 @@ def read_bounded(path: Path, what: str, max_bytes: int) -> bytes:
 
 def _size(count: int) -> str:
     return f"{count >> 20} MiB" if count >= 1 << 20 and count % (1 << 20) == 0 else f"{count} bytes"
+
+
+# --- a folder opsctl owns --------------------------------------------------------------------
+
+# A file carries its writer's marker in its first this many bytes (a comment header, or a
+# JSON file's description): how a folder tells its writer's files from an operator's.
+MARKER_WINDOW = 8 * 1024
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass(frozen=True)
+class Found:
+    """A regular file of an owned folder: its sha256, and whether it carries the marker."""
+
+    sha256: str
+    marked: bool
+
+
+@dataclass(frozen=True)
+class OwnedFolder:
+    """A folder of files opsctl writes (`monitor up`'s config dir, `monitor compose`'s,
+    `render k8s --out`): every change inside it stays inside it, and touches only opsctl's files.
+
+    - No link is followed below `root`: a path whose folder, or which itself, is a symbolic
+      link is refused (UsageError, exit 2), never written, replaced, chmod-ed or deleted
+      through. Each step opens the next folder relative to the one before, with O_NOFOLLOW,
+      so a link swapped in between a check and a write is refused too. `root` itself is
+      the folder the user named, and may be a link.
+    - A file is opsctl's when it carries `marker` in its first MARKER_WINDOW bytes. Another
+      file is replaced only with `force`, and deleted never.
+    - Writes are atomic (a temporary file beside the target, renamed onto it).
+    """
+
+    root: Path
+    marker: str
+    option: str  # how the user named `root`: "--out", "--config-dir"
+
+    def inspect(self, relative: str) -> Found | None:
+        """The file at `relative` (None: no file there); UsageError for a link or a node
+        other than a regular file."""
+        with self._parent(relative, create=False) as (folder, name):
+            if folder is None:
+                return None
+            fd = self._open_file(folder, relative, name)
+            if fd is None:
+                return None
+            with os.fdopen(fd, "rb") as handle:
+                head = handle.read(MARKER_WINDOW)
+                digest = hashlib.sha256(head)
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+            return Found(digest.hexdigest(), self.marker.encode() in head)
+
+    def check_write(self, relative: str, *, force: bool = False) -> None:
+        """UsageError unless `write(relative, ..., force=force)` may go ahead."""
+        found = self.inspect(relative)
+        if found and not found.marked and not force:
+            raise UsageError(f"{self.option} {self.root}: {relative} is there and opsctl did not "
+                             f"write it (it lacks {self.marker!r})",
+                             hint="move it away or choose another folder; --force overwrites it")
+
+    def write(self, relative: str, text: str, *, force: bool = False, scrub: bool = True) -> Path:
+        """Write `text` to `relative` atomically (`atomic_write_text`'s scrub), creating its
+        folders (0755 less the umask); refused as `check_write` says."""
+        if scrub:
+            text = redact(text)
+        with self._parent(relative, create=True) as (folder, name):
+            assert folder is not None
+            self._check_replace(folder, relative, name, force)
+            tmp = f".{name}.{os.getpid()}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o666, dir_fd=folder)
+            try:
+                with os.fdopen(fd, "w") as handle:
+                    handle.write(text)
+                self._check_replace(folder, relative, name, force)
+                os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp, dir_fd=folder)
+        return self.root / relative
+
+    def delete(self, relative: str) -> None:
+        """Remove opsctl's file at `relative` (nothing there: nothing to do); a file without
+        the marker is never deleted (UsageError)."""
+        found = self.inspect(relative)
+        if found is None:
+            return
+        if not found.marked:
+            raise UsageError(f"{self.option} {self.root}: {relative} lacks {self.marker!r}: "
+                             "opsctl did not write it and never deletes it",
+                             hint="move it away yourself if it should go")
+        with self._parent(relative, create=False) as (folder, name):
+            assert folder is not None
+            os.unlink(name, dir_fd=folder)
+
+    def ensure_dir(self, relative: str, mode: int) -> Path:
+        """The folder `relative`, created when missing and set to `mode` (through its own
+        descriptor: a link there is refused, never followed)."""
+        with self._folder(_inside(relative), create=True) as folder:
+            assert folder is not None
+            os.fchmod(folder, mode)
+        return self.root / relative
+
+    def keep_file(self, relative: str, create: Callable[[], str], mode: int) -> Path:
+        """A file made once (`create()`'s text) and kept afterwards, set to `mode`: a link
+        there is refused, never chmod-ed through."""
+        with self._parent(relative, create=True) as (folder, name):
+            assert folder is not None
+            fd = self._open_file(folder, relative, name)
+            if fd is None:
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, mode, dir_fd=folder)
+                os.write(fd, create().encode())
+            try:
+                os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
+        return self.root / relative
+
+    # -- the walk ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _parent(self, relative: str, *, create: bool) -> Iterator[tuple[int | None, str]]:
+        """The descriptor of `relative`'s folder (None: missing and not created) and its name."""
+        parts = _inside(relative)
+        with self._folder(parts[:-1], create=create) as folder:
+            yield folder, parts[-1]
+
+    @contextlib.contextmanager
+    def _folder(self, parts: list[str], *, create: bool) -> Iterator[int | None]:
+        """The descriptor of the folder `parts` below `root`, each step without following a
+        link (None: missing and not created)."""
+        if create:
+            self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            folder: int | None = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            folder = None
+        try:
+            for index, part in enumerate(parts):
+                if folder is None:
+                    break
+                parent, folder = folder, None  # `_step` closes it, also when it raises
+                folder = self._step(parent, "/".join(parts[:index + 1]), part, create)
+            yield folder
+        finally:
+            if folder is not None:
+                os.close(folder)
+
+    def _step(self, folder: int, shown: str, part: str, create: bool) -> int | None:
+        """Open `part` under `folder` (closed here), never through a link."""
+        try:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=folder)
+            return os.open(part, _DIR_FLAGS, dir_fd=folder)
+        except FileNotFoundError:
+            return None
+        except OSError:
+            mode = os.stat(part, dir_fd=folder, follow_symlinks=False).st_mode
+            raise self._refused(shown, mode, "a directory") from None
+        finally:
+            os.close(folder)
+
+    def _open_file(self, folder: int, relative: str, name: str) -> int | None:
+        """A read descriptor of the regular file `name` (None: nothing there)."""
+        try:
+            mode = os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISREG(mode):
+            raise self._refused(relative, mode, "a regular file")
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=folder)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the stat
+            os.close(fd)
+            raise self._refused(relative, mode, "a regular file")
+        return fd
+
+    def _check_replace(self, folder: int, relative: str, name: str, force: bool) -> None:
+        fd = self._open_file(folder, relative, name)
+        if fd is None:
+            return
+        with os.fdopen(fd, "rb") as handle:
+            marked = self.marker.encode() in handle.read(MARKER_WINDOW)
+        if not marked and not force:
+            self.check_write(relative, force=force)  # the one wording of the refusal
+
+    def _refused(self, relative: str, mode: int, wanted: str) -> UsageError:
+        what = "a symbolic link" if stat.S_ISLNK(mode) else node_kind(mode)
+        return UsageError(f"{self.option} {self.root}: {relative} is {what}, not {wanted}; "
+                          "opsctl never writes through one",
+                          hint=f"move it away; opsctl writes {wanted}s of its own there")
+
+
+def _inside(relative: str) -> list[str]:
+    """The names of a relative path that stays inside its folder (a bug otherwise)."""
+    parts = relative.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise ValueError(f"{relative!r} is not a path inside the folder")
+    return parts

@@ -39,7 +39,7 @@ import httpx
 
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.errors import UsageError
-from opsctl.core.redact import redact_userinfo
+from opsctl.core.redact import redact_userinfo, remember_url
 
 MAX_BODY_BYTES = 8 << 20
 MAX_STREAM_BYTES = 64 << 20
@@ -170,7 +170,10 @@ def answer_json(response: httpx.Response) -> Any:
 
 
 def checked_base_url(url: str, option: str) -> str:
-    """`url` when it is an http(s) URL with a host; UsageError (exit 2) before any work starts."""
+    """`url` when it is an http(s) URL with a host; UsageError (exit 2) before any work starts.
+    Its secrets (userinfo, a `?api_key=`) are masked in everything opsctl prints or writes from
+    here on, in every form (`core.redact.remember_url`)."""
+    remember_url(url)
     try:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, ValueError) as exc:

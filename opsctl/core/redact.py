@@ -11,6 +11,15 @@ of a JSON-shaped value, which is how the report writers scrub a whole report at 
 (`RedactingStream`), core/files' atomic writers and server logs (`redact_stream`, a line at a
 time), so a path that forgets to scrub its own strings still prints and writes nothing of a
 secret.
+
+Secrets by value, in every form opsctl can know (issue 37): a secret it was given (the API
+key, the userinfo of a URL the user named, which `core.httpcap.checked_base_url` hands to
+`remember_url`) is masked raw, URL-encoded and, for `user:password`, as the base64 token httpx
+sends (`Basic` or not in front of it). Secrets it was not given are masked by where they sit:
+URL userinfo, an Authorization value, a `name=value` whose name says secret (`?api_key=`,
+`&token=`, `password=`), a JSON string under such a name (`"api_key": "..."` in a server's
+`/server_info` or error body), and access tokens by their shape. Every pattern is bounded
+(bench/redact_scaling.py): a long run of text costs linear time.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import binascii
 import codecs
 import os
 import re
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any, TypeVar
 
@@ -36,7 +46,10 @@ MIN_SECRET_CHARS = 4
 # authority, which holds no `/`, whitespace or quote.
 # The scheme is at most 32 characters: unbounded, a long run of letters (a server's output) cost
 # quadratic time (bench/results/redact_scaling.json: 32k letters 0.98 s, now 3 ms).
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,31}://)[^/\s@'\"<>]+@")
+# The userinfo runs to the authority's last `@` (a password with an unencoded `@` is masked
+# whole); `:\/\/` is the same URL inside JSON that escapes its slashes.
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,31}:(?://|\\/\\/))"
+                       r"[^/?#\s'\"<>\\]*@")
 # An Authorization value (RFC 9110 token68 after the scheme). Basic is masked only when its
 # token decodes to `user:password`, so ordinary words after "Basic" stay; a `Bearer` token
 # (as sent: capitalised) of 8 characters or more always.
@@ -51,6 +64,27 @@ SECRET_VALUE = re.compile(r"(?<![A-Za-z0-9])(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9
 
 
 _TOKEN_PREFIXES = re.compile(r"hf_|sk-|gh[pousr]_|github_pat_|AKIA|xox")
+# `name=value` (a query string, a form, a log line) and `"name": "value"` (JSON), masked when
+# the name says secret (`_secret_name`). Names are at most 64 characters, and a name starts
+# only where no name character precedes it: each character is looked at a bounded number of
+# times.
+_NAMED_VALUE = re.compile(r"(?<![A-Za-z0-9_.-])(?P<name>[A-Za-z][A-Za-z0-9_.-]{0,63})="
+                          r"(?P<value>[^&#\s'\"<>,;]+)")
+_JSON_VALUE = re.compile(r'"(?P<name>[A-Za-z][A-Za-z0-9_.-]{0,63})"[ \t]{0,8}:[ \t]{0,8}'
+                         r'"(?P<value>[^"\\\n]*(?:\\.[^"\\\n]*)*)"')
+# A name is secret when it is one of these or ends in `_` + one (`client_secret`, `HF_TOKEN`);
+# not a tokenizer's `eos_token` or a count's `max_tokens`.
+_SECRET_WORDS = ("api_key", "password", "passwd", "secret", "credential", "credentials",
+                 "access_key", "private_key", "signature", "authorization", "token",
+                 "access_token", "auth_token", "api_token", "bearer_token", "refresh_token",
+                 "id_token", "session_token", "security_token", "hf_token", "bot_token")
+_TOKEN_WORDS = tuple(word for word in _SECRET_WORDS if word.endswith("_token"))
+_GLUED_WORDS = ("apikey", "password", "passwd", "secret")  # `dbpassword`, `clientsecret` too
+_QUERY_ONLY_WORDS = ("key", "sig", "code", "auth")  # secret after `?` or `&` only
+# Text with none of these holds no secret-named value: the two patterns above are skipped.
+_NAME_HINT = re.compile(r"(?i)key|pass|secret|token|credential|signature|auth|sig=|code=")
+# Secrets opsctl was handed in this process (`remember`, `remember_url`), beside the API key.
+_remembered: dict[str, None] = {}
 
 
 def api_key_from_env() -> str | None:
@@ -68,6 +102,71 @@ def mask_secret(secret: str | None) -> str | None:
     if not secret:
         return None
     return MASK + (secret[-4:] if len(secret) >= 12 else "")
+
+
+def remember(*secrets: str | None) -> None:
+    """Mask these values (in every form `_forms` knows) in all that opsctl prints or writes
+    from now on in this process."""
+    for secret in secrets:
+        if secret and len(secret) >= MIN_SECRET_CHARS:
+            _remembered.setdefault(secret)
+
+
+def remember_url(url: str) -> None:
+    """The secrets of a URL the user named: its userinfo's password (raw and decoded), the
+    `user:password` httpx sends as a Basic token (and that token), and the values of its
+    query parameters whose names say secret."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return
+    if parts.password is not None or (parts.username and "@" in parts.netloc):
+        user = urllib.parse.unquote(parts.username or "")
+        password = urllib.parse.unquote(parts.password or "")
+        pair = f"{user}:{password}"
+        remember(parts.password, password, pair if password else user,
+                 base64.b64encode(pair.encode()).decode())
+    for name, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=False):
+        if _secret_name(name, query=True):
+            remember(value, urllib.parse.quote(value, safe=""))
+
+
+def _forms(secret: str) -> set[str]:
+    """A secret as it may appear in text: raw and URL-encoded (both encodings)."""
+    return {secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)}
+
+
+def _secret_name(name: str, *, query: bool) -> bool:
+    """Whether a parameter or field of this name holds a secret (`api_key`, `X-Auth-Token`,
+    `client_secret`, and `key`, `sig`, `code`, `auth` in a URL's query)."""
+    plain = name.lower().replace("-", "_").replace(".", "_")
+    if query and plain in _QUERY_ONLY_WORDS or plain.endswith(_GLUED_WORDS):
+        return True
+    words = _TOKEN_WORDS if plain.endswith("_token") else _SECRET_WORDS
+    return any(plain == word or plain.endswith("_" + word) for word in words)
+
+
+def redact_named_values(text: str) -> str:
+    """`?api_key=abc` -> `?api_key=****`, `"password": "pw"` -> `"password": "****"`: a value
+    under a name that says secret, in a query string, a form, a log line or JSON."""
+    if not _NAME_HINT.search(text):
+        return text
+    if "=" in text:
+        text = _NAMED_VALUE.sub(lambda m: _masked_value(
+            m, _secret_name(m["name"], query=m.start() > 0 and text[m.start() - 1] in "?&")),
+            text)
+    if '"' in text:
+        text = _JSON_VALUE.sub(lambda m: _masked_value(m, _secret_name(m["name"], query=False)),
+                               text)
+    return text
+
+
+def _masked_value(match: re.Match[str], secret: bool) -> str:
+    value = match["value"]
+    if not secret or not value or value.startswith((MASK, "$")):  # `$HF_TOKEN` names one
+        return match[0]
+    start = match.start("value") - match.start()
+    return f"{match[0][:start]}{MASK}{match[0][start + len(value):]}"
 
 
 def redact_userinfo(text: str) -> str:
@@ -93,12 +192,18 @@ def redact_credentials(text: str) -> str:
 
 
 def redact(text: str, *secrets: str | None) -> str:
-    """The text without URL userinfo, echoed HTTP credentials and any of the secrets (each
-    masked); `$OPSCTL_API_KEY` is one of the secrets whether passed or not."""
-    text = redact_userinfo(text)
-    for secret in (*secrets, api_key_from_env()):
-        if secret and len(secret) >= MIN_SECRET_CHARS and secret in text:
-            text = text.replace(secret, mask_secret(secret) or MASK)
+    """The text without URL userinfo, echoed HTTP credentials, secret-named values and any of
+    the secrets in any of their forms (each masked); `$OPSCTL_API_KEY` and the secrets
+    `remember`ed are among them whether passed or not."""
+    if "//" in text or "\\/\\/" in text:
+        text = redact_userinfo(text)
+    text = redact_named_values(text)
+    for secret in (*secrets, api_key_from_env(), *_remembered):
+        if not secret or len(secret) < MIN_SECRET_CHARS:
+            continue
+        for form in sorted(_forms(secret), key=len, reverse=True):
+            if form in text:
+                text = text.replace(form, mask_secret(form) or MASK)
     text = redact_credentials(text)  # after the key: `Bearer ****1234` keeps its last 4
     return SECRET_VALUE.sub(MASK, text) if _TOKEN_PREFIXES.search(text) else text
 

@@ -5,10 +5,14 @@ The routing is opsctl's (rendered here): alerts are grouped by alertname, profil
 and inhibition keeps one cause from paging five times (below). The receivers are the user's:
 monitoring/alertmanager/receivers.yml (Alertmanager's own `receivers:` syntax, plus `global:`
 and `templates:`), merged into alertmanager.yml at render time, because Alertmanager reads one
-file. Secrets never go into that file: it is refused when it holds a known secret field inline,
-and the examples read them from files (`api_url_file`, `auth_password_file`,
-`credentials_file`, all supported by Alertmanager 0.25) under the host's
-`<config-dir>/secrets/alertmanager/`, mounted read-only at /etc/alertmanager/secrets.
+file. Secrets never go into that file (alertmanager.yml is world-readable, for Alertmanager's
+uid): the receivers file is refused when it holds a secret inline, by field (a password, API
+key, token, bearer_token, oauth2 client_secret, sigv4 secret_key, a Slack, Discord or Teams
+webhook URL, ...) or by value (a URL with userinfo or with a secret in its query, `?token=`).
+The examples read them from files (`api_url_file`, `auth_password_file`, `credentials_file`,
+all supported by Alertmanager 0.25) under the host's `<config-dir>/secrets/alertmanager/`,
+mounted read-only at /etc/alertmanager/secrets. A YAML error names its line and column, never
+the line's text (it may be a password's).
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ from typing import Any
 
 import yaml
 
+from opsctl.config.profile_yaml import yaml_problem
 from opsctl.core.errors import ProfileError
-from opsctl.core.files import read_bounded
+from opsctl.core.files import OwnedFolder, read_bounded
 from opsctl.core.paths import project_root
+from opsctl.core.redact import redact_named_values, redact_userinfo
 from opsctl.core.yamlread import load_yaml
 from opsctl.engine.api import Mount, RunSpec
 
@@ -30,18 +36,21 @@ PORT = 9093
 MAX_RECEIVERS_BYTES = 1 << 20
 RECEIVERS = ("critical", "warning")
 CONFIG_FILE = "alertmanager/alertmanager.yml"
-SECRETS_DIR = "secrets/alertmanager"  # under the config dir; mounted at SECRETS_MOUNT
+SECRETS_ROOT = "secrets"  # under the config dir: 0700, no other host user gets in
+SECRETS_DIR = f"{SECRETS_ROOT}/alertmanager"  # mounted at SECRETS_MOUNT
 SECRETS_MOUNT = "/etc/alertmanager/secrets"
 _ALLOWED = {"global", "receivers", "templates"}
 # Fields that hold a secret in Alertmanager's configuration; each has a *_file twin (or, for
 # webhooks, http_config.authorization.credentials_file).
 _SECRET_KEYS = {
     "auth_password", "auth_secret", "api_key", "api_secret", "routing_key", "service_key",
-    "bot_token", "credentials", "password", "token", "user_key", "smtp_auth_password",
-    "smtp_auth_secret", "slack_api_url", "opsgenie_api_key", "victorops_api_key",
-    "wechat_api_secret",
+    "bot_token", "credentials", "password", "token", "token_id", "user_key",
+    "smtp_auth_password", "smtp_auth_secret", "slack_api_url", "opsgenie_api_key",
+    "victorops_api_key", "wechat_api_secret", "telegram_api_url", "webex_api_url",
+    "bearer_token", "client_secret", "secret_key", "webhook_url",
 }
-_SLACK_URL = ("slack_configs", "api_url")
+# A field that is a secret under one parent only: (parent, field).
+_SECRET_PAIRS = {("slack_configs", "api_url"), ("tls_config", "key")}
 
 
 @dataclass(frozen=True)
@@ -74,8 +83,11 @@ def load_receivers(path: Path | None = None) -> dict[str, Any]:
     source = path or receivers_path()
     try:
         doc = load_yaml(read_bounded(source, "receivers file", MAX_RECEIVERS_BYTES))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ProfileError(f"cannot read receivers file {source}: {exc}",
+    except OSError as exc:
+        raise ProfileError(f"cannot read receivers file {source}: {exc.strerror or exc}",
+                           hint="see monitoring/alertmanager/receivers.yml for the format") from None
+    except yaml.YAMLError as exc:  # its text quotes the line, which may hold a password
+        raise ProfileError(f"cannot read receivers file {source}: {yaml_problem(exc)}",
                            hint="see monitoring/alertmanager/receivers.yml for the format") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("receivers"), list):
         raise ProfileError(f"{source}: needs a `receivers:` list",
@@ -88,12 +100,20 @@ def load_receivers(path: Path | None = None) -> dict[str, Any]:
         raise ProfileError(f"{source}: no receiver named {', '.join(missing)}",
                            hint="critical alerts route to `critical`, all others to `warning`")
     for key_path, value in _walk(doc):
-        if value and (key_path[-1] in _SECRET_KEYS or key_path[-2:] == _SLACK_URL):
+        if value and _inline_secret(key_path, value):
             raise ProfileError(
                 f"{source}: {'.'.join(key_path)} holds a secret inline",
                 hint=f"use {key_path[-1]}_file (or credentials_file) pointing into "
                 f"{SECRETS_MOUNT}/, with the file under <config-dir>/{SECRETS_DIR}/")
     return doc
+
+
+def _inline_secret(key_path: tuple[str, ...], value: Any) -> bool:
+    """A secret by its field's name, or a string that carries one whatever its field: a URL
+    with userinfo, a secret-named query parameter (what `core.redact` would mask)."""
+    if key_path[-1] in _SECRET_KEYS or tuple(key_path[-2:]) in _SECRET_PAIRS:
+        return True
+    return isinstance(value, str) and redact_named_values(redact_userinfo(value)) != value
 
 
 def silent_receivers(doc: dict[str, Any]) -> list[str]:
@@ -166,11 +186,9 @@ def run_spec(image: str, config_dir: Path, labels: dict[str, str], grace: int) -
     )
 
 
-def ensure_secrets_dir(config_dir: Path) -> Path:
+def ensure_secrets_dir(folder: OwnedFolder) -> Path:
     """`secrets/` stays 0700 (no other host user gets in); its alertmanager/ folder is 0755
-    so that Alertmanager (uid nobody in its image) can read the files mounted from it."""
-    folder = config_dir / SECRETS_DIR
-    folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    folder.parent.chmod(0o700)
-    folder.mkdir(mode=0o755, exist_ok=True)
-    return folder
+    so that Alertmanager (uid nobody in its image) can read the files mounted from it. Each is
+    set through its own descriptor: a link at either is refused, never chmod-ed through."""
+    folder.ensure_dir(SECRETS_ROOT, 0o700)
+    return folder.ensure_dir(SECRETS_DIR, 0o755)

@@ -59,9 +59,11 @@ class ReportResult:
     data: report_module.DecodeLatency
 
 
-def monitor_render(profile: Profile, root: Path) -> RenderResult:
-    """Write the scrape config, rules, Grafana provisioning and dashboard under `root`."""
-    return RenderResult(monitoring.write_files(monitoring.render_for_profile(profile), root))
+def monitor_render(profile: Profile, root: Path, force: bool = False) -> RenderResult:
+    """Write the scrape config, rules, Grafana provisioning and dashboard under `root` (an
+    operator's file there is overwritten only with `force`)."""
+    return RenderResult(monitoring.write_files(monitoring.render_for_profile(profile),
+                                               monitoring.config_folder(root, "--out"), force))
 
 
 @dataclass(frozen=True)
@@ -70,17 +72,19 @@ class MonitorComposeResult:
     compose_file: Path
 
 
-def monitor_compose(profile: Profile, config_dir: Path,
-                    receivers: Path | None = None) -> MonitorComposeResult:
+def monitor_compose(profile: Profile, config_dir: Path, receivers: Path | None = None,
+                    force: bool = False) -> MonitorComposeResult:
     """Write a folder `docker compose up -d` runs: the config `monitor up` renders, its Compose
-    file, and the secrets it mounts (the Grafana password, Alertmanager's secrets folder)."""
-    plan = monitoring.plan(profile, config_dir, create_secrets=True, receivers_file=receivers)
-    monitoring.write_files(plan.files, config_dir)
+    file, and the secrets it mounts (the Grafana password, Alertmanager's secrets folder). An
+    operator's file there (one without opsctl's marker) is overwritten only with `force`."""
+    plan = monitoring.plan(profile, config_dir, create_secrets=True, receivers_file=receivers,
+                           force=force)
+    monitoring.write_files(plan.files, config_dir, force)
     return MonitorComposeResult(plan, config_dir / compose.COMPOSE_FILE)
 
 
 def monitor_up(profile: Profile, config_dir: Path, engine: Engine | None,
-               receivers: Path | None = None) -> MonitorUpResult:
+               receivers: Path | None = None, force: bool = False) -> MonitorUpResult:
     """Render the config into `config_dir` and (re)start the monitoring containers.
 
     `engine=None` is the dry run: the config is written, no secret is created, nothing is pulled

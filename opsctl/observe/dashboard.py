@@ -21,7 +21,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 
-from opsctl.observe import gpu
+from opsctl.observe import gpu, promconfig
 from opsctl.observe.promnames import RATE_WINDOW, sglang
 
 DASHBOARD_UID = "opsctl-decode-latency"
@@ -222,7 +222,8 @@ def build_dashboard() -> dict[str, Any]:
     board = (
         gd.Dashboard(DASHBOARD_TITLE).uid(DASHBOARD_UID)
         .tags(["opsctl", "sglang", "glm-5"])
-        .description("Decode latency of each sglang variant and whether the service is healthy.")
+        .description("Decode latency of each sglang variant and whether the service is healthy. "
+                     f"{promconfig.GENERATED}")
         .refresh("30s").time("now-1h", "now").timezone("utc").editable()
         .tooltip(dm.DashboardCursorSync.CROSSHAIR)
         .with_variable(

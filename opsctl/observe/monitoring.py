@@ -14,6 +14,10 @@ Grafana's admin password is generated once per host and handed over as a file
 value: `docker inspect`, `--dry-run` and the plan hold only the file's path. The file is
 world-readable inside a 0700 directory, because Grafana runs as its own uid (472) in the
 container and reads it through a read-only bind mount, while no other host user can reach it.
+
+Everything written into a config folder goes through `core.files.OwnedFolder`: nothing is
+written, replaced or chmod-ed through a symbolic link inside it, and a file there that does not
+carry `promconfig.MARKER` (an operator's own compose.yaml) is overwritten only with --force.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import yaml
 
 from opsctl.core import labels as keys
 from opsctl.core.errors import LaunchError
-from opsctl.core.files import atomic_write_text
+from opsctl.core.files import OwnedFolder, atomic_write_text
 from opsctl.core.paths import default_state_dir, project_root
 from opsctl.engine.api import Engine, Mount, RunSpec
 from opsctl.observe import alertmanager, compose, dashboard, gpu, promconfig
@@ -44,7 +48,7 @@ PUSHGATEWAY_PORT = 9091
 GRAFANA_PORT = 3000
 EXPORTER_PORT = 9464
 DASHBOARD_FILE = "dashboards/decode-latency.json"
-GRAFANA_PASSWORD_FILE = "secrets/grafana-admin-password"
+GRAFANA_PASSWORD_FILE = f"{alertmanager.SECRETS_ROOT}/grafana-admin-password"
 _OLD_PASSWORD_FILE = "grafana-admin-password"  # where opsctl kept it before (mode 0600)
 GRAFANA_PASSWORD_MOUNT = "/run/secrets/grafana-admin-password"
 COMPONENTS = ("prometheus", "pushgateway", "alertmanager", "grafana", "dcgm_exporter")
@@ -153,10 +157,26 @@ def render_files(
     return files
 
 
-def write_files(files: dict[str, str], root: Path) -> list[Path]:
+def config_folder(root: Path, option: str = "--config-dir") -> OwnedFolder:
+    """The folder monitoring's files go into, as the user named it with `option`."""
+    return OwnedFolder(root, promconfig.MARKER, option)
+
+
+def check_files(files: dict[str, str], folder: OwnedFolder, force: bool = False) -> None:
+    """UsageError (exit 2) before anything is written when one of `files` may not be: a link
+    on its way, or an operator's file there (unless `force`)."""
+    for relative in sorted(files):
+        folder.check_write(relative, force=force)
+
+
+def write_files(files: dict[str, str], root: Path | OwnedFolder, force: bool = False
+                ) -> list[Path]:
     """Write each file atomically: a running Prometheus or Grafana never reads half of one.
-    Written as rendered (not scrubbed): the services read these files."""
-    return [atomic_write_text(root / relative, text, scrub=False)
+    Written as rendered (not scrubbed): the services read these files. All are checked first
+    (`check_files`), so a refusal leaves the folder as it was."""
+    folder = root if isinstance(root, OwnedFolder) else config_folder(root)
+    check_files(files, folder, force)
+    return [folder.write(relative, text, force=force, scrub=False)
             for relative, text in sorted(files.items())]
 
 
@@ -251,20 +271,15 @@ def ensure_grafana_password(config_dir: Path) -> Path:
     """The admin password file, generated once per host (never a default like admin/admin).
 
     Grafana sets the password only when it creates its database, so an existing file (also
-    one at the old place) is kept, never regenerated.
+    one at the old place) is kept, never regenerated. A link at secrets/ or at the file is
+    refused (exit 2), never chmod-ed through.
     """
-    path = config_dir / GRAFANA_PASSWORD_FILE
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path.parent.chmod(0o700)
-    old = config_dir / _OLD_PASSWORD_FILE
-    if not path.is_file() and old.is_file():
-        os.replace(old, path)
-    if not path.is_file():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(secrets.token_urlsafe(18) + "\n")
-    path.chmod(0o644)
-    return path
+    folder = config_folder(config_dir)
+    folder.ensure_dir(alertmanager.SECRETS_ROOT, 0o700)
+    if folder.inspect(GRAFANA_PASSWORD_FILE) is None and folder.inspect(_OLD_PASSWORD_FILE):
+        os.replace(config_dir / _OLD_PASSWORD_FILE, config_dir / GRAFANA_PASSWORD_FILE)
+    return folder.keep_file(GRAFANA_PASSWORD_FILE, lambda: secrets.token_urlsafe(18) + "\n",
+                            0o644)
 
 
 @dataclass(frozen=True)
@@ -277,15 +292,18 @@ class Plan:
 
 
 def plan(profile: Profile, config_dir: Path, create_secrets: bool,
-         receivers_file: Path | None = None) -> Plan:
+         receivers_file: Path | None = None, force: bool = False) -> Plan:
+    """What `monitor up|compose` writes and runs; the folder is checked before anything is
+    created in it (`check_files`)."""
     images = load_images()
     lock = load_lock()
     refs = {c: images.ref(c) for c in COMPONENTS}
     receivers = alertmanager.load_receivers(receivers_file)
     files = render_for_profile(profile, receivers)
+    check_files(files, config_folder(config_dir), force)
     if create_secrets:
         ensure_grafana_password(config_dir)
-        alertmanager.ensure_secrets_dir(config_dir)
+        alertmanager.ensure_secrets_dir(config_folder(config_dir))
     specs = run_specs(refs, config_dir, profile.name, profile.container.gpus)
     return Plan(config_dir, files, specs, {s.image: lock.get(s.image, "") for s in specs},
                 alertmanager.silent_receivers(receivers))

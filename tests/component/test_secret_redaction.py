@@ -66,6 +66,31 @@ def test_an_echoed_basic_credential_is_masked(command: str, tmp_path: Path) -> N
     assert "Basic ****" in written  # the echo is there, masked
 
 
+@pytest.mark.parametrize("command", ["smoke", "bench", "verify"])
+def test_a_bare_token_and_a_servers_own_secrets_are_masked(command: str, tmp_path: Path) -> None:
+    """Issue 37, item 3: the Basic token echoed without its `Basic ` prefix, and the secrets of a
+    foreign /server_info (its own key, a URL with userinfo), stored by bench and printed by
+    verify."""
+    with HostileServer("echo_token", sglang=True) as server:
+        url = with_userinfo(server.url)
+        args = {"smoke": ["smoke", "--base-url", url, "--json", str(tmp_path / "smoke.json"),
+                          "--request-timeout", "5"],
+                "bench": ["bench", "--base-url", url, "--concurrency", "1", "--requests", "2",
+                          "--input-words", "4", "--output-tokens", "16", "--out",
+                          str(tmp_path / "b")],
+                "verify": ["verify", "--base-url", url, "--profile", "sim", "--json",
+                           str(tmp_path / "verify.json")]}[command]
+        done = opsctl(*args, cwd=tmp_path)
+        assert any(r.path == "/server_info" for r in server.requests) or command == "smoke"
+    assert "Traceback" not in done.stderr, done.stderr
+    assert_nowhere(tmp_path, done.stdout, done.stderr)
+    everything = done.stdout + done.stderr + "".join(
+        p.read_bytes().decode(errors="replace") for p in tmp_path.rglob("*") if p.is_file())
+    assert "server-own-key-31337" not in everything and "server-pw-31337" not in everything
+    if command == "bench":
+        assert '"server_info"' in everything  # stored, masked
+
+
 def test_verify_masks_url_userinfo_in_output_and_json(tmp_path: Path,
                                                       sim_server: Callable[..., SimServer]) -> None:
     url = with_userinfo(sim_server(env=FAST).url)

@@ -175,3 +175,43 @@ def test_a_failed_docker_lookup_yields_no_server_series() -> None:
         raise OpsctlError("daemon down")
 
     assert _samples(servers.ServerStateCollector(down)) == {}
+
+
+_TWO = "- name: warning\n"
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ("receivers:\n- name: critical\n  webhook_configs:\n  - url: https://a.example\n"
+     "    http_config: {bearer_token: s3cr3t-T0KEN}\n" + _TWO, "http_config.bearer_token"),
+    ("receivers:\n- name: critical\n  webhook_configs:\n  - url: https://a.example\n"
+     "    http_config: {oauth2: {client_id: x, client_secret: s3cr3t-T0KEN, token_url: "
+     "https://t.example}}\n" + _TWO, "oauth2.client_secret"),
+    ("receivers:\n- name: critical\n  discord_configs:\n  - webhook_url: "
+     "https://discord.com/api/webhooks/1/s3cr3t-T0KEN\n" + _TWO, "discord_configs.webhook_url"),
+    ("receivers:\n- name: critical\n  msteams_configs:\n  - webhook_url: "
+     "https://x.webhook.office.com/s3cr3t-T0KEN\n" + _TWO, "msteams_configs.webhook_url"),
+    ("receivers:\n- name: critical\n  webhook_configs:\n  - url: "
+     "https://bot:s3cr3t-T0KEN@alerts.example/hook\n" + _TWO, "webhook_configs.url"),
+    ("receivers:\n- name: critical\n  webhook_configs:\n  - url: "
+     "https://alerts.example/hook?token=s3cr3t-T0KEN\n" + _TWO, "webhook_configs.url"),
+    ("receivers:\n- name: critical\n  sns_configs:\n  - topic_arn: arn:aws:sns:x\n"
+     "    sigv4: {region: us-east-1, access_key: AKIAEXAMPLE, secret_key: s3cr3t-T0KEN}\n"
+     + _TWO, "sigv4.secret_key"),
+])
+def test_a_secret_inline_is_refused_by_field_and_by_value(tmp_path: Path, text: str,
+                                                          field: str) -> None:
+    """Rendered into a world-readable alertmanager.yml otherwise (issue 37, item 3)."""
+    with pytest.raises(ProfileError, match=re.escape(f"{field} holds a secret inline")) as error:
+        alertmanager.load_receivers(_receivers(tmp_path, text))
+    assert "s3cr3t" not in str(error.value) + (error.value.hint or "")
+
+
+@pytest.mark.parametrize("text", [
+    "receivers:\n- name: critical\n  email_configs:\n  - auth_password: *hunter2-pw\n",
+    "receivers:\n- name: critical\n  email_configs:\n  - auth_password: !hunter2-pw x\n",
+    "receivers:\n- name: critical\n  email_configs:\n  - auth_password: hunter2-pw: x\n",
+])
+def test_a_yaml_error_never_quotes_the_line(tmp_path: Path, text: str) -> None:
+    with pytest.raises(ProfileError, match="cannot read receivers file .*line 4") as error:
+        alertmanager.load_receivers(_receivers(tmp_path, text))
+    assert "hunter2" not in str(error.value)

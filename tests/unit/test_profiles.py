@@ -147,6 +147,15 @@ def test_duplicate_key_is_refused(tmp_path: Path) -> None:
     assert f"{path}:{_line_of(text, 'tp_size: 4')}" in err.value.message
 
 
+@pytest.mark.parametrize("value", ["*hunter2-pw", "!hunter2-pw x"])
+def test_a_yaml_error_never_quotes_what_may_be_a_secret(tmp_path: Path, value: str) -> None:
+    """PyYAML's message quotes an alias or a tag from the line (issue 37, item 3)."""
+    text = _sim_text().replace("  tp_size: 8", f"  tp_size: 8\n  api_key: {value}")
+    with pytest.raises(ProfileError, match=r"invalid YAML|api_key") as err:
+        load_profile(str(_write(tmp_path, text)))
+    assert "hunter2" not in err.value.message + (err.value.hint or "")
+
+
 def test_bad_variant_overlay_names_the_variant_field(tmp_path: Path) -> None:
     text = _sim_text().replace("server: {kv_cache_dtype: bf16}", "server: {kv_cache_dtyp: bf16}")
     path = _write(tmp_path, text)

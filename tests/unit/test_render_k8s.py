@@ -22,6 +22,7 @@ from opsctl.config.profiles import PATCH_SWITCH_ENV, Deployment, check_argv, loa
 from opsctl.config.runspec import run_spec
 from opsctl.core import labels
 from opsctl.core.errors import EXIT_USAGE, UsageError
+from opsctl.core.files import MARKER_WINDOW, OwnedFolder
 from opsctl.deploy import app as deploy_app
 from opsctl.deploy.launch import Launch
 from opsctl.observe import dashboard
@@ -372,16 +373,16 @@ def test_an_interrupted_write_leaves_a_folder_the_next_render_accepts(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "manifests"
     _write(out)
-    real = outdir.atomic_write_text
+    real = OwnedFolder.write
     calls = {"n": 0}
 
-    def failing(path: Path, text: str, **kwargs: Any) -> Path:
+    def failing(self: OwnedFolder, relative: str, text: str, **kwargs: Any) -> Path:
         calls["n"] += 1
         if calls["n"] == 4:  # the pending record and two files are written, the third fails
             raise OSError(28, "No space left on device")
-        return real(path, text, **kwargs)
+        return real(self, relative, text, **kwargs)
 
-    monkeypatch.setattr(outdir, "atomic_write_text", failing)
+    monkeypatch.setattr(OwnedFolder, "write", failing)
     with pytest.raises(OSError):
         _write(out, name="other")
     monkeypatch.undo()
@@ -404,3 +405,68 @@ def test_up_refuses_a_profile_spanning_hosts() -> None:
 def test_nnodes_renders_only_above_one() -> None:
     assert "--nnodes" not in check_argv(_deployment(GLM, "gathercast"))  # the goldens stay as they were
     assert check_argv(_deployment(TWO_HOSTS, "gathercast")).count("--nnodes") == 1
+
+
+def _forge(out: Path, name: str) -> None:
+    """Name `name` in the record with its current hash, as a tampered record would."""
+    record = json.loads((out / outdir.RECORD).read_text())
+    record["files"][name] = hashlib.sha256((out / name).read_bytes()).hexdigest()
+    (out / outdir.RECORD).write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_tampered_record_never_gets_an_operators_file_deleted(force: bool,
+                                                                tmp_path: Path) -> None:
+    out = tmp_path / "base"
+    _write(out)
+    (out / "overlay-notes.yaml").write_text("mine: true\n")
+    _forge(out, "overlay-notes.yaml")
+    with pytest.raises(UsageError, match="names overlay-notes.yaml, which lacks .* never deleted"):
+        _write(out, force=force)
+    assert (out / "overlay-notes.yaml").read_text() == "mine: true\n"
+
+
+def test_a_tampered_record_never_gets_an_operators_file_overwritten_without_force(
+        tmp_path: Path) -> None:
+    out = tmp_path / "base"
+    first = _write(out)
+    taken = first.files[0]
+    taken.write_text("mine: true\n")
+    _forge(out, taken.name)  # the record's hash now matches the operator's file
+    with pytest.raises(UsageError, match=f"{taken.name} was edited"):
+        _write(out)
+    assert taken.read_text() == "mine: true\n"
+    _write(out, force=True)
+    assert taken.read_text().startswith(f"# {outdir.MARKER}")
+
+
+def test_a_recorded_file_that_became_a_link_is_neither_followed_nor_deleted(
+        tmp_path: Path) -> None:
+    out = tmp_path / "base"
+    first = _write(out)
+    outside = tmp_path / "outside.yaml"
+    outside.write_text(first.files[0].read_text())  # even with the marker
+    first.files[0].unlink()
+    first.files[0].symlink_to(outside)
+    for force in (False, True):
+        with pytest.raises(UsageError, match="is a symbolic link"):
+            _write(out, force=force, name="other")
+    assert outside.read_text().startswith(f"# {outdir.MARKER}") and first.files[0].is_symlink()
+
+
+def test_a_linked_record_is_refused(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    _write(elsewhere)
+    out = tmp_path / "base"
+    out.mkdir()
+    (out / outdir.RECORD).symlink_to(elsewhere / outdir.RECORD)
+    with pytest.raises(UsageError, match="symbolic link"):
+        _write(out, force=True)
+    assert sorted(path.name for path in out.iterdir()) == [outdir.RECORD]
+
+
+def test_every_file_render_writes_carries_the_marker(tmp_path: Path) -> None:
+    out = tmp_path / "base"
+    _write(out)
+    for path in out.iterdir():
+        assert outdir.MARKER in path.read_text()[:MARKER_WINDOW], path.name
