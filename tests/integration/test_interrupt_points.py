@@ -1,5 +1,6 @@
-"""Ctrl-C, SIGTERM and SIGHUP at random points of `decide`, `up --gate`, `tune`, `trace capture`
-and `doctor`, on the real Docker engine with the simulator image (issue 25, item 5; issue 37).
+"""Ctrl-C, SIGTERM and SIGHUP at random points of `up`, `decide`, `up --gate`, `tune`, `trace
+capture` and `doctor`, on the real Docker engine with the simulator image (issue 25, item 5;
+issue 37).
 
 Each command first runs once to the end (its length sets the spread of the timings), then
 OPSCTL_INTERRUPT_TIMINGS times (default 30), stopped after a delay drawn from a seeded RNG
@@ -212,6 +213,25 @@ class Decide(Command):
             run.notes.append("partial report")
 
 
+class Up(Command):
+    """A plain `up`: interrupted, it removes the container it started; finished, its server
+    runs (the deployment it was asked for)."""
+
+    name = "up"
+
+    def make(self) -> Run:
+        folder = self.folder()
+        path, profile = _profile(folder, "int-up")
+        return Run(_opsctl("up", "--profile", str(path), "--variant", "baseline", "--timeout",
+                           "30", "--image", self.image), folder, self.env(folder), profile)
+
+    def check(self, run: Run) -> None:
+        if run.code == 0:
+            assert [c.status for c in containers(run.profile)] == ["running"], run.stdout
+            return
+        super().check(run)
+
+
 class Gate(Command):
     """A first gate (no last good): Ctrl-C removes what it started and brings nothing back."""
 
@@ -339,7 +359,8 @@ class Doctor(Command):
                 run.notes.append("partial report")
 
 
-COMMANDS: dict[str, type[Command]] = {c.name: c for c in (Decide, Gate, Tune, Capture, Doctor)}
+COMMANDS: dict[str, type[Command]] = {c.name: c for c in (Up, Decide, Gate, Tune, Capture,
+                                                           Doctor)}
 
 
 def verify_containers() -> set[str]:
