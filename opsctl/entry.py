@@ -1,5 +1,11 @@
 """The console script and `python -m opsctl`: the CLI, imported under a Ctrl-C guard.
 
+First of all SIGTERM and SIGHUP are taken as Ctrl-C (`core.errors.handle_termination`): a run
+that `kill`, `timeout`, `systemctl stop`, a cancelled CI job or a closed terminal stops cleans
+up as after a Ctrl-C, and exits 143 or 129 (issue 37). Everything below about a Ctrl-C holds
+for them too. Before that (the interpreter starting) such a signal ends the process as
+usual: nothing of opsctl's has run.
+
 Importing the CLI takes a moment (typer, rich, every room's declarations); a Ctrl-C in that
 moment was Python's own KeyboardInterrupt traceback and a death by SIGINT instead of one line
 and exit 130 (issue 25, item 5). Nothing heavy is imported here.
@@ -40,7 +46,7 @@ import threading
 import time
 from typing import Any
 
-STARTING = "error: interrupted (Ctrl-C) while starting\n"
+STARTING = "error: interrupted ({by}) while starting\n"
 _REDELIVERY_S = 0.05
 _previous_hook = sys.unraisablehook
 # Re-raising is armed only while the CLI runs: once `main` is on its way out, a Ctrl-C that
@@ -100,20 +106,25 @@ def main() -> None:
 
 
 def _ignore_late_ctrl_c() -> None:
-    """opsctl chose its exit: a Ctrl-C from here on would only turn it into a death by SIGINT
-    (the gate Ctrl-C module saw one land after the error line was printed)."""
+    """opsctl chose its exit: a Ctrl-C (SIGTERM, SIGHUP) from here on would only turn it into a
+    death by the signal (the gate Ctrl-C module saw one land after the error line was printed)."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def _run() -> None:
     try:
+        from opsctl.core.errors import handle_termination
+
+        handle_termination()
         from opsctl.cli import main as cli_main
     except (KeyboardInterrupt, RuntimeError) as exc:
-        from opsctl.core.errors import EXIT_INTERRUPTED, is_ctrl_c
+        from opsctl.core.errors import INTERRUPTIONS, interrupting_signal, is_ctrl_c
 
         if not is_ctrl_c(exc):  # a RuntimeError that is not a Ctrl-C is a bug: its traceback
             raise
-        sys.stderr.write(STARTING)
-        raise SystemExit(EXIT_INTERRUPTED) from None
+        by, code = INTERRUPTIONS[interrupting_signal()]
+        sys.stderr.write(STARTING.format(by=by))
+        raise SystemExit(code) from None
     cli_main()

@@ -13,14 +13,14 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
 from opsctl.core.errors import OpsctlError, exit_codes_help, is_ctrl_c
-from opsctl.core.failures import INTERRUPTED, as_opsctl_error
+from opsctl.core.failures import as_opsctl_error, interrupted
 from opsctl.core.redact import RedactingStream, api_key_from_env, redact
 from opsctl.core.text import printable
 
@@ -32,14 +32,29 @@ EXIT_CODES_HELP = exit_codes_help()
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 
 
+class _Commands(typer.core.TyperGroup):
+    """A Ctrl-C (or SIGTERM, SIGHUP: core.errors) that escapes a command becomes its
+    Interrupted error here, inside typer, which would exit 130 with no line and whatever the
+    signal was; `main` then reports it as every error is."""
+
+    def invoke(self, ctx: Any) -> Any:  # typer's own (vendored) click.Context
+        try:
+            return super().invoke(ctx)
+        except (KeyboardInterrupt, RuntimeError) as caught:
+            if not is_ctrl_c(caught):  # a RuntimeError that is not a Ctrl-C is a bug
+                raise
+            raise interrupted() from None
+
+
 def command_group(help: str, *, completion: bool = False) -> typer.Typer:  # noqa: A002
     """A typer app or sub-command group with opsctl's one help style: click's plain formatting
     (paragraphs wrapped, no rich markup interpreted in help text: it is printed literally, as
-    everything opsctl prints), `-h` as `--help`, no rich tracebacks; typer's own
+    everything opsctl prints), `-h` as `--help`, no rich tracebacks, a
+    Ctrl-C or termination escaping a command turned into its one line (_Commands); typer's own
     shell-completion options (--install-completion, --show-completion) on the root only."""
     return typer.Typer(help=help, no_args_is_help=True, add_completion=completion,
                        pretty_exceptions_enable=False, rich_markup_mode=None,
-                       context_settings=HELP_OPTIONS)
+                       context_settings=HELP_OPTIONS, cls=_Commands)
 
 
 app = command_group("Deploy GLM-5-NVFP4 with sglang on one 8x RTX PRO 6000 host.\n\n"
@@ -139,12 +154,12 @@ def main() -> None:
     try:
         app()
     except Exception as caught:  # noqa: BLE001 - mapped by family; a bug is re-raised
-        exc = INTERRUPTED if is_ctrl_c(caught) else as_opsctl_error(caught)
+        exc = interrupted() if is_ctrl_c(caught) else as_opsctl_error(caught)
         if exc is None:
             raise
         _report(exc)
     except KeyboardInterrupt:
-        _report(INTERRUPTED)
+        _report(interrupted())
 
 
 def _report(exc: OpsctlError) -> None:

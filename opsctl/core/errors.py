@@ -7,12 +7,21 @@ bug and exits 1 with a traceback.
 
 `EXIT_CODES` is the one table of exit codes: `opsctl --help` is rendered from it and README's
 "Exit codes" section must equal `exit_codes_markdown()` (a unit test compares them).
+
+Termination is interruption: SIGTERM (`kill`, `timeout`, `systemctl stop`, a cancelled CI job)
+and SIGHUP (a closed terminal) are taken as Ctrl-C is (`handle_termination`), so every clean-up
+and partial report written for Ctrl-C holds for them too. The first interrupting signal a run
+receives is remembered: its exit code is 128 + its number (130, 143, 129) and the one line
+names it (`interrupted_by`).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import traceback
 from dataclasses import dataclass
+from types import FrameType
 
 EXIT_OK = 0
 EXIT_BUG = 1
@@ -22,7 +31,10 @@ EXIT_LAUNCH = 4
 EXIT_SMOKE = 5
 EXIT_DAEMON = 6
 EXIT_HOST = 7
-EXIT_INTERRUPTED = 130  # Ctrl-C: typer's own exit status for KeyboardInterrupt
+# Interrupted: 128 + the signal's number, as a shell reports a command the signal stopped.
+EXIT_HANGUP = 128 + signal.SIGHUP  # 129: the terminal closed
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130: Ctrl-C (typer's own exit status for it too)
+EXIT_TERMINATED = 128 + signal.SIGTERM  # 143: kill, timeout, systemctl stop, CI cancelling
 
 
 @dataclass(frozen=True)
@@ -53,8 +65,13 @@ EXIT_CODES = (
              "or failing in the middle of a call"),
     ExitCode(EXIT_HOST, "host", "host not ready",
              "`opsctl doctor`: a check failed; its table says which and the fix"),
+    ExitCode(EXIT_HANGUP, "hangup", "hung up",
+             "SIGHUP: the terminal closed; as 130"),
     ExitCode(EXIT_INTERRUPTED, "interrupted", "interrupted",
-             "Ctrl-C; `up` removes the container it started first"),
+             "Ctrl-C; what the run started is removed first (`up` its container) and a report "
+             "it had begun is marked partial"),
+    ExitCode(EXIT_TERMINATED, "terminated", "terminated",
+             "SIGTERM: `kill`, `timeout`, `systemctl stop`, a cancelled CI job; as 130"),
 )
 
 
@@ -147,15 +164,91 @@ class HostNotReady(OpsctlError):
 
 
 class Interrupted(OpsctlError):
-    """Ctrl-C stopped a run after its partial results were saved."""
+    """Ctrl-C (or SIGTERM, SIGHUP) stopped a run after its partial results were saved; its exit
+    code is the interrupting signal's."""
 
     exit_code = EXIT_INTERRUPTED
 
+    def __init__(self, message: str, hint: str = "", details: list[str] | None = None) -> None:
+        super().__init__(message, hint, details)
+        self.exit_code = INTERRUPTIONS[interrupting_signal()][1]
+
+
+# --- the signals that interrupt a run --------------------------------------------------------
+
+# Each interrupting signal: how the one line names it, and its exit code.
+INTERRUPTIONS: dict[int, tuple[str, int]] = {
+    signal.SIGINT: ("Ctrl-C", EXIT_INTERRUPTED),
+    signal.SIGTERM: ("SIGTERM", EXIT_TERMINATED),
+    signal.SIGHUP: ("SIGHUP", EXIT_HANGUP),
+}
+TERMINATING = (signal.SIGTERM, signal.SIGHUP)
+_received: list[int] = []  # the first interrupting signal this process received, if any
+_terminal: list[int] = []  # stdout, stderr: those that were a terminal when opsctl started
+
+
+def interrupt(signum: int, frame: FrameType | None) -> None:
+    """The handler of SIGTERM and SIGHUP: remember the signal, then do what a Ctrl-C does now,
+    by calling SIGINT's handler of the moment (Python's, which raises KeyboardInterrupt;
+    `asyncio.run`'s, which cancels its main task first; `deploy.ownership.InterruptGuard`'s,
+    which makes a second one leave what its clean-up has not removed). With none from Python
+    (SIGINT was ignored when opsctl started: a background job), KeyboardInterrupt."""
+    note_interruption(signum)
+    if signum == signal.SIGHUP:
+        _leave_the_terminal()
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+        return
+    raise KeyboardInterrupt
+
+
+def note_interruption(signum: int) -> None:
+    """Remember `signum` when it is the first interrupting signal of this process."""
+    if not _received and signum in INTERRUPTIONS:
+        _received.append(signum)
+
+
+def handle_termination() -> None:
+    """Take SIGTERM and SIGHUP as interruptions (from the main thread: `opsctl.entry` does,
+    first); one ignored when opsctl started (`nohup`) stays ignored. After a SIGHUP, what went
+    to the terminal goes nowhere. Python's own SIGINT handler is kept: `asyncio.run` takes over
+    only that one. A Ctrl-C is remembered when it reaches opsctl's handlers (ownership's
+    guard); one Python's handler raised is the Ctrl-C `interrupting_signal` falls back to."""
+    _terminal[:] = [fd for fd in (1, 2) if os.isatty(fd)]  # a hung-up one answers no more
+    for signum in TERMINATING:
+        if signal.getsignal(signum) == signal.SIG_DFL:
+            signal.signal(signum, interrupt)
+
+
+def _leave_the_terminal() -> None:
+    """The terminal hung up: every write to it fails (EIO), and a clean-up note that failed so
+    would cut the clean-up short. What opsctl still prints there goes to /dev/null instead
+    (output to files or pipes is kept)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in _terminal:
+            os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def interrupting_signal() -> int:
+    """The signal that interrupted this run: the first one remembered, else SIGINT (a
+    KeyboardInterrupt from Python's own handler is a Ctrl-C)."""
+    return _received[0] if _received else signal.SIGINT
+
+
+def interrupted_by() -> str:
+    """How the one line names what interrupted this run: Ctrl-C, SIGTERM or SIGHUP."""
+    return INTERRUPTIONS[interrupting_signal()][0]
+
 
 def is_ctrl_c(exc: BaseException) -> bool:
-    """A Ctrl-C, also as CPython 3.11 reports one that landed in a class's `__set_name__`
-    (pydantic and dataclasses build classes so, at import and at run time): a RuntimeError
-    caused by the KeyboardInterrupt. CI's gate Ctrl-C module found it while the CLI imported."""
+    """An interruption (Ctrl-C, or SIGTERM or SIGHUP taken as one), also as CPython 3.11
+    reports one that landed in a class's `__set_name__` (pydantic and dataclasses build classes
+    so, at import and at run time): a RuntimeError caused by the KeyboardInterrupt. CI's gate
+    Ctrl-C module found it while the CLI imported."""
     return isinstance(exc, KeyboardInterrupt) or (
         isinstance(exc, RuntimeError) and isinstance(exc.__cause__, KeyboardInterrupt))
 
@@ -169,16 +262,17 @@ class Crashed(OpsctlError):
 def stop_reason(stopped_by: BaseException) -> str:
     """One line for a report's `partial_reason`: what stopped the run early."""
     if is_ctrl_c(stopped_by):
-        return "interrupted (Ctrl-C)"
+        return f"interrupted ({interrupted_by()})"
     return " ".join(f"crashed: {type(stopped_by).__name__}: {stopped_by}".split())
 
 
 def stop_error(stopped_by: BaseException, what: str, where: object) -> OpsctlError:
-    """The error to raise once a run's partial report is written: exit 130 for Ctrl-C, else 1
-    with the traceback (it is a bug) printed above the one-line message."""
+    """The error to raise once a run's partial report is written: exit 130 for Ctrl-C (143
+    SIGTERM, 129 SIGHUP), else 1 with the traceback (it is a bug) above the one-line message."""
     saved = f"what it measured is in {where} (marked partial)"
     if is_ctrl_c(stopped_by):
-        return Interrupted(f"{what} interrupted; {saved}", hint="run it again for a whole report")
+        return Interrupted(f"{what} interrupted ({interrupted_by()}); {saved}",
+                           hint="run it again for a whole report")
     return Crashed(f"{what} {stop_reason(stopped_by)}; {saved}",
                    hint="this is a bug in opsctl: please report it with the traceback above",
                    details="".join(traceback.format_exception(stopped_by)).splitlines())

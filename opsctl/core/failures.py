@@ -10,7 +10,7 @@ their codes (README's exit-code table says the same, from `core.errors.EXIT_CODE
   4  an HTTP error from a server (refused, reset, timed out, a broken answer), a socket-level
      connection failure, the Docker engine refusing a request (its API answered 4xx)
   6  the Docker engine failing mid-call (docker-py or requests error, API 5xx)
-  130 Ctrl-C
+  130 Ctrl-C (143 SIGTERM, 129 SIGHUP: taken as Ctrl-C, see core.errors)
 
 Anything else is a bug in opsctl and keeps its traceback (exit 1): also an OSError that names no
 path (opsctl misusing a file descriptor or a socket) and a RecursionError outside a decoder
@@ -34,9 +34,16 @@ from opsctl.core.errors import (
     OpsctlError,
     ProfileError,
     UsageError,
+    interrupted_by,
 )
 
-INTERRUPTED = Interrupted("interrupted (Ctrl-C)", hint="run the command again")
+
+def interrupted() -> Interrupted:
+    """The error of a run interrupted outside any partial report: exit 130 for Ctrl-C, 143 for
+    SIGTERM, 129 for SIGHUP, the line naming which."""
+    return Interrupted(f"interrupted ({interrupted_by()})", hint="run the command again")
+
+
 _OS_HINTS = {
     errno.EACCES: "check the path's permissions (opsctl runs as uid {uid})",
     errno.EPERM: "check the path's permissions (opsctl runs as uid {uid})",
@@ -129,7 +136,7 @@ def as_opsctl_error(exc: BaseException) -> OpsctlError | None:
     if isinstance(exc, OpsctlError):
         return exc
     if isinstance(exc, KeyboardInterrupt):
-        return INTERRUPTED
+        return interrupted()
     if isinstance(exc, RecursionError) and _raised_by_a_decoder(exc):
         return UsageError("the input is nested too deeply to read",
                           hint="a profile, report or answer nests far deeper than any real one")

@@ -28,7 +28,7 @@ from opsctl.config.review import VariantSummary, summary
 from opsctl.config.runspec import base_url, run_spec, server_labels
 from opsctl.core import labels
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
-from opsctl.core.errors import LaunchError, OpsctlError, UsageError, is_ctrl_c
+from opsctl.core.errors import LaunchError, OpsctlError, UsageError, is_ctrl_c, stop_reason
 from opsctl.core.files import check_output_path
 from opsctl.core.paths import require_checkout
 from opsctl.core.redact import redact, redact_stream
@@ -195,7 +195,7 @@ def _start(launch: Launch, deployment: Deployment, spec: RunSpec, run: RunRecord
 
 def _why(exc: BaseException) -> str:
     if is_ctrl_c(exc):
-        return "interrupted (Ctrl-C)"
+        return stop_reason(exc)
     return exc.message if isinstance(exc, OpsctlError) else f"{type(exc).__name__}: {exc}"
 
 

@@ -24,6 +24,7 @@ from opsctl.core.errors import (
     Interrupted,
     OpsctlError,
     UsageError,
+    interrupted_by,
     is_ctrl_c,
 )
 from opsctl.deploy.logsave import save_log
@@ -111,7 +112,7 @@ class Custody:
         Returns what was removed and, when something may be left, a sentence naming it and
         how to remove it.
         """
-        ctrl_c = "Ctrl-C again" if interrupted else "Ctrl-C"
+        ctrl_c = f"{interrupted_by()} again" if interrupted else "Ctrl-C"
         known, profile = run.known, run.profile
         retired: list[Retired] = []
         deadline = self.clock.monotonic() + DAEMON_RETRY_SECONDS
@@ -163,7 +164,7 @@ def after_cleanup(cause: BaseException, retired: list[Retired], left: str | None
     if is_ctrl_c(cause):
         if left is None:
             return cause
-        return Interrupted(f"interrupted (Ctrl-C); {left}",
+        return Interrupted(f"interrupted ({interrupted_by()}); {left}",
                            hint="`opsctl status` shows what runs")
     if isinstance(cause, OpsctlError):
         if said:

@@ -98,23 +98,28 @@ def test_poisson_arrivals_across_workers_send_the_whole_count(sim_server: Callab
     assert level.itl_ms.p50 is not None and level.ttft_ms.p50 is not None
 
 
-def test_ctrl_c_stops_every_worker_and_keeps_what_finished(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("stop", "code", "by"), [
+    (lambda pid: os.killpg(pid, signal.SIGINT), 130, "Ctrl-C"),  # what a terminal's Ctrl-C does
+    (lambda pid: os.kill(pid, signal.SIGTERM), 143, "SIGTERM"),  # `kill`: the parent alone
+], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_every_worker_and_keeps_what_finished(
+        tmp_path: Path, stop: Callable[[int], None], code: int, by: str) -> None:
     # Warm-up (one per worker) and one measured request per worker answer; the next hang.
     with HostileServer("ok", hang_after=4, max_seconds=60) as server:
         process = _bench(server, tmp_path)
         try:
             assert server.wait_for(6), "the requests to interrupt never arrived"
             assert len(_workers_of(process.marker)) == 3  # type: ignore[attr-defined]
-            os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+            stop(process.pid)
             out, err = process.communicate(timeout=30)
         finally:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
-    assert process.returncode == 130, out + err
+    assert process.returncode == code, out + err
     assert "Traceback" not in out + err
     assert _workers_of(process.marker) == []  # type: ignore[attr-defined]
     level = _level(tmp_path)
-    assert level["aborted"] == "interrupted (Ctrl-C)"
+    assert level["aborted"] == f"interrupted ({by})"
     assert (level["completed"], level["in_flight_cut"], level["client_workers"]) == (2, 2, 2)
 
 

@@ -4,13 +4,17 @@ also runs without the guard, to show the CPython behaviour it guards against."""
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
-from opsctl.core.errors import EXIT_INTERRUPTED
+import pytest
+
+from opsctl.core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
 
 _CHILD = """
 import sys, time, types
+from opsctl.core.errors import INTERRUPTIONS, interrupting_signal  # imported first: no exec()
 fake = types.ModuleType("opsctl.cli")
 
 class _Slow:
@@ -23,8 +27,9 @@ def main():
         {body}
         time.sleep(2)  # the command goes on
     except KeyboardInterrupt:
-        sys.stderr.write("error: interrupted (Ctrl-C)\\n")
-        sys.exit(130)
+        by, code = INTERRUPTIONS[interrupting_signal()]
+        sys.stderr.write(f"error: interrupted ({{by}})\\n")
+        sys.exit(code)
     sys.stderr.write("the Ctrl-C was lost\\n")
     sys.exit(0)
 
@@ -39,9 +44,11 @@ _GUARDED = "from opsctl.entry import main as entry_main; entry_main()"
 _BARE = "main()"
 
 
-def _interrupted(tmp_path: Path, body: str, run: str) -> tuple[int, str]:
+def _interrupted(tmp_path: Path, body: str, run: str,
+                 signum: int = signal.SIGINT) -> tuple[int, str]:
     """Run the child as `python -m` (as `python -m opsctl` runs: CPython's exit path differs
-    from `-c`'s), Ctrl-C it once it is inside `body`; its exit status and stderr."""
+    from `-c`'s), Ctrl-C it (or send it `signum`) once it is inside `body`; its exit status
+    and stderr."""
     import os
     import signal
     import subprocess
@@ -59,7 +66,7 @@ def _interrupted(tmp_path: Path, body: str, run: str) -> tuple[int, str]:
         import time
 
         time.sleep(0.3)
-        os.killpg(child.pid, signal.SIGINT)
+        os.killpg(child.pid, signum)
         _, err = child.communicate(timeout=20)
     finally:
         child.kill()
@@ -81,6 +88,15 @@ def test_a_ctrl_c_where_python_cannot_raise_it_is_not_lost(tmp_path: Path) -> No
     assert _interrupted(tmp_path, _IN_DEL, _GUARDED) == (EXIT_INTERRUPTED, ONE_LINE)
 
 
+@pytest.mark.parametrize("body", [_THROUGH_EXEC, _IN_DEL], ids=["through-exec", "in-del"])
+def test_a_sigterm_is_neither_lost_nor_a_death_by_sigint(tmp_path: Path, body: str) -> None:
+    """SIGTERM is taken as Ctrl-C (issue 37), so CPython's two ways to spoil a Ctrl-C are
+    guarded for it too; without the guard it is a death by SIGTERM, nothing cleaned up."""
+    assert _interrupted(tmp_path, body, _BARE, signal.SIGTERM)[0] == -signal.SIGTERM
+    assert _interrupted(tmp_path, body, _GUARDED, signal.SIGTERM) == (
+        EXIT_TERMINATED, "error: interrupted (SIGTERM)\n")
+
+
 def test_a_ctrl_c_lost_under_opsctls_own_handler_is_one_ctrl_c_not_two(tmp_path: Path) -> None:
     """Under deploy.ownership.InterruptGuard (up's, decide's handler) the handler already ran for
     this Ctrl-C; the guard's second-Ctrl-C path (SecondInterrupt) must not fire for it."""
@@ -89,6 +105,8 @@ def test_a_ctrl_c_lost_under_opsctls_own_handler_is_one_ctrl_c_not_two(tmp_path:
             "            _Slow()\n"
             "            time.sleep(2)")
     assert _interrupted(tmp_path, body, _GUARDED) == (EXIT_INTERRUPTED, ONE_LINE)
+    assert _interrupted(tmp_path, body, _GUARDED, signal.SIGTERM) == (
+        EXIT_TERMINATED, "error: interrupted (SIGTERM)\n")
 
 
 def test_an_interrupt_at_interpreter_shutdown_neither_hangs_nor_lands_late(tmp_path: Path) -> None:
@@ -119,3 +137,48 @@ def test_an_interrupt_at_interpreter_shutdown_neither_hangs_nor_lands_late(tmp_p
     done = subprocess.run([sys.executable, "-m", "at_exit_child"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 3, done.stderr
+
+
+def test_a_closed_terminal_stops_a_run_as_ctrl_c_does(tmp_path: Path) -> None:
+    """A real hang-up (issue 37): `bench` on a pseudo-terminal, its controlling terminal, that
+    closes mid-run. The kernel sends SIGHUP, and from then on every write to the terminal fails
+    (EIO): the run must still keep what it measured, marked partial, and exit 129 (it exited 1,
+    its last line failing to print; a gate's clean-up cut short this way left its server)."""
+    import fcntl
+    import json
+    import os
+    import select
+    import subprocess
+    import termios
+    import time
+
+    from hostile import HostileServer
+
+    from opsctl.core.errors import EXIT_HANGUP
+    from opsctl.core.paths import project_root
+
+    def own_terminal() -> None:  # the session's controlling terminal, as a login shell's
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    master, slave = os.openpty()
+    out = tmp_path / "bench"
+    with HostileServer("ok", hang_after=3, max_seconds=60) as server:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "opsctl", "bench", "--base-url", server.url, "--concurrency",
+             "1", "--requests", "5", "--out", str(out)], cwd=project_root(),
+            stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+            preexec_fn=own_terminal)
+        os.close(slave)
+        try:
+            deadline = time.monotonic() + 30
+            while server.generation_requests() < 4 and time.monotonic() < deadline:
+                if select.select([master], [], [], 0.05)[0]:
+                    os.read(master, 65536)  # the terminal shows it: nothing blocks on a write
+            assert server.generation_requests() >= 4, "the request to cut never arrived"
+            os.close(master)  # the terminal closes
+            assert child.wait(timeout=30) == EXIT_HANGUP
+        finally:
+            if child.poll() is None:
+                child.kill()
+    report = json.loads((out / "bench.json").read_text())
+    assert report["partial"] is True and report["partial_reason"] == "interrupted (SIGHUP)"

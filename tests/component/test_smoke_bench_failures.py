@@ -197,14 +197,19 @@ def test_memory_stays_bounded_against_an_endless_model_list(command: str,
     assert sent < 64 << 20  # opsctl hung up after its cap
 
 
+# Ctrl-C, and SIGTERM to the process alone (`kill`, systemd, CI): taken as Ctrl-C (issue 37).
+STOPS = pytest.mark.parametrize(("signum", "code", "by"), [
+    (signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")], ids=["sigint", "sigterm"])
+
+
 def _interrupt(args: list[str], server: HostileServer, requests: int,
-               tmp_path: Path) -> subprocess.CompletedProcess[str]:
+               tmp_path: Path, signum: int = signal.SIGINT) -> subprocess.CompletedProcess[str]:
     process = subprocess.Popen([sys.executable, "-m", "opsctl", *args], env=opsctl_env(),
                                cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, stdin=subprocess.DEVNULL)
     try:
         assert server.wait_for(requests), "the request to interrupt never arrived"
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
         out, err = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
@@ -212,32 +217,36 @@ def _interrupt(args: list[str], server: HostileServer, requests: int,
     return subprocess.CompletedProcess(args, process.returncode, out, err)
 
 
-def test_ctrl_c_during_bench_writes_a_partial_report_and_exits_130(tmp_path: Path) -> None:
+@STOPS
+def test_ctrl_c_during_bench_writes_a_partial_report_and_exits_130(
+        tmp_path: Path, signum: int, code: int, by: str) -> None:
     # Warm-up and 2 measured requests answer; the 4th hangs until Ctrl-C.
     with HostileServer("ok", hang_after=3, max_seconds=60) as server:
         done = _interrupt(["bench", "--base-url", server.url, "--concurrency", "1",
                            "--requests", "5", "--out", str(tmp_path / "bench")], server, 4,
-                          tmp_path)
-    assert done.returncode == 130, done.stdout + done.stderr
+                          tmp_path, signum)
+    assert done.returncode == code, done.stdout + done.stderr
     one_line_verdict(done)
-    assert "bench interrupted" in done.stderr
+    assert f"bench interrupted ({by})" in done.stderr
     report = bench_json(tmp_path)
-    assert report["partial"] is True and report["partial_reason"] == "interrupted (Ctrl-C)"
+    assert report["partial"] is True and report["partial_reason"] == f"interrupted ({by})"
     assert report["passed"] is False
     level = report["variants"][0]["levels"][0]
     assert (level["completed"], level["in_flight_cut"]) == (2, 1)
-    assert level["aborted"] == "interrupted (Ctrl-C)"
+    assert level["aborted"] == f"interrupted ({by})"
 
 
-def test_ctrl_c_during_smoke_writes_a_partial_report_and_exits_130(tmp_path: Path) -> None:
+@STOPS
+def test_ctrl_c_during_smoke_writes_a_partial_report_and_exits_130(
+        tmp_path: Path, signum: int, code: int, by: str) -> None:
     path = tmp_path / "smoke.json"
     with HostileServer("ok", hang_after=2, max_seconds=60) as server:
         done = _interrupt(["smoke", "--base-url", server.url, "--json", str(path)], server, 3,
-                          tmp_path)
-    assert done.returncode == 130, done.stdout + done.stderr
+                          tmp_path, signum)
+    assert done.returncode == code, done.stdout + done.stderr
     one_line_verdict(done)
     report = json.loads(path.read_text())
-    assert report["partial"] is True and report["partial_reason"] == "interrupted (Ctrl-C)"
+    assert report["partial"] is True and report["partial_reason"] == f"interrupted ({by})"
     assert len(report["generations"]) == 2 and report["passed"] is False
 
 

@@ -1,15 +1,19 @@
-"""Ctrl-C at random points of `decide`, `up --gate`, `tune`, `trace capture` and `doctor`, on the
-real Docker engine with the simulator image (issue 25, item 5).
+"""Ctrl-C, SIGTERM and SIGHUP at random points of `up`, `decide`, `up --gate`, `tune`, `trace
+capture` and `doctor`, on the real Docker engine with the simulator image (issue 25, item 5;
+issue 37).
 
 Each command first runs once to the end (its length sets the spread of the timings), then
-OPSCTL_INTERRUPT_TIMINGS times (default 30) with SIGINT sent to its whole process group, as a
-terminal's Ctrl-C is, after a delay drawn from a seeded RNG (OPSCTL_INTERRUPT_SEED) across that
-length: launch, readiness wait, verify, smoke, bench, down. Every timing has a profile copy of
-its own (own name and port), so timings run side by side (OPSCTL_INTERRUPT_WORKERS) and touch
-only their own containers. Each one must end within a bound with exit 130 (or the command's
-finishing code when it was done before the signal; those are counted and must stay a minority),
-print no traceback, leave no process of its group and no container it started, and, when it
-had begun writing a report, leave that report marked partial.
+OPSCTL_INTERRUPT_TIMINGS times (default 30), stopped after a delay drawn from a seeded RNG
+(OPSCTL_INTERRUPT_SEED) across that length: launch, readiness wait, verify, smoke, bench, down.
+The timings take turns at the four ways a run is stopped (`STOPS`): SIGINT to its whole process
+group, as a terminal's Ctrl-C is; SIGTERM to the process alone, as `kill` or systemd's main
+process gets it; SIGTERM to the group, as GNU `timeout` sends it; SIGHUP to the group, as a
+closed terminal's is. Every timing has a profile copy of its own (own name and port), so
+timings run side by side (OPSCTL_INTERRUPT_WORKERS) and touch only their own containers. Each
+one must end within a bound with 128 + the signal's number (130, 143, 129; or the command's
+finishing code when it was done before the signal: counted, and a minority), print no traceback
+and no other signal's name as what interrupted it, leave no process of its group and no
+container it started, and, when it had begun writing a report, leave that report marked partial.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from doctor_samples import fake_tools
 from simprofile import remove_containers, sim_profile_data, write_profile
 
 from opsctl.core import labels
-from opsctl.core.errors import EXIT_HOST, EXIT_INTERRUPTED
+from opsctl.core.errors import EXIT_HOST, INTERRUPTIONS
 from opsctl.decide.report import DECIDE_JSON
 from opsctl.deploy.localsim import free_port
 from opsctl.trace.report import ANALYSIS_JSON
@@ -48,6 +52,22 @@ WORKERS = int(os.environ.get("OPSCTL_INTERRUPT_WORKERS", "6"))
 EXIT_BOUND_S = 90.0  # from the signal to the exit: the cleanup of one server, with slack
 RUN_BOUND_S = 300.0  # an uninterrupted run of one command
 FINISHED_SHARE = 1 / 3  # at most this share of the timings may land after the command ended
+
+
+@dataclass(frozen=True)
+class Stop:
+    """One way a run is stopped: a signal, to its whole process group or to the process alone."""
+
+    name: str
+    signum: int
+    group: bool
+
+    def send(self, pid: int) -> None:
+        (os.killpg if self.group else os.kill)(pid, self.signum)
+
+
+STOPS = (Stop("ctrl-c", signal.SIGINT, group=True), Stop("kill", signal.SIGTERM, group=False),
+         Stop("timeout", signal.SIGTERM, group=True), Stop("hangup", signal.SIGHUP, group=True))
 
 
 @dataclass
@@ -64,6 +84,12 @@ class Run:
     stderr: str = ""
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    stop: Stop = STOPS[0]
+
+    @property
+    def interrupted(self) -> int:
+        """The exit code of this run once its signal interrupted it: 128 + its number."""
+        return INTERRUPTIONS[self.stop.signum][1]
 
 
 def _group_members(pgid: int) -> list[str]:
@@ -82,8 +108,8 @@ def _group_members(pgid: int) -> list[str]:
 
 
 def execute(run: Run, delay: float | None) -> Run:
-    """Start `run`, Ctrl-C its process group after `delay` seconds (None: never), wait for it
-    within the bounds; afterwards no process of its group may be left."""
+    """Start `run`, stop it the run's way (`run.stop`) after `delay` seconds (None: never), wait
+    for it within the bounds; afterwards no process of its group may be left."""
     started = time.monotonic()
     out, err = run.cwd / "stdout.txt", run.cwd / "stderr.txt"  # files: a pipe could fill up
     with out.open("w") as stdout, err.open("w") as stderr:
@@ -94,7 +120,7 @@ def execute(run: Run, delay: float | None) -> Run:
             try:
                 process.wait(timeout=delay)
             except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGINT)
+                run.stop.send(process.pid)
         process.wait(timeout=RUN_BOUND_S if delay is None else EXIT_BOUND_S)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
@@ -181,10 +207,29 @@ class Decide(Command):
     def check(self, run: Run) -> None:
         super().check(run)
         assert run.out is not None
-        if run.code == EXIT_INTERRUPTED and "[1/" in run.stderr:  # past the lock: a report is due
+        if run.code == run.interrupted and "[1/" in run.stderr:  # past the lock: a report is due
             report = json.loads((run.out / DECIDE_JSON).read_text())
             assert report["partial"] is True, report
             run.notes.append("partial report")
+
+
+class Up(Command):
+    """A plain `up`: interrupted, it removes the container it started; finished, its server
+    runs (the deployment it was asked for)."""
+
+    name = "up"
+
+    def make(self) -> Run:
+        folder = self.folder()
+        path, profile = _profile(folder, "int-up")
+        return Run(_opsctl("up", "--profile", str(path), "--variant", "baseline", "--timeout",
+                           "30", "--image", self.image), folder, self.env(folder), profile)
+
+    def check(self, run: Run) -> None:
+        if run.code == 0:
+            assert [c.status for c in containers(run.profile)] == ["running"], run.stdout
+            return
+        super().check(run)
 
 
 class Gate(Command):
@@ -228,7 +273,7 @@ class Tune(Command):
         super().check(run)
         assert run.out is not None
         state = run.out / STATE_FILE
-        if run.code == EXIT_INTERRUPTED and state.exists():
+        if run.code == run.interrupted and state.exists():
             saved = json.loads(state.read_text())
             assert saved["interrupted"] is True and not saved["finished"], saved
             assert "--resume" in run.stderr, run.stderr
@@ -277,7 +322,7 @@ class Capture(Command):
         port = docker.from_env().containers.get(server_id).labels[labels.BASE_URL]
         answer = httpx.post(f"{port}/stop_profile", timeout=30)
         assert answer.status_code != 200, "the capture left the server profiling"
-        if run.code == EXIT_INTERRUPTED and (run.out / ANALYSIS_JSON).exists():
+        if run.code == run.interrupted and (run.out / ANALYSIS_JSON).exists():
             report = json.loads((run.out / ANALYSIS_JSON).read_text())
             assert report["partial"] is True, report
             run.notes.append("partial report")
@@ -308,13 +353,14 @@ class Doctor(Command):
     def check(self, run: Run) -> None:
         super().check(run)
         assert run.out is not None
-        if run.code == EXIT_INTERRUPTED:
+        if run.code == run.interrupted:
             for report in run.out.glob("doctor-*.json"):
                 assert json.loads(report.read_text())["partial"] is True, report
                 run.notes.append("partial report")
 
 
-COMMANDS: dict[str, type[Command]] = {c.name: c for c in (Decide, Gate, Tune, Capture, Doctor)}
+COMMANDS: dict[str, type[Command]] = {c.name: c for c in (Up, Decide, Gate, Tune, Capture,
+                                                           Doctor)}
 
 
 def verify_containers() -> set[str]:
@@ -330,28 +376,43 @@ def command(request: pytest.FixtureRequest, sim_image: str, tmp_path: Path) -> I
         made.close()
 
 
-STARTING = "error: interrupted (Ctrl-C) while starting\n"  # opsctl.entry's line
+STARTING = "error: interrupted ({by}) while starting\n"  # opsctl.entry's line
 
 
 def in_interpreter_startup(run: Run) -> bool:
-    """A SIGINT before opsctl's code ran (the interpreter's own start-up, runpy finding
-    opsctl/__main__): CPython dies by the signal or prints its own frozen-frames traceback;
-    nothing of opsctl's ran, so nothing of it can be left. Counted apart."""
+    """A signal before opsctl's code ran (the interpreter's own start-up, runpy finding
+    opsctl/__main__, before SIGTERM and SIGHUP are taken): CPython dies by the signal or prints
+    its own frozen-frames traceback; nothing of opsctl's ran, so nothing of it can be left.
+    Counted apart."""
     lines = run.stderr.splitlines()
     frozen = bool(lines) and lines[0].startswith("Traceback") and lines[-1] == "KeyboardInterrupt" \
         and all("<frozen " in line for line in lines if line.strip().startswith("File "))
-    return run.code == -signal.SIGINT and run.stderr in {"", STARTING} or frozen
+    starting = STARTING.format(by=INTERRUPTIONS[run.stop.signum][0])
+    return run.code == -run.stop.signum and run.stderr in {"", starting} or frozen
 
 
-def _one(command: Command, delay: float | None) -> Run:
+def named_another_signal(run: Run) -> list[str]:
+    """What the run's lines say interrupted it, where that is not its own signal."""
+    own = INTERRUPTIONS[run.stop.signum][0]
+    return [f"interrupted ({by})" for by, _ in INTERRUPTIONS.values()
+            if by != own and f"interrupted ({by})" in run.stderr + run.stdout]
+
+
+def _one(command: Command, delay: float | None, stop: Stop = STOPS[0]) -> Run:
     run = command.make()
+    run.stop = stop
     try:
         execute(run, delay)
         if in_interpreter_startup(run):
             run.notes.append("interpreter start-up")
             return run
         assert not traceback_in(run.stderr), run.stderr
-        assert run.code in {EXIT_INTERRUPTED, *command.finished_codes}, (delay, run.code, run.stderr)
+        assert run.code in {run.interrupted, *command.finished_codes}, (
+            stop.name, delay, run.code, run.stderr)
+        assert not named_another_signal(run), (stop.name, run.stderr)
+        if run.code == run.interrupted:  # one line says so (typer alone once said nothing)
+            assert any(line.startswith("error: ") for line in run.stderr.splitlines()), (
+                stop.name, delay, run.stderr)
         command.check(run)
     finally:
         command.cleanup(run)
@@ -366,14 +427,17 @@ def test_ctrl_c_at_random_points_leaves_nothing_and_a_partial_report(
     assert whole.code in command.finished_codes, whole.stdout + whole.stderr
     rng = random.Random(f"{command.name}-{SEED}")
     delays = [rng.uniform(0.2, 0.95 * whole.seconds) for _ in range(TIMINGS)]
+    stops = [STOPS[i % len(STOPS)] for i in range(TIMINGS)]  # each way in turn
     with ThreadPoolExecutor(WORKERS, thread_name_prefix="timing") as pool:
-        runs = list(pool.map(lambda d: _one(command, d), delays))
+        runs = list(pool.map(lambda d, s: _one(command, d, s), delays, stops))
     finished = sum(run.code in command.finished_codes for run in runs)
     partial = sum("partial report" in run.notes for run in runs)
     startup = sum("interpreter start-up" in run.notes for run in runs)
+    ways = ", ".join(f"{stop.name} {sum(r.stop is stop and r.code == r.interrupted for r in runs)}"
+                     for stop in STOPS)
     with capsys.disabled():
         print(f"\n{command.name}: {len(runs)} timings over {whole.seconds:.1f} s (seed {SEED}): "
-              f"{len(runs) - finished - startup} interrupted (exit 130; {partial} with a "
+              f"{len(runs) - finished - startup} interrupted ({ways}; {partial} with a "
               "partial report), "
               f"{finished} finished before the signal, {startup} in the interpreter's start-up")
     assert finished + startup <= FINISHED_SHARE * len(runs), "most timings must land mid-run"

@@ -17,10 +17,11 @@ from fakes import Behaviour, FakeClock, FakeEngine, FakeSglang
 
 from opsctl.config.profiles import load_profile
 from opsctl.config.runspec import run_spec
-from opsctl.core import labels
+from opsctl.core import errors, labels
 from opsctl.core.errors import (
     EXIT_DAEMON,
     EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
     DaemonUnreachable,
     Interrupted,
     LaunchError,
@@ -223,6 +224,59 @@ def test_one_ctrl_c_removes_it_and_saves_its_log(engine: FakeEngine, state: Stat
         launch(engine, state, logs, phases=("refused",), on_progress=ctrl_c)
     assert engine.containers == {} and len(saved(logs)) == 1
     assert "# reason: `opsctl up` failed: interrupted (Ctrl-C)" in next(logs.glob("*")).read_text()
+
+
+@pytest.fixture
+def termination(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """SIGTERM and SIGHUP taken as opsctl's entry takes them; restored, and forgotten, after."""
+    monkeypatch.setattr(errors, "_received", [])
+    kept = {signum: signal.getsignal(signum) for signum in errors.TERMINATING}
+    for signum in errors.TERMINATING:
+        signal.signal(signum, signal.SIG_DFL)
+    errors.handle_termination()
+    yield
+    for signum, handler in kept.items():
+        signal.signal(signum, handler)
+
+
+def test_sigterm_then_sighup_during_cleanup_is_the_ctrl_c_pair(
+    engine: FakeEngine, state: StateDir, logs: Path, termination: None
+) -> None:
+    """Termination is interruption (issue 37): a SIGTERM in the readiness wait starts the
+    cleanup, as a Ctrl-C does; a SIGHUP while it stops the server leaves it and names it; the
+    run exits 143, the first signal's code."""
+    notes: list[str] = []
+
+    def hang_up_while_stopping(method: str, _: FakeEngine) -> None:
+        if method == "stop":
+            signal.raise_signal(signal.SIGHUP)
+
+    def terminate(_: app.Progress) -> None:
+        engine.on_call = hang_up_while_stopping
+        signal.raise_signal(signal.SIGTERM)
+
+    with pytest.raises(Interrupted) as caught:
+        launch(engine, state, logs, phases=("refused",), notes=notes, on_progress=terminate)
+    assert caught.value.exit_code == EXIT_TERMINATED
+    assert caught.value.message.startswith("interrupted (SIGTERM); left as it is (SIGTERM "
+                                           "again): opsctl-sim (c2)")
+    assert any("SIGTERM again to leave it running" in note for note in notes)
+    assert [c.status for c in engine.containers.values()] == ["running"]
+    assert signal.getsignal(signal.SIGTERM) is errors.interrupt
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_one_sigterm_or_sighup_removes_it_and_saves_its_log(
+    engine: FakeEngine, state: StateDir, logs: Path, termination: None, signum: int
+) -> None:
+    def terminate(_: app.Progress) -> None:
+        signal.raise_signal(signum)
+
+    with pytest.raises(KeyboardInterrupt):
+        launch(engine, state, logs, phases=("refused",), on_progress=terminate)
+    assert engine.containers == {} and len(saved(logs)) == 1
+    reason = f"# reason: `opsctl up` failed: interrupted ({signal.Signals(signum).name})"
+    assert reason in next(logs.glob("*")).read_text()
 
 
 # --- the daemon dying mid-up --------------------------------------------------------------------

@@ -5,24 +5,32 @@ tests/component/test_entry_signals.py."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+import time
 import types
 from collections.abc import Iterator
 
 import pytest
 
 from opsctl import entry
-from opsctl.core.errors import EXIT_INTERRUPTED
+from opsctl.core import errors
+from opsctl.core.errors import EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_TERMINATED
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @pytest.fixture(autouse=True)
-def _sigint_handler_kept() -> Iterator[None]:
-    """`entry.main` ignores SIGINT on its way out (the process exits next); the test session
-    keeps its own handler."""
-    handler = signal.getsignal(signal.SIGINT)
+def _handlers_kept(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """`entry.main` takes SIGTERM and SIGHUP, and ignores all three interrupting signals on its
+    way out (the process exits next); the test session keeps its own handlers, and no signal a
+    test sent is remembered by the next."""
+    monkeypatch.setattr(errors, "_received", [])
+    handlers = {signum: signal.getsignal(signum) for signum in SIGNALS}
     yield
-    signal.signal(signal.SIGINT, handler)
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
 
 
 class _Importing(types.ModuleType):
@@ -38,7 +46,93 @@ def test_ctrl_c_while_the_cli_is_imported_is_exit_130_in_one_line(
         entry.main()
     assert stopped.value.code == EXIT_INTERRUPTED
     assert capsys.readouterr().err == "error: interrupted (Ctrl-C) while starting\n"
-    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # the exit is chosen: no late Ctrl-C
+    for signum in SIGNALS:  # the exit is chosen: no late Ctrl-C, SIGTERM or SIGHUP
+        assert signal.getsignal(signum) is signal.SIG_IGN
+
+
+class _ImportingUntil(types.ModuleType):
+    """The signal `signum` reaches the process while `from opsctl.cli import main` runs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__("opsctl.cli")
+        self.signum = signum
+
+    def __getattr__(self, name: str) -> object:
+        os.kill(os.getpid(), self.signum)
+        time.sleep(10)  # the handler runs here
+        raise AssertionError("the signal did not interrupt the import")
+
+
+@pytest.mark.parametrize(("signum", "code", "by"), [(signal.SIGTERM, EXIT_TERMINATED, "SIGTERM"),
+                                                    (signal.SIGHUP, EXIT_HANGUP, "SIGHUP")])
+def test_sigterm_or_sighup_while_the_cli_is_imported_is_one_line_and_128_plus_the_signal(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], signum: int,
+        code: int, by: str) -> None:
+    """Termination is interruption (issue 37): without opsctl's handler the process (here the
+    test session) dies by the signal, with no line and nothing cleaned up."""
+    monkeypatch.setitem(sys.modules, "opsctl.cli", _ImportingUntil(signum))
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    for taken in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(taken, signal.SIG_DFL)  # as a process starts
+    with pytest.raises(SystemExit) as stopped:
+        entry.main()
+    assert stopped.value.code == code == 128 + signum
+    assert capsys.readouterr().err == f"error: interrupted ({by}) while starting\n"
+
+
+def test_a_signal_ignored_when_opsctl_starts_stays_ignored() -> None:
+    """`nohup opsctl decide ...`: a closed terminal must not stop it."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    errors.handle_termination()
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    assert signal.getsignal(signal.SIGTERM) is errors.interrupt
+
+
+def test_sigterm_goes_the_way_a_ctrl_c_goes_at_that_moment() -> None:
+    """SIGTERM calls SIGINT's handler of the moment (asyncio.run's cancels its task first;
+    InterruptGuard's counts a second one): one path for both, the first signal remembered."""
+    called: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, _: called.append(signum))
+    errors.interrupt(signal.SIGTERM, None)
+    errors.interrupt(signal.SIGHUP, None)
+    assert called == [signal.SIGINT, signal.SIGINT]
+    assert errors.interrupted_by() == "SIGTERM" and errors.interrupting_signal() == signal.SIGTERM
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # SIGINT ignored when opsctl started
+    with pytest.raises(KeyboardInterrupt):
+        errors.interrupt(signal.SIGTERM, None)
+
+
+def test_a_terminated_run_exits_143_and_says_sigterm_at_the_top_and_in_a_report(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib
+
+    from opsctl.core.errors import stop_error, stop_reason
+
+    assert stop_error(KeyboardInterrupt(), "bench", "out").exit_code == EXIT_INTERRUPTED
+    errors.note_interruption(signal.SIGTERM)
+    assert stop_reason(KeyboardInterrupt()) == "interrupted (SIGTERM)"
+    stopped_run = stop_error(KeyboardInterrupt(), "bench", "out")
+    assert stopped_run.exit_code == EXIT_TERMINATED
+    assert stopped_run.message.startswith("bench interrupted (SIGTERM); ")
+
+    cli_app = importlib.import_module("opsctl.cli.app")
+    commands = cli_app.command_group("a group as opsctl's")
+
+    @commands.command()
+    def up() -> None:
+        raise KeyboardInterrupt  # escapes the command: typer itself would exit 130, no line
+
+    @commands.command()
+    def down() -> None:
+        pass
+
+    monkeypatch.setattr(sys, "argv", ["opsctl", "up"])
+    monkeypatch.setattr(cli_app, "app", commands)
+    with pytest.raises(SystemExit) as stopped:
+        cli_app.main()
+    assert stopped.value.code == EXIT_TERMINATED
+    assert capsys.readouterr().err.splitlines()[0] == "error: interrupted (SIGTERM)"
 
 
 def test_the_console_script_and_python_m_run_the_guard() -> None:
