@@ -27,7 +27,7 @@ class SmokeSettings(_Settings):
     model: str | None = None  # --model; None: the profile's alias, or the only listed name
     request_timeout_s: float = 120.0
     overall_timeout_s: float = 600.0  # the checks (readiness ... compare)
-    # Each eval asked for (GSM8K, the long-context probes, lm-eval) runs after the checks with
+    # Each eval asked for (GSM8K, the long-context probes) runs after the checks with
     # a budget of its own: on GLM-5 one eval takes minutes, and two sharing the checks' budget
     # left the second one failed for time.
     eval_timeout_s: float = 3600.0
