@@ -4,15 +4,13 @@ when their flag is absent: read from the release wheels, never assumed.
 Paths are under ``sglang/srt/`` of ``sglang-<version>`` from PyPI; re-read them when a pin
 moves. How the endpoints are built:
 
-- 0.5.9: ``/model_info`` (``entrypoints/http_server.py:553-571``) has model_path, tokenizer_path
-  and the HF architecture, no served name; ``/server_info`` (``http_server.py:593-610``) is
-  ``dataclasses.asdict(server_args)`` after ``ServerArgs.__post_init__`` resolved it
-  (``server_args.py:703``), plus the scheduler info, internal states and ``version``.
-- 0.5.15: as 0.5.9 (``/model_info`` at ``http_server.py:665-682`` without a served name,
-  ``/server_info`` at ``http_server.py:705-725`` is ``dataclasses.asdict(server_args)``), but with
-  0.5.23's spellings: ``dsa_*`` backends and ``cuda_graph_config.decode.max_bs``; its DSA
-  defaults have no SM12x GLM case (``arg_groups/overrides.py:1100-1155``). Checked against a real
-  0.5.15 server's responses on an H200 (``tests/fixtures/real-sglang-0.5.15/``).
+- 0.5.15: ``/model_info`` (``entrypoints/http_server.py:665-682``) has model_path,
+  tokenizer_path and the HF architecture, no served name; ``/server_info``
+  (``http_server.py:705-725``) is ``dataclasses.asdict(server_args)`` plus the scheduler info,
+  internal states and ``version``; with 0.5.23's spellings: ``dsa_*`` backends and
+  ``cuda_graph_config.decode.max_bs``; its DSA defaults have no SM12x GLM case
+  (``arg_groups/overrides.py:1100-1155``). Checked against a real 0.5.15 server's responses
+  on an H200 (``tests/fixtures/real-sglang-0.5.15/``).
 - 0.5.23: ``/model_info`` (``http_server.py:812-850``) also carries ``served_model_name``, "where
   a client reads the identity the server answers under"; ``/server_info``
   (``http_server.py:863-893``) is ``build_server_info`` (``utils/common.py:3584-3593``):
@@ -92,42 +90,6 @@ _KV_DSA = "DSA: fp8_e4m3 from SM10 on, bfloat16 below"
 _CUDA_GRAPH = "GPU memory and tp_size: 512 with tp_size >= 4 on a 90-160 GiB card, 256 below TP4"
 
 RELEASE_FACTS: dict[str, dict[str, FieldFact]] = {
-    "0.5.9": {
-        "model_path": FieldFact(
-            "model_info", ("model_path",), "--model-path", Required(), "server_args.py:286"),
-        "served_model_name": FieldFact(
-            "server_info", ("served_model_name",), "--served-model-name", SameAs("model_path"),
-            "server_args.py:406, default server_args.py:849-850"),
-        "tp_size": FieldFact(
-            "server_info", ("tp_size",), "--tp-size", Fixed(1), "server_args.py:350",
-            integer=True),
-        "quantization": FieldFact(
-            "server_info", ("quantization",), "--quantization",
-            Depends("SM100 takes the checkpoint's quant_method, other GPUs leave it None"),
-            "server_args.py:312, SM100 default server_args.py:1289-1301"),
-        "kv_cache_dtype": FieldFact(
-            "server_info", ("kv_cache_dtype",), "--kv-cache-dtype", Depends(_KV_DSA),
-            "server_args.py:314, DSA default server_args.py:1142-1148", dsa_only=True,
-            unset=("auto",), aliases={"bf16": "bfloat16"}),
-        "attention_backend": FieldFact(
-            "server_info", ("attention_backend",), "--attention-backend", Fixed("nsa"),
-            "server_args.py:449, DSA default server_args.py:1211-1212", dsa_only=True),
-        "dsa_prefill_backend": FieldFact(
-            "server_info", ("nsa_prefill_backend",), "--nsa-prefill-backend",
-            ByKv(fp8=Fixed("flashmla_auto"), bf16=Fixed("flashmla_sparse")),
-            "server_args.py:457-459, default server_args.py:1154-1176", dsa_only=True),
-        "dsa_decode_backend": FieldFact(
-            "server_info", ("nsa_decode_backend",), "--nsa-decode-backend",
-            ByKv(fp8=Fixed("flashmla_kv"), bf16=Depends("bfloat16 KV: trtllm from SM10 on, fa3 below")),
-            "server_args.py:460-462, default server_args.py:1154-1176", dsa_only=True),
-        "page_size": FieldFact(
-            "server_info", ("page_size",), "--page-size", Fixed(64),
-            "server_args.py:338, DSA on CUDA server_args.py:1256-1258", integer=True,
-            dsa_only=True, forced=True),
-        "cuda_graph_max_bs": FieldFact(
-            "server_info", ("cuda_graph_max_bs",), "--cuda-graph-max-bs", Depends(_CUDA_GRAPH),
-            "server_args.py:580, default server_args.py:935-996", integer=True),
-    },
     "0.5.15": {
         "model_path": FieldFact(
             "model_info", ("model_path",), "--model-path", Required(),
@@ -223,8 +185,8 @@ RELEASE_FACTS: dict[str, dict[str, FieldFact]] = {
             "default arg_groups/memory_hook.py:89-188", integer=True),
     },
 }
-# The release itself: all report it as /server_info "version" (http_server.py:609 in 0.5.9,
-# :721 in 0.5.15, :888 in 0.5.23).
+# The release itself: both report it as /server_info "version" (http_server.py:721 in 0.5.15,
+# :888 in 0.5.23).
 VERSION_KEY = ("version",)
 
 

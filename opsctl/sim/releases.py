@@ -27,8 +27,8 @@ DEFAULT_RELEASE = "0.5.23"
 SIM_SM_MAJOR = 12
 SIM_GPU_MEMORY_GIB = 96
 SIM_ARCHITECTURE = "GlmMoeDsaForCausalLM"
-# MLA + DSA indexer models (0.5.9 configs/model_config.py is_deepseek_nsa; 0.5.23
-# configs/model_config.py:191-212 is_deepseek_dsa), as far as opsctl deploys them.
+# MLA + DSA indexer models (0.5.23 configs/model_config.py:191-212 is_deepseek_dsa), as far
+# as opsctl deploys them.
 DSA_ARCHITECTURES = frozenset({"DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"})
 
 Endpoint = Literal["server_info", "model_info"]
@@ -73,12 +73,12 @@ class SimField:
     aliases: Mapping[str, str] = field(default_factory=dict)  # spellings it normalises (DSA)
 
 
-# The same in both releases: "auto" (the flag's default) asks for the DSA default.
+# The same in every release: "auto" (the flag's default) asks for the DSA default.
 _KV_CACHE_DTYPE = SimField("server_info", ("kv_cache_dtype",), "--kv-cache-dtype",
                            OnDevice("kv_cache_dtype"), dsa_only=True, unset=("auto",),
                            aliases={"bf16": "bfloat16"})
 
-# Rows the same in both releases (where the value sits, its flag, its default).
+# Rows the same in every release (where the value sits, its flag, its default).
 _MODEL_PATH = SimField("model_info", ("model_path",), "--model-path", Required())
 _TP_SIZE = SimField("server_info", ("tp_size",), "--tp-size", 1)
 _QUANTIZATION = SimField("server_info", ("quantization",), "--quantization", OnDevice("quantization"))
@@ -105,28 +105,6 @@ def _dsa_backends(fp8_rule: str) -> dict[str, SimField]:
     }
 
 RELEASES: dict[str, dict[str, SimField]] = {
-    "0.5.9": {
-        "model_path": _MODEL_PATH,
-        "served_model_name": SimField("server_info", ("served_model_name",),
-                                      "--served-model-name", Same("model_path")),
-        "tp_size": _TP_SIZE,
-        "quantization": _QUANTIZATION,
-        "kv_cache_dtype": _KV_CACHE_DTYPE,
-        "attention_backend": SimField("server_info", ("attention_backend",),
-                                      "--attention-backend", "nsa", dsa_only=True),
-        "dsa_prefill_backend": SimField("server_info", ("nsa_prefill_backend",),
-                                        "--nsa-prefill-backend",
-                                        ByKv(fp8="flashmla_auto", bf16="flashmla_sparse"),
-                                        dsa_only=True),
-        "dsa_decode_backend": SimField("server_info", ("nsa_decode_backend",),
-                                       "--nsa-decode-backend",
-                                       ByKv(fp8="flashmla_kv", bf16=OnDevice("dsa_decode_bf16")),
-                                       dsa_only=True),
-        "page_size": SimField("server_info", ("page_size",), "--page-size", 64, dsa_only=True,
-                              forced=True),
-        "cuda_graph_max_bs": SimField("server_info", ("cuda_graph_max_bs",),
-                                      "--cuda-graph-max-bs", OnDevice("cuda_graph_max_bs")),
-    },
     "0.5.15": {
         "model_path": _MODEL_PATH,
         "served_model_name": SimField("server_info", ("served_model_name",),
@@ -181,12 +159,12 @@ def _on_device(rule: str, release: str, resolved: Mapping[str, Any], raw: Mappin
                checkpoint: Checkpoint) -> Any:
     """The device- or checkpoint-dependent defaults, computed for the simulated device."""
     if rule == "quantization":
-        # Only SM100 reads the checkpoint's quant_method (0.5.9 server_args.py:1288-1301,
-        # 0.5.23 arg_groups/overrides.py:808-809); elsewhere it stays unset.
+        # Only SM100 reads the checkpoint's quant_method (0.5.23 arg_groups/overrides.py:808-809);
+        # elsewhere it stays unset.
         return None
     if rule == "kv_cache_dtype":
-        # fp8_e4m3 from SM10 on, bfloat16 below or with learnable sinks (0.5.9
-        # server_args.py:1142-1145, 0.5.23 arg_groups/overrides.py:531-537).
+        # fp8_e4m3 from SM10 on, bfloat16 below or with learnable sinks (0.5.23
+        # arg_groups/overrides.py:531-537).
         # 0.5.15 has no sinks rule (arg_groups/overrides.py:1083-1086).
         sinks = release == "0.5.23" and bool(checkpoint.config.get("learnable_sink"))
         return "fp8_e4m3" if SIM_SM_MAJOR >= 10 and not sinks else "bfloat16"
@@ -201,14 +179,14 @@ def _on_device(rule: str, release: str, resolved: Mapping[str, Any], raw: Mappin
         # (arg_groups/overrides.py:1140-1145).
         return "trtllm" if SIM_SM_MAJOR >= 10 else "flashmla_kv"
     if rule == "dsa_decode_bf16":
-        # 0.5.9 server_args.py:1164-1176; 0.5.23 arg_groups/overrides.py:721-726.
+        # 0.5.23 arg_groups/overrides.py:721-726.
         return "trtllm" if SIM_SM_MAJOR >= 10 else "fa3"
     if rule == "page_size_kpool":
         # 64 x index_kpool (1 when the config has none): 0.5.23
         # model_overrides/deepseek_v2.py:162-172.
         return 64 * int(checkpoint.config.get("index_kpool", 1))
     if rule.startswith("cuda_graph_max_bs"):
-        # 90-160 GiB cards: 256 below TP4, else 512 (0.5.9 server_args.py:976-985, 0.5.23
+        # 90-160 GiB cards: 256 below TP4, else 512 (0.5.23
         # arg_groups/memory_hook.py:146-159); 0.5.23 caps the default at --max-running-requests
         # (memory_hook.py:183-188).
         if not 90 <= SIM_GPU_MEMORY_GIB < 160:

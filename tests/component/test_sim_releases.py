@@ -99,17 +99,17 @@ def test_0_5_23_defaults_for_glm5_on_the_simulated_sm120() -> None:
     }
 
 
-def test_0_5_9_defaults_for_glm5() -> None:
-    resolved = sim.resolve("0.5.9", {"model_path": "/m", "tp_size": 2}, GLM5)
+def test_0_5_15_defaults_for_glm5() -> None:
+    resolved = sim.resolve("0.5.15", {"model_path": "/m", "tp_size": 2}, GLM5)
     assert (resolved["attention_backend"], resolved["dsa_prefill_backend"],
             resolved["dsa_decode_backend"], resolved["page_size"],
-            resolved["cuda_graph_max_bs"]) == ("nsa", "flashmla_auto", "flashmla_kv", 64, 256)
+            resolved["cuda_graph_max_bs"]) == ("dsa", "trtllm", "trtllm", 64, 256)
 
 
 def test_given_flags_win_except_a_forced_page_size_and_bf16_is_normalised() -> None:
     raw = {"model_path": "/m", "kv_cache_dtype": "bf16", "page_size": 16,
-           "nsa_decode_backend": "trtllm", "cuda_graph_max_bs": 64}
-    resolved = sim.resolve("0.5.9", raw, GLM5)
+           "dsa_decode_backend": "trtllm", "cuda_graph_max_bs_decode": 64}
+    resolved = sim.resolve("0.5.15", raw, GLM5)
     assert resolved["kv_cache_dtype"] == "bfloat16"
     assert resolved["page_size"] == 64
     assert resolved["dsa_decode_backend"] == "trtllm"
@@ -120,7 +120,8 @@ def test_given_flags_win_except_a_forced_page_size_and_bf16_is_normalised() -> N
 def test_0_5_23_caps_the_default_graph_size_at_max_running_requests() -> None:
     raw = {"model_path": "/m", "tp_size": 8, "max_running_requests": 128}
     assert sim.resolve("0.5.23", raw, GLM5)["cuda_graph_max_bs"] == 128
-    assert sim.resolve("0.5.9", raw, GLM5)["cuda_graph_max_bs"] == 512
+    del raw["max_running_requests"]
+    assert sim.resolve("0.5.23", raw, GLM5)["cuda_graph_max_bs"] == 512
 
 
 def test_a_non_dsa_checkpoint_gets_no_dsa_defaults() -> None:
@@ -145,14 +146,15 @@ def test_0_5_23_server_info_and_model_info_over_http(sim_server: StartSim) -> No
     assert (model["model_path"], model["served_model_name"]) == ("/models/GLM-5-NVFP4", "glm-5")
 
 
-def test_0_5_9_server_info_and_model_info_over_http(sim_server: StartSim) -> None:
-    server = sim_server(env={sim.RELEASE_ENV: "0.5.9"},
-                        args=[*GLM_ARGS, "--kv-cache-dtype", "bf16", "--nsa-decode-backend", "fa3"])
+def test_0_5_15_server_info_and_model_info_over_http(sim_server: StartSim) -> None:
+    server = sim_server(env={sim.RELEASE_ENV: "0.5.15"},
+                        args=[*GLM_ARGS, "--kv-cache-dtype", "bf16", "--dsa-decode-backend", "fa3"])
     info = httpx.get(server.url + "/server_info").json()
-    assert info["version"] == "0.5.9"
-    assert (info["attention_backend"], info["kv_cache_dtype"], info["nsa_prefill_backend"],
-            info["nsa_decode_backend"], info["page_size"], info["cuda_graph_max_bs"]) == (
-        "nsa", "bfloat16", "flashmla_sparse", "fa3", 64, 512)
+    assert info["version"] == "0.5.15"
+    assert (info["attention_backend"], info["kv_cache_dtype"], info["dsa_prefill_backend"],
+            info["dsa_decode_backend"], info["page_size"],
+            info["cuda_graph_config"]["decode"]["max_bs"]) == (
+        "dsa", "bfloat16", "flashmla_sparse", "fa3", 64, 512)
     assert "launch_command" not in info and "frontend" not in info
     assert info["served_model_name"] == "glm-5"
     model = httpx.get(server.url + "/model_info").json()
@@ -163,7 +165,7 @@ def test_0_5_9_server_info_and_model_info_over_http(sim_server: StartSim) -> Non
 def test_an_unknown_release_exits_2(sim_server: StartSim) -> None:
     server = sim_server(env={sim.RELEASE_ENV: "0.4.0"}, wait="none")
     assert server.process.wait(15) == 2
-    assert "the simulator speaks sglang 0.5.9, 0.5.15, 0.5.23" in server.logs()
+    assert "the simulator speaks sglang 0.5.15, 0.5.23" in server.logs()
 
 
 def test_misresolve_reports_another_attention_backend(sim_server: StartSim) -> None:

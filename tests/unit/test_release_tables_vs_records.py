@@ -77,7 +77,7 @@ def test_the_simulator_reports_the_record_for_exactly_its_argv(tmp_path: Path) -
     (folder / "sim.native.json").write_text(json.dumps(record))
     assert sim_records.resolved_for("0.5.23", argv, root=tmp_path)["page_size"] == 4096
     assert sim_records.resolved_for("0.5.23", [*argv, "--port", "1"], root=tmp_path) is None
-    assert sim_records.resolved_for("0.5.9", argv, root=tmp_path) is None
+    assert sim_records.resolved_for("0.5.15", argv, root=tmp_path) is None
 
     def view(config: dict[str, Any], flags: list[str]) -> int:
         server = ServerView(SimArgs.parse(flags), "0.5.23", config)
