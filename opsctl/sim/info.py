@@ -9,9 +9,9 @@ name, parsers and load format; /server_info is ``server_args.resolved_dict()`` p
 status, token limits, ``startup_time``, ``hicache_object_layout``), ``kv_events``, ``startup_time``
 and ``frontend``. The key sets are checked against the wheels' source by
 ``tests/component/test_sim_info_keys.py``. The fields ``opsctl verify`` checks carry what the
-release resolves: its own resolution of this argv where
-``opsctl profile resolve`` recorded one (``opsctl.sim.records``), else the hand-read table
-(``opsctl.sim.releases``); every other given flag is echoed as given.
+release resolves: its own resolution of this argv where ``opsctl profile resolve`` recorded one
+(``opsctl.sim.records``), else the hand-read table (``opsctl.sim.releases``, the release's
+defaults.json); every other given flag is echoed as given.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 from opsctl.sim import records
 from opsctl.sim.config import SimArgs
 from opsctl.sim.engine import SIM_MAX_TOTAL_NUM_TOKENS
-from opsctl.sim.releases import RELEASES, Checkpoint, resolve
+from opsctl.sim.releases import Checkpoint, resolve, table
 
 # What the misresolve fault reports instead of the resolved attention backend.
 MISRESOLVED_BACKEND = "triton"
@@ -77,7 +77,7 @@ class ServerView:
         recorded = None if self.model_config else records.resolved_for(self.release,
                                                                         self.args.argv)
         if recorded is not None:
-            for name, fact in RELEASES[self.release].items():
+            for name, fact in table(self.release).items():
                 present, value = records.lookup(recorded, fact.key)
                 if present:
                     settings[name] = value
@@ -90,7 +90,7 @@ class ServerView:
     def _with_resolved(self, payload: dict[str, Any], endpoint: str, fault: str
                        ) -> dict[str, Any]:
         settings = self.resolved(fault)
-        for name, fact in RELEASES[self.release].items():
+        for name, fact in table(self.release).items():
             if fact.endpoint == endpoint:
                 _place(payload, fact.key, settings[name])
         return payload

@@ -144,7 +144,8 @@ def run_verify(deployment: Deployment, client: httpx.Client, *, log_text: str | 
     facts = facts_for(version)
     if facts is None:
         raise UsageError(f"no release facts recorded for sglang {version}",
-                         hint="opsctl/verify/facts.py records them per pinned release")
+                         hint=f"a pinned release records them in patches/sglang/{version}/"
+                              "defaults.json")
     argv = to_argv(deployment)[len(deployment.server.entrypoint):]
     expected = checks.expectations(facts, argv, profile.model.architecture,
                                    _checked_expect(facts, expect), resolution_of(deployment))

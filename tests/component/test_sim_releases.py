@@ -1,5 +1,6 @@
-"""The simulator resolves the checked settings like the pinned release it speaks, from the same
-facts opsctl.verify checks against, and prints the patch's start-up line like the kernel."""
+"""The simulator resolves the checked settings like the pinned release it speaks, from the table
+opsctl.verify checks against (patches/sglang/<release>/defaults.json), and prints the patch's
+start-up line like the kernel."""
 
 from __future__ import annotations
 
@@ -13,42 +14,13 @@ from opsctl.config import releases as deploy_releases
 from opsctl.kernels import kv_gather_cast as kernel
 from opsctl.sim import patchmarker
 from opsctl.sim import releases as sim
-from opsctl.verify import facts as verify
 
 StartSim = Callable[..., Any]
 GLM_ARGS = ["--served-model-name", "glm-5", "--tp-size", "8", "--quantization", "modelopt_fp4"]
 
 
-def _default_shape(default: object) -> object:
-    """Both tables' defaults in one comparable form: what is fixed must be equal, and what the
-    verify table leaves to the device (Depends) the simulator computes (OnDevice)."""
-    if isinstance(default, verify.Fixed):
-        return ("fixed", default.value)
-    if isinstance(default, (verify.SameAs, sim.Same)):
-        return ("same", default.field)
-    if isinstance(default, (verify.Required, sim.Required)):
-        return ("required",)
-    if isinstance(default, (verify.Depends, sim.OnDevice)):
-        return ("device",)
-    if isinstance(default, (verify.ByKv, sim.ByKv)):
-        return ("kv", _default_shape(default.fp8), _default_shape(default.bf16))
-    return ("fixed", default)
-
-
-def test_the_simulator_and_verify_record_the_same_release_facts() -> None:
-    assert list(sim.RELEASES) == list(verify.RELEASE_FACTS)
+def test_the_simulator_knows_the_dsa_models_profile_validation_knows() -> None:
     assert sim.DSA_ARCHITECTURES == deploy_releases.DSA_ARCHITECTURES
-    for release, facts in verify.RELEASE_FACTS.items():
-        mine = sim.RELEASES[release]
-        assert list(mine) == list(facts), release
-        for name, fact in facts.items():
-            ours = mine[name]
-            where = f"{release} {name}"
-            assert (ours.endpoint, ours.key, ours.flag) == (fact.endpoint, fact.key, fact.flag), where
-            assert (ours.dsa_only, ours.forced, ours.unset) == (
-                fact.dsa_only, fact.forced, fact.unset), where
-            assert dict(ours.aliases) == dict(fact.aliases), where
-            assert _default_shape(ours.default) == _default_shape(fact.default), where
 
 
 def test_the_marker_literals_are_the_kernels() -> None:

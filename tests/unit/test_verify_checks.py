@@ -16,15 +16,21 @@ from opsctl.traffic.client import ServerUnreachable
 from opsctl.verify import checks
 from opsctl.verify.app import VerifyMismatch, VerifyResult, fetch_json, raise_on_mismatch
 from opsctl.verify.checkpoint import checkpoint_id, compare_checkpoints
-from opsctl.verify.facts import RELEASE_FACTS
+from opsctl.verify.facts import FieldFact, facts_for
 
 GLM = "GlmMoeDsaForCausalLM"
 BASE = ["--model-path", "/models/m", "--tp-size", "8", "--quantization", "modelopt_fp4"]
 
 
+def _facts(version: str) -> dict[str, FieldFact]:
+    facts = facts_for(version)
+    assert facts is not None, version
+    return facts
+
+
 def expect_of(version: str, argv: list[str], arch: str | None = GLM,
               expect: dict[str, Any] | None = None) -> dict[str, checks.Expectation]:
-    return checks.expectations(RELEASE_FACTS[version], argv, arch, expect)
+    return checks.expectations(_facts(version), argv, arch, expect)
 
 
 def test_flags_set_the_expectation_and_the_served_name_defaults_to_the_model_path() -> None:
@@ -87,7 +93,7 @@ MODEL = {"model_path": "/models/m", "served_model_name": "/models/m"}
 
 
 def test_compare_finds_ok_mismatch_and_absent_fields() -> None:
-    facts = RELEASE_FACTS["0.5.23"]
+    facts = _facts("0.5.23")
     argv = [*BASE, "--attention-backend", "flashinfer", "--kv-cache-dtype", "fp8_e4m3",
             "--cuda-graph-max-bs-decode", "64"]
     found = {c.field: c for c in checks.compare(facts, expect_of("0.5.23", argv), SERVER, MODEL)}
