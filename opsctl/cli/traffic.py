@@ -13,8 +13,7 @@ import typer
 
 from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, err_console, image_ref, within
 from opsctl.cli.root import Root, gateway_from
-from opsctl.traffic.bench.sweep import DEADLINE_CAP_S
-from opsctl.traffic.settings import BENCH_DEFAULTS, SMOKE_DEFAULTS
+from opsctl.traffic.settings import BENCH_DEFAULTS, DEADLINE_CAP_S, SMOKE_DEFAULTS
 
 ApiOpt = Annotated[
     str, typer.Option("--api", help="OpenAI endpoint to exercise: 'completions' or 'chat'.")

@@ -15,9 +15,8 @@ from typing import Any
 import httpx
 from pydantic import BaseModel
 
-from opsctl.core.errors import UsageError
+from opsctl.core.errors import ServerUnreachable, UsageError
 from opsctl.core.redact import API_KEY_ENV
-from opsctl.traffic.client import ServerUnreachable
 from opsctl.traffic.payload import Malformed, body_message, decode_json, model_ids
 
 

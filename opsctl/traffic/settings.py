@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from opsctl.traffic.client import Api
+from opsctl.traffic.payload import Api
 
 # bench's concurrency levels when --concurrency is not given.
 DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
+# The default deadline of one target's sweep never exceeds this (pass --deadline for more).
+DEADLINE_CAP_S = 3600.0
 
 
 class _Settings(BaseModel):

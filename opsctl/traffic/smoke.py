@@ -24,13 +24,13 @@ import httpx
 
 from opsctl.argspec.spec import VERSION_RE
 from opsctl.config.sloconfig import Slo
+from opsctl.core.errors import ServerUnreachable
 from opsctl.core.httpcap import answer_json
 from opsctl.core.redact import API_KEY_ENV, mask_secret, redact, redact_model
 from opsctl.traffic.client import (
     Api,
     ClientFactory,
     RequestResult,
-    ServerUnreachable,
     TrafficClient,
     endpoint,
     generate,

@@ -14,10 +14,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from opsctl.core.errors import OpsctlError, SmokeError, UsageError
+from opsctl.core.errors import OpsctlError, ServerUnreachable, SmokeError, UsageError
 from opsctl.core.files import atomic_write_text, read_bounded
 from opsctl.core.partial import PartialReport
-from opsctl.traffic.client import Api, ServerUnreachable
+from opsctl.traffic.client import Api
 from opsctl.traffic.evals.divergence import Divergence, GreedyOutput, locate_divergence
 from opsctl.traffic.evals.gsm8k import EvalItem, EvalResult
 from opsctl.traffic.evals.probes import ProbeResult

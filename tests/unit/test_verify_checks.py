@@ -10,9 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from opsctl.core.errors import EXIT_LAUNCH, LaunchError, UsageError
+from opsctl.core.errors import EXIT_LAUNCH, LaunchError, ServerUnreachable, UsageError
 from opsctl.kernels.kv_gather_cast import format_marker, parse_marker
-from opsctl.traffic.client import ServerUnreachable
 from opsctl.verify import checks
 from opsctl.verify.app import VerifyMismatch, VerifyResult, fetch_json, raise_on_mismatch
 from opsctl.verify.checkpoint import checkpoint_id, compare_checkpoints
