@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +74,20 @@ def layout() -> Layout:
         root = Path(override).resolve()
         return Layout(PROJECT_COPY, root, root)
     return _found()
+
+
+STATE_DIR_ENV = "OPSCTL_STATE_DIR"
+
+
+def default_state_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    """Where this host's opsctl state lives (deploy's records, image locks and trust):
+    $OPSCTL_STATE_DIR, else $XDG_STATE_HOME/opsctl (when absolute, as the spec requires),
+    else ~/.local/state/opsctl."""
+    if environ.get(STATE_DIR_ENV):
+        return Path(environ[STATE_DIR_ENV])
+    xdg = environ.get("XDG_STATE_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state"
+    return base / "opsctl"
 
 
 def project_root() -> Path:

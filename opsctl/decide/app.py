@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from opsctl.config.profiles import Deployment, Profile
-from opsctl.config.review import computes
+from opsctl.config.review import attention_kind, computes
 from opsctl.config.sloconfig import Slo
 from opsctl.core.clock import Clock
 from opsctl.core.errors import (
@@ -73,7 +73,7 @@ from opsctl.decide.settings import DECIDE_DEFAULTS, DecideSettings
 from opsctl.decide.verdict import compare_pairs, recommend
 from opsctl.deploy.app import Progress, left_line
 from opsctl.deploy.launch import Launch
-from opsctl.gate.gate import GateSmoke, SmokeAsk, UpProgress, attention_kind
+from opsctl.gate.gate import GateSmoke, SmokeAsk, UpProgress
 from opsctl.traffic.bench.report import BenchReport
 from opsctl.traffic.smoke_report import SmokeReport
 from opsctl.traffic.smoke_report import verdict_error as smoke_verdict

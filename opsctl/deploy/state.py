@@ -15,34 +15,22 @@ rollback brings back) must outlive the command. Each is a small JSON file, writt
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from opsctl.core.checkpoint import checkpoint_id
 from opsctl.core.errors import UsageError
 from opsctl.core.files import atomic_write_text
+from opsctl.core.paths import default_state_dir
 from opsctl.core.reports import stamp
-from opsctl.verify.checkpoint import checkpoint_id
 
-STATE_DIR_ENV = "OPSCTL_STATE_DIR"
 UNAVAILABLE = "unavailable: "  # how a checkpoint label starts when nothing could be hashed
 LAST_GOOD = "last-good.json"
 _SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-def default_state_dir(environ: Mapping[str, str] = os.environ) -> Path:
-    """$OPSCTL_STATE_DIR, else $XDG_STATE_HOME/opsctl (when absolute, as the spec requires),
-    else ~/.local/state/opsctl."""
-    if environ.get(STATE_DIR_ENV):
-        return Path(environ[STATE_DIR_ENV])
-    xdg = environ.get("XDG_STATE_HOME", "")
-    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state"
-    return base / "opsctl"
 
 
 class _Record(BaseModel):
@@ -51,7 +39,7 @@ class _Record(BaseModel):
 
 class CheckpointRecord(_Record):
     """Which weights a server runs: the combined sha256 of config.json and the safetensors
-    index (opsctl.verify.checkpoint), or why there is none."""
+    index (opsctl.core.checkpoint), or why there is none."""
 
     id: str | None = None
     files: dict[str, str] = {}

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from opsctl.config.profiles import Deployment, Profile
-from opsctl.config.review import computes
+from opsctl.config.review import attention_kind
 from opsctl.config.runspec import base_url
 from opsctl.core import labels
 from opsctl.core.clock import Clock
@@ -120,14 +120,6 @@ class _Ctx:
 
 def _no_progress(_: Deployment) -> AbstractContextManager[Callable[[Progress], None]]:
     return nullcontext(lambda progress: None)
-
-
-def attention_kind(deployment: Deployment) -> str:
-    """What the variant computes, as releases.computes says: dense or sparse attention (or, for
-    another model or backend, its whole line). Only variants of one kind compare greedy outputs."""
-    line = computes(deployment)
-    return next((f"{kind} attention" for kind in ("dense", "sparse") if line.startswith(kind)),
-                line)
 
 
 def gate(

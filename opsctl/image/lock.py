@@ -21,7 +21,7 @@ from pathlib import Path
 from opsctl.core import labels
 from opsctl.core.errors import BuildError
 from opsctl.core.files import atomic_write_text
-from opsctl.core.paths import is_installed, project_root
+from opsctl.core.paths import default_state_dir, is_installed, project_root
 from opsctl.engine.api import BuildEvent
 from opsctl.image.baseimage import ROLE_BASE, ROLE_STANDIN
 
@@ -43,8 +43,6 @@ def lock_dir() -> Path:
     if override:
         return Path(override)
     if is_installed():
-        from opsctl.deploy.state import default_state_dir  # the one place host state lives
-
         return default_state_dir() / "locks"
     return project_root() / "deploy" / "locks"
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from opsctl.core.files import atomic_write_text
+from opsctl.core.paths import default_state_dir
 
 RECORD = Path("images") / "verified.json"
 # A record of a few hundred bytes per image: thousands of images fit; a larger file is not
@@ -23,8 +24,6 @@ MAX_RECORD_BYTES = 8 << 20
 
 
 def record_path() -> Path:
-    from opsctl.deploy.state import default_state_dir  # the one place host state lives
-
     return default_state_dir() / RECORD
 
 

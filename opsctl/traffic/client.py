@@ -42,10 +42,11 @@ from typing import Any, Literal, Protocol
 
 import httpx
 
+from opsctl.core.answers import Malformed, decode_json
 from opsctl.core.errors import UsageError
 from opsctl.core.httpcap import IDENTITY, capped_async_transport
 from opsctl.core.redact import auth_headers
-from opsctl.traffic.payload import Api, Malformed, Piece, body_message, decode_json, parse_piece
+from opsctl.traffic.payload import Api, Piece, body_message, parse_piece
 from opsctl.traffic.wire import ErrorKind, Failed, Wire
 
 TokenSource = Literal["usage", "chunks"]

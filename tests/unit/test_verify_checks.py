@@ -10,11 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
+from opsctl.core.checkpoint import checkpoint_id, compare_checkpoints
 from opsctl.core.errors import EXIT_LAUNCH, LaunchError, ServerUnreachable, UsageError
 from opsctl.kernels.kv_gather_cast import format_marker, parse_marker
 from opsctl.verify import checks
 from opsctl.verify.app import VerifyMismatch, VerifyResult, fetch_json, raise_on_mismatch
-from opsctl.verify.checkpoint import checkpoint_id, compare_checkpoints
 from opsctl.verify.facts import FieldFact, facts_for
 
 GLM = "GlmMoeDsaForCausalLM"

@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from opsctl.core.answers import Malformed, decode_json, snippet
 from opsctl.traffic.bench.report import LevelResult, Pcts
-from opsctl.traffic.payload import Malformed, decode_json, snippet
 
 # (LevelResult field, bench_serving's figure stem): e.g. mean_ttft_ms, p99_e2e_latency_ms.
 _FIGURES = (("ttft_ms", "ttft"), ("tpot_ms", "tpot"), ("itl_ms", "itl"), ("e2e_ms", "e2e_latency"))
