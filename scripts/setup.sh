@@ -85,9 +85,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 log "installing opsctl into .venv"
 .venv/bin/pip install -q --upgrade pip >/dev/null
-# lmeval: lm-evaluation-harness, run by `smoke --eval lm-eval:gsm8k` (tested offline against
-# the simulator).
-.venv/bin/pip install -q -e '.[dev,plot,lmeval]'
+.venv/bin/pip install -q -e '.[dev,plot]'
 # The kernel's CPU tests run it in Triton's interpreter: torch 2.13.0 is the CPU build this
 # machine kind carries as a local file; triton 3.6.0 is the release the GPU side is tested with.
 # The torch pin is opsctl's own (argspec/resolution.TORCH_CPU: what `profile resolve` runs with).

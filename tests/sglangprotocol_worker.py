@@ -135,8 +135,7 @@ def sglang_serialisation(kind: str, endpoint: str, model: Any) -> Any:
     if kind == "error":
         return model.model_dump()  # serving_base.create_error_response: ORJSONResponse(dump)
     if kind == "response":
-        # 0.5.23 model_json_response: model_dump_json(by_alias=True); 0.5.9: FastAPI's
-        # jsonable_encoder, i.e. model_dump(mode="json", by_alias=True). The same JSON.
+        # 0.5.23 model_json_response: model_dump_json(by_alias=True).
         return json.loads(model.model_dump_json(by_alias=True))
     if not model.choices:
         # The usage chunk: completions dump it with exclude_none=True, chat with the defaults.

@@ -189,7 +189,7 @@ def pinned_versions(source_dir: Path, version: str) -> dict[str, str]:
     """`==` pins of the wheel's unconditional requirements, by import-style name.
 
     Placeholder modules report these as `__version__`, so import-time version checks see what
-    a real install would have (sglang 0.5.9 asserts on torch < 2.4 otherwise).
+    a real install would have (some releases assert on the torch version otherwise).
     """
     metadata = source_dir / f"sglang-{version}.dist-info" / "METADATA"
     pins: dict[str, str] = {}

@@ -12,7 +12,7 @@ verdicts come back as `parse_results` (tests compare them with `ArgSpec.check`).
 
 Placeholders only have to survive import time: sglang's flag definitions are plain data, but the
 modules that define them import heavy packages at top level and sometimes subclass, decorate or
-probe what they import. Each rule below answers one such use seen in 0.5.9 or 0.5.23:
+probe what they import. Each rule below answers one such use seen in a release opsctl pinned:
   * an attribute of a placeholder module is a placeholder CLASS, so it can be subclassed (also
     next to ABC: the metaclass derives from ABCMeta; class keywords like `total=False` are
     swallowed), used in isinstance(), in `X | None`, in typing.Optional[X], and as a registry
@@ -47,7 +47,7 @@ from typing import Any
 
 # Version strings are compared at import time (`version.parse(torch.__version__) >= ...`).
 # A placeholder reports the version the wheel pins with `==` in its metadata (passed in by the
-# caller: torch==2.9.1 for sglang 0.5.9), else a PEP 440 local version below every release.
+# caller), else a PEP 440 local version below every release.
 _PLACEHOLDER_VERSION = "0.0.0+opsctl.placeholder"
 _STDLIB_DIR = os.path.dirname(os.__file__)
 

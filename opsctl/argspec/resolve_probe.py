@@ -239,8 +239,8 @@ def _resolve_one(argv: list[str], torch: Any, sglang_dir: str) -> dict[str, Any]
     parser = argparse.ArgumentParser()
     module.ServerArgs.add_cli_args(parser)
     # The parser's defaults: what an argv naming only the model leaves in each field (0.5.23
-    # builds its record without resolving it; 0.5.9 resolves in __post_init__, so its
-    # defaults are the parser's namespace).
+    # builds its record without resolving it; a release whose ServerArgs is a dataclass
+    # resolves in __post_init__, so its defaults are the parser's namespace).
     namespace = parser.parse_args(["--model-path", argv[1]])
     if hasattr(module.ServerArgs, "resolve_once"):
         defaults = _fields(module.ServerArgs.from_cli_args(namespace))
@@ -264,7 +264,8 @@ def _resolve_one(argv: list[str], torch: Any, sglang_dir: str) -> dict[str, Any]
 
 
 def _fields(server_args: Any) -> dict[str, Any]:
-    """Every field of a ServerArgs record (a msgspec Struct in 0.5.23, a dataclass in 0.5.9)."""
+    """Every field of a ServerArgs record (a msgspec Struct in 0.5.23, a dataclass
+    in older releases)."""
     names = getattr(type(server_args), "__struct_fields__", None)
     if names is None:
         names = [f for f in vars(server_args) if not f.startswith("_")]

@@ -1,9 +1,9 @@
 """What a pinned sglang release's image holds, and whether its transformers loads the model.
 
 sglang loads a checkpoint's `config.json` through transformers' `AutoConfig` before anything else
-(0.5.9 `srt/utils/hf_transformers_utils.py:315-323`, with a fallback for `deepseek_v32` only), so a
-release whose pinned transformers does not know the model's `model_type` cannot serve it at all,
-minutes into an 8-GPU start. The release images install sglang with its pins, so the image holds
+(0.5.23 `get_config`, `srt/utils/hf_transformers/config.py:336`), so a release whose pinned
+transformers does not know the model's `model_type` cannot serve it at all, minutes into an 8-GPU
+start. The release images install sglang with its pins, so the image holds
 the transformers the wheel's METADATA pins with `==`.
 
 `opsctl sglang-args stack --version V` records, from the real wheels and by running the real code:

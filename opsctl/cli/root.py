@@ -11,7 +11,6 @@ metrics push. `launch()` is the one verified, locked launch (deploy.launch.Launc
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -184,9 +183,6 @@ class TrafficSmoke:
         from opsctl.traffic.view import eval_progress
 
         evals = eval_request("gsm8k" if ask.gsm8k else None, long_context=ask.long_context)
-        task = ask.deployment.profile.eval.lm_eval
-        if ask.lm_eval and task:
-            evals = dataclasses.replace(evals, lm_eval=task.task)
         return SmokeRequest(
             profile=self.profile or ask.deployment.profile.name, variant=ask.deployment.variant,
             base_url=ask.base_url, api_key=api_key_from_env(), json_path=ask.report,

@@ -13,8 +13,7 @@ import typer
 
 from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, err_console, image_ref, within
 from opsctl.cli.root import Root, gateway_from
-from opsctl.traffic.bench.sweep import DEADLINE_CAP_S
-from opsctl.traffic.settings import BENCH_DEFAULTS, SMOKE_DEFAULTS
+from opsctl.traffic.settings import BENCH_DEFAULTS, DEADLINE_CAP_S, SMOKE_DEFAULTS
 
 ApiOpt = Annotated[
     str, typer.Option("--api", help="OpenAI endpoint to exercise: 'completions' or 'chat'.")
@@ -53,13 +52,12 @@ def smoke(
     ] = SMOKE_DEFAULTS.overall_timeout_s,
     eval_timeout: Annotated[float, typer.Option(
         "--eval-timeout", help="Seconds for each eval asked for (GSM8K, the long-context "
-        "probes, lm-eval), after the checks.", callback=within(0.01, 86400))
+        "probes), after the checks.", callback=within(0.01, 86400))
     ] = SMOKE_DEFAULTS.eval_timeout_s,
     pushgateway: PushOpt = None,
     eval_name: Annotated[str | None, typer.Option(
         "--eval", help="After the checks, run this accuracy eval ('gsm8k': few-shot, greedy, "
-        "on the profile's pinned local dataset; 'lm-eval:gsm8k': the same through "
-        "lm-evaluation-harness, the [lmeval] extra); below its threshold exits 5.")] = None,
+        "on the profile's pinned local dataset); below its threshold exits 5.")] = None,
     eval_questions: Annotated[int | None, typer.Option(
         "--eval-questions", min=1, max=1_000_000, help="Ask the first N questions (default: the profile's).",
     )] = None,

@@ -5,9 +5,8 @@ from its public source into the state directory and checked against the sha256 p
 config/datasets.py; or a local, sha256-pinned GSM8K-shaped JSONL file the profile names.
 `long_context` sets the sizes of the pass-key probes and the shared-prefix pair that
 `smoke --long-context` sends; its defaults are the probes' own (traffic/evals/probes.py says
-why those sizes). `lm_eval` runs lm-evaluation-harness's task over the same pinned files (its
-task file is written by opsctl, traffic/evals/lmeval.py). Relative paths are resolved against
-the project root, like `dockerfile`.
+why those sizes). Relative paths are resolved against the project root, like
+`dockerfile`.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from opsctl.core.paths import project_root
 
@@ -95,35 +95,16 @@ class LongContextConfig(_Strict):
         return value
 
 
-# The lm-evaluation-harness tasks opsctl writes a task file for, over the profile's own pinned
-# data (task -> the eval section whose files it reads); the harness's built-in tasks would
-# download theirs.
-LM_EVAL_TASKS = {"gsm8k": "gsm8k"}
-
-
-class LmEvalConfig(_Strict):
-    task: str = Field("gsm8k", description="lm-evaluation-harness task, run over the pinned "
-                      "files of the eval section of the same name (gsm8k: eval.gsm8k).")
-    threshold: float | None = Field(None, gt=0.0, le=1.0, description="Least accuracy that "
-                                    "passes; null: that section's threshold.")
-
-    @field_validator("task")
-    @classmethod
-    def _known_task(cls, value: str) -> str:
-        if value not in LM_EVAL_TASKS:
-            raise ValueError(f"must be one of {', '.join(LM_EVAL_TASKS)}")
-        return value
-
-
 class EvalConfig(_Strict):
     gsm8k: Gsm8kConfig | None = None
     long_context: LongContextConfig = LongContextConfig()
-    lm_eval: LmEvalConfig | None = Field(None, description="`lm-eval:TASK` through "
-                                         "lm-evaluation-harness (the optional [lmeval] extra).")
 
-    @model_validator(mode="after")
-    def _lm_eval_data(self) -> EvalConfig:
-        if self.lm_eval is not None and getattr(self, LM_EVAL_TASKS[self.lm_eval.task]) is None:
-            raise ValueError(f"lm_eval.task {self.lm_eval.task} reads the pinned files of "
-                             f"eval.{LM_EVAL_TASKS[self.lm_eval.task]}: add that section")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: object) -> object:
+        """A key opsctl once read says what replaced it, not pydantic's 'extra inputs'."""
+        if isinstance(data, dict) and "lm_eval" in data:
+            raise PydanticCustomError(
+                "removed", "lm_eval was removed (it scored what eval.gsm8k scores): delete it "
+                "and use eval.gsm8k with `smoke --eval gsm8k`")
+        return data

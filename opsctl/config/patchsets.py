@@ -1,12 +1,11 @@
 """The patch sets of the pinned sglang releases, as data: which exist, where, and their manifests.
 
 `patches/sglang/<version>/manifest.json`, in the release's folder (opsctl.core.paths.release_dir),
-records what a patch set changes and what is known about the release (the KV row layouts
-flashinfer MLA reads correctly). The patch set is the manifest and the files it lists; the
-release's records beside them (cli-args.json, stack.json, resolved/) are no part of it.
-Profile validation reads it here (config/support.py); the image room applies the set
-(image/patchset.py, which also runs alone inside the image build and so keeps its own minimal
-reader there).
+records what a patch set changes and what is known about the release (the KV row layouts flashinfer
+MLA reads correctly). The patch set is the manifest and the files it lists; the release's records
+beside them (cli-args.json, stack.json, defaults.json, resolved/) are no part of it. Profile
+validation reads it here (config/support.py); the image room applies the set (image/patchset.py,
+which also runs alone inside the image build and so keeps its own minimal reader there).
 """
 
 from __future__ import annotations

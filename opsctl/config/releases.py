@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 # Architectures whose attention is MLA + a DSA (sparse) indexer when the config has `index_topk`
-# (0.5.9 configs/model_config.py:54-67 is_deepseek_nsa; 0.5.23 configs/model_config.py:191-212).
+# (0.5.23 configs/model_config.py:191-212).
 DSA_ARCHITECTURES = frozenset({
     "DeepseekV32ForCausalLM",
     "GlmMoeDsaForCausalLM",
@@ -26,13 +26,8 @@ class Release:
     # Set when the breakable prefill CUDA graph is on by default: the DSA indexer then skips its
     # "no metadata" exit and dereferences flashinfer's missing indexer metadata at start-up.
     prefill_graph_breaks_flashinfer_dsa: str | None = None
-    # Environment variables this release never reads, with where it hard-codes the value.
-    env_not_read: dict[str, str] = field(default_factory=dict)
     # The DSA backends it picks for GLM-5 + FP8 KV on SM12x when none is given.
     sm120_glm_fp8_dsa_default: str | None = None
-    # Set when its sparse (DSA) attention path has no SM120 kernel: the model's default path
-    # is then unlikely to run on this box (read from the sources, not run on the hardware).
-    no_sm120_dsa_kernel: str | None = None
     # DSA backends it refuses at start-up on CUDA, with where.
     cuda_refused_dsa_backends: dict[str, str] = field(default_factory=dict)
     # Set when FP8 KV with tilelang on only one of the two DSA backends is refused at start-up.
@@ -44,19 +39,6 @@ class Release:
 
 
 RELEASES: dict[str, Release] = {
-    "0.5.9": Release(
-        version="0.5.9",
-        env_not_read={
-            "SGLANG_TIMEOUT_KEEP_ALIVE": "sglang 0.5.9 hard-codes keep-alive 5 s and never reads it "
-            "(entrypoints/http_server.py:1972)",
-        },
-        no_sm120_dsa_kernel=(
-            "sglang 0.5.9 picks nsa for this model when --attention-backend is unset "
-            "(server_args.py:1211-1213), and its NSA backends are flashmla_*, fa3 and trtllm "
-            "(SM90/SM100 kernels), tilelang and aiter (server_args.py:162-170): none is known to "
-            "run on SM120"
-        ),
-    ),
     "0.5.23": Release(
         version="0.5.23",
         prefill_graph_breaks_flashinfer_dsa=(
@@ -156,12 +138,8 @@ def check(
             "[--disable-prefill-cuda-graph] or let sglang choose the DSA path"
         )
     if architecture in DSA_ARCHITECTURES:
-        _check_dsa(release, argv, attention, errors, warnings)
+        _check_dsa(release, argv, errors)
     _check_env(release, argv, env, errors, warnings)
-    for name in sorted(env):
-        if name in release.env_not_read:
-            errors.append(f"container env {name}: {release.env_not_read[name]}; set it only on "
-                          "variants that pin a release that reads it")
     if cuda_graph_max_bs is not None and max_running_requests is not None and (
         max_running_requests > cuda_graph_max_bs
     ):
@@ -184,13 +162,9 @@ def _check_env(release: Release, argv: Sequence[str], env: dict[str, str],
             errors.append(f"{flag} {flag_value} with {name}={env_value}: {why}")
 
 
-def _check_dsa(release: Release, argv: Sequence[str], attention: str | None,
-               errors: list[str], warnings: list[str]) -> None:
-    """The DSA-path facts: default path without an SM120 kernel, backends refused at start-up."""
-    if attention in (None, "dsa", "nsa") and release.no_sm120_dsa_kernel:
-        warnings.append(f"the model's sparse DSA path on sglang {release.version}: "
-                        f"{release.no_sm120_dsa_kernel} (read from the sources, not run on sm_120)")
-    # 0.5.23 spells the flags --dsa-*, 0.5.9 --nsa-*; the parser check has already run.
+def _check_dsa(release: Release, argv: Sequence[str], errors: list[str]) -> None:
+    """The DSA-path facts: backends refused at start-up."""
+    # 0.5.23 spells the flags --dsa-*, 0.5.15 takes --nsa-* too; the parser check has run.
     backends = {phase: _flag_value(argv, f"--dsa-{phase}-backend")
                 or _flag_value(argv, f"--nsa-{phase}-backend") for phase in ("prefill", "decode")}
     for phase, backend in backends.items():

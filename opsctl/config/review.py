@@ -43,6 +43,14 @@ def computes(deployment: Deployment) -> str:
                              deployment.image.sglang_version)
 
 
+def attention_kind(deployment: Deployment) -> str:
+    """What the variant computes, as releases.computes says: dense or sparse attention (or, for
+    another model or backend, its whole line). Only variants of one kind compare greedy outputs."""
+    line = computes(deployment)
+    return next((f"{kind} attention" for kind in ("dense", "sparse") if line.startswith(kind)),
+                line)
+
+
 def summary(deployment: Deployment) -> VariantSummary:
     spec = deployment.profile.variants[deployment.variant]
     return VariantSummary(

@@ -8,11 +8,11 @@ A server runs unattended for weeks, so the container also heals and keeps its lo
 restart policy on-failure:N (`container.restart_max`), a HEALTHCHECK of sglang's `/health` and
 json-file log rotation (`container.log_max_size` x `log_max_files`).
 
-Why `/health` and not `/health_generate`: in both pinned releases the two paths are one handler
-(sglang/srt/entrypoints/http_server.py: 0.5.9 lines 464-465, 0.5.23 lines 721-722) that, by
+Why `/health` and not `/health_generate`: in the pinned release the two paths are one handler
+(sglang/srt/entrypoints/http_server.py: 0.5.23 lines 721-722) that, by
 default, submits a one-token generation whenever the server is idle and waits up to 20 s for
 the scheduler. Only for the path `/health`, and only with SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION
-false (srt/environ.py; 0.5.9 line 462, 0.5.23 line 344), does it answer at once: 503 while
+false (srt/environ.py; 0.5.23 line 344), does it answer at once: 503 while
 starting or shutting down, else 200, with no generation. A check every 30 s should not put a
 request into the scheduler, so the container gets that variable (a profile may set it to true
 to probe generation instead). Readiness still asks `/health_generate`, once, at start. sglang

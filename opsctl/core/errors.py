@@ -145,6 +145,10 @@ class ContainerGone(LaunchError):
     finishing a removal a Ctrl-C cut short."""
 
 
+class ServerUnreachable(LaunchError):
+    """Nothing answers at the URL (connection refused, DNS, TLS): exit 4, like a failed launch."""
+
+
 class SmokeError(OpsctlError):
     """A post-deploy check or an SLO failed."""
 

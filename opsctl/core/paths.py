@@ -35,8 +35,8 @@ NOT_PACKAGED = ("deploy/locks/sim.json",)
 DATA_DIR = "_data"  # the wheel's data folder, inside the opsctl package
 # One folder per pinned sglang release, relative to the project root: its patch set
 # (manifest.json and the files the manifest lists: all the patch set's identity covers) beside
-# its records (cli-args.json, stack.json, resolved/<profile>.<variant>.json). opsctl.sim, an
-# island, keeps its own copy of this path (a unit test compares the two).
+# its records (cli-args.json, stack.json, defaults.json, resolved/<profile>.<variant>.json).
+# opsctl.sim, an island, keeps its own copy of this path (a unit test compares the two).
 RELEASES_DIR = "patches/sglang"
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # .../opsctl
@@ -76,6 +76,7 @@ def layout() -> Layout:
         root = Path(override).resolve()
         return Layout(PROJECT_COPY, root, root)
     return _found()
+
 
 
 def project_root() -> Path:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from opsctl.config.profiles import Deployment, Profile
-from opsctl.config.review import computes
+from opsctl.config.review import attention_kind, computes
 from opsctl.config.sloconfig import Slo
 from opsctl.core.clock import Clock
 from opsctl.core.errors import (
@@ -73,7 +73,7 @@ from opsctl.decide.settings import DECIDE_DEFAULTS, DecideSettings
 from opsctl.decide.verdict import compare_pairs, recommend
 from opsctl.deploy.app import Progress, left_line
 from opsctl.deploy.launch import Launch
-from opsctl.gate.gate import GateSmoke, SmokeAsk, UpProgress, attention_kind
+from opsctl.gate.gate import GateSmoke, SmokeAsk, UpProgress
 from opsctl.traffic.bench.report import BenchReport
 from opsctl.traffic.smoke_report import SmokeReport
 from opsctl.traffic.smoke_report import verdict_error as smoke_verdict
@@ -225,8 +225,7 @@ def _ask(deployment: Deployment, base_url: str, folder: Path, skip_eval: bool) -
     evals = deployment.profile.eval
     return SmokeAsk(deployment=deployment, base_url=base_url, report=folder / SMOKE_FILE,
                     compare_with=None, gsm8k=not skip_eval and evals.gsm8k is not None,
-                    long_context=not skip_eval and "long_context" in evals.model_fields_set,
-                    lm_eval=not skip_eval and evals.lm_eval is not None)
+                    long_context=not skip_eval and "long_context" in evals.model_fields_set)
 
 
 def _run_variant(ctx: _Ctx, deployment: Deployment, image: str,
@@ -324,9 +323,8 @@ def _smoke_and_bench(ctx: _Ctx, deployment: Deployment, base_url: str, folder: P
     _raise_stop(report, "smoke", ask.report)
     record.smoke_report = _rel(out, ask.report)
     record.evidence.append(record.smoke_report)
-    scored = report.gsm8k or report.lm_eval  # opsctl's own GSM8K first, else the harness's
-    if scored is not None:
-        record.accuracy = scored.score
+    if report.gsm8k is not None:
+        record.accuracy = report.gsm8k.score
     record.probes = [Probe(name=p.name, passed=p.passed, detail=p.detail)
                      for p in report.long_context or []]
     failed = smoke_verdict(report, ask.report)

@@ -1,22 +1,17 @@
-"""The deploy room's commands: `up`, `down`, `status`, `logs` and `up --dry-run`.
+"""The deploy room's commands: `down`, `status`, `logs` and `up --dry-run` (`up` itself is
+opsctl.deploy.launch's, beside the Launch whose collaborators it runs with).
 
-Each function takes what it works with as arguments (`up`: the launch, opsctl.deploy.launch,
-with the engine, how to name the image, an HTTP client factory, a clock, the verify room's
-check and the state directory; a progress callback, where removed servers' logs go) and
-returns a result object; `view.py` renders it. Servers are
-found by opsctl's labels only, so nothing opsctl did not create is ever touched; a run holds the
-profile's lock while it changes its containers, cleans up only what it created itself, and no
-server leaves without its log saved (opsctl.deploy.ownership, custody, logsave).
+Each function takes what it works with as arguments and returns a result object; `view.py` renders
+it. Servers are found by opsctl's labels only, so nothing opsctl did not create is ever touched; a
+run holds the profile's lock while it changes its containers, cleans up only what it created itself,
+and no server leaves without its log saved (opsctl.deploy.ownership, custody, logsave).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import httpx
 
@@ -28,33 +23,27 @@ from opsctl.config.review import VariantSummary, summary
 from opsctl.config.runspec import base_url, run_spec, server_labels
 from opsctl.core import labels
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
-from opsctl.core.errors import LaunchError, OpsctlError, UsageError, is_ctrl_c, stop_reason
+from opsctl.core.errors import LaunchError, OpsctlError
 from opsctl.core.files import check_output_path
 from opsctl.core.paths import require_checkout
-from opsctl.core.redact import redact, redact_stream
+from opsctl.core.redact import redact_stream
 from opsctl.deploy import ownership, readiness
 from opsctl.deploy.custody import CLEANUP_GRACE_SECONDS as CLEANUP_GRACE_SECONDS
-from opsctl.deploy.custody import Custody, Note, RunRecord, after_cleanup
+from opsctl.deploy.custody import Custody, Note
 from opsctl.deploy.logsave import LOGS_DIR, named_secrets
 from opsctl.deploy.preflight import describe as describe_preflight
 from opsctl.deploy.serverstatus import ServerStatus as ServerStatus
 from opsctl.deploy.serverstatus import StatusResult as StatusResult
 from opsctl.deploy.serverstatus import status as status
 from opsctl.deploy.serverstatus import uptime as uptime
-from opsctl.deploy.state import CheckpointRecord, StateDir, Verdict, host_checkpoint
+from opsctl.deploy.state import CheckpointRecord, StateDir, Verdict
 from opsctl.engine.api import ContainerInfo, Engine, RunSpec
-from opsctl.verify.app import VerifyMismatch, VerifyResult, raise_on_mismatch
-
-if TYPE_CHECKING:
-    from opsctl.deploy.launch import Launch
+from opsctl.verify.app import VerifyResult
 
 ImageFor = Callable[[Deployment], str]
 HttpFactory = Callable[[], httpx.Client]
 # (deployment, its base URL, the container's log) -> what the server resolved vs the profile.
 Verifier = Callable[[Deployment, str, str], VerifyResult]
-_ALIVE = {"created", "running"}
-# The log lines each readiness report reads for the start-up phase (and the last line).
-_PHASE_LOG_TAIL = 200
 
 
 def _quiet(line: str) -> None:
@@ -105,100 +94,6 @@ class LogsResult:
 # --- up ----------------------------------------------------------------------------------------
 
 
-def up(
-    deployment: Deployment,
-    launch: Launch,
-    *,
-    timeout_seconds: float | None = None,
-    replace: bool = False,
-    on_progress: Callable[[Progress], None] = lambda progress: None,
-    logs_dir: Path = LOGS_DIR,
-    on_note: Note = _quiet,
-    preflight: bool = True,
-) -> UpResult:
-    """Start the deployment with the launch's collaborators (opsctl.deploy.launch: the engine,
-    image naming, HTTP, clock), wait until it truly serves, then verify it (unless the launch's
-    `verify` is None) and record the verdict and checkpoint in its state directory.
-
-    First (unless `preflight` is False or the launch has none) the image loads the mounted
-    checkpoint in a throwaway container (opsctl.deploy.preflight); a failure raises before
-    anything is replaced or started.
-
-    Holds the profile's lock throughout (ProfileBusy when another run holds it). On failure,
-    timeout, mismatch or Ctrl-C it removes what this run created, found by its run id, saving
-    each log under `logs_dir` first; a second Ctrl-C leaves it, and the error names what is left.
-    """
-    nnodes = deployment.server.nnodes
-    if nnodes > 1:  # the other hosts' ranks would never join: the server would wait, not serve
-        raise UsageError(f"profile {deployment.profile.name!r} spans {nnodes} hosts; `up` runs "
-                         "one", hint="deploy it to a cluster: `opsctl render k8s` "
-                         "(docs/kubernetes.md)")
-    engine, state, clock = launch.engine, launch.state, launch.clock
-    image = launch.image_for(deployment)
-    image_labels = present_image(engine, deployment, image)
-    check_output_path(logs_dir, "server log directory", directory=True)
-    checkpoint = host_checkpoint(deployment.model.host_path)
-    spec = run_spec(deployment, image, image_labels, environ=os.environ)  # secrets from the host
-    run = RunRecord(ownership.new_run_id(), deployment.profile.name, spec.name)
-    spec = dataclasses.replace(spec, labels={**spec.labels, labels.CHECKPOINT: checkpoint.label(),
-                                             labels.RUN_ID: run.run_id})
-    url = base_url(deployment)
-    custody = Custody(engine, state, logs_dir, clock, on_note)
-    with ownership.profile_locks(state, [run.profile], "up", clock):
-        found = engine.find(server_labels(run.profile))
-        for info in found:
-            if info.status == "running" and not replace:
-                if info.labels.get(labels.CONFIG_HASH) == spec.labels[labels.CONFIG_HASH]:
-                    return UpResult(container=info, base_url=url, already_up=True,
-                                    elapsed_seconds=0.0)
-                raise LaunchError(
-                    f"profile {run.profile!r} is already up with another configuration "
-                    f"(variant {info.labels.get(labels.VARIANT)!r})",
-                    hint="pass --replace to swap it, or `opsctl down` first",
-                )
-        # Before what runs is replaced: a failure leaves it serving.
-        if preflight and launch.preflight is not None:
-            on_note(launch.preflight(deployment, engine, image).summary())
-        for info in found:
-            on_note(f"removing {info.name} ({info.status}; saving its log first)")
-            custody.retire(info, _grace(info), "replaced by `opsctl up`")
-        with ownership.InterruptGuard() as guard:
-            try:
-                return _start(launch, deployment, spec, run, url, checkpoint,
-                              timeout_seconds=timeout_seconds, on_progress=on_progress)
-            except BaseException as exc:
-                # Failure, timeout, a verify mismatch and Ctrl-C (even one that lands while the
-                # container is being created) all remove what this run created, and only that.
-                guard.cleaning()
-                retired, left = custody.clean_up_run(run, f"`opsctl up` failed: {_why(exc)}",
-                                                     is_ctrl_c(exc))
-                raise after_cleanup(exc, retired, left) from None
-
-
-def _start(launch: Launch, deployment: Deployment, spec: RunSpec, run: RunRecord, url: str,
-           checkpoint: CheckpointRecord, *, timeout_seconds: float | None,
-           on_progress: Callable[[Progress], None]) -> UpResult:
-    settings = deployment.profile.readiness
-    started = launch.engine.run(spec)
-    run.known[started.id] = started.name
-    elapsed = _wait_ready(
-        launch, started.id, url, deployment.model.served_name,
-        timeout_seconds=timeout_seconds or settings.timeout_seconds,
-        poll_seconds=settings.poll_interval_seconds, on_progress=on_progress,
-        secrets=named_secrets(spec.labels)[0],  # sglang logs its arguments, --api-key's too
-    )
-    container = launch.engine.inspect(started.id)
-    verdict = _judge(launch, deployment, container, url, checkpoint)
-    return UpResult(container=container, base_url=url, already_up=False,
-                    elapsed_seconds=elapsed, verdict=verdict)
-
-
-def _why(exc: BaseException) -> str:
-    if is_ctrl_c(exc):
-        return stop_reason(exc)
-    return exc.message if isinstance(exc, OpsctlError) else f"{type(exc).__name__}: {exc}"
-
-
 def present_image(engine: Engine, deployment: Deployment, image: str) -> dict[str, str]:
     """The labels of the image the deployment runs; LaunchError when the engine lacks it."""
     image_labels = engine.image_labels(image)
@@ -209,75 +104,6 @@ def present_image(engine: Engine, deployment: Deployment, image: str) -> dict[st
             "(opsctl never pulls an image it builds)",
         )
     return image_labels
-
-
-def _judge(launch: Launch, deployment: Deployment, container: ContainerInfo, url: str,
-           checkpoint: CheckpointRecord) -> Verdict:
-    """Verify the ready server against the profile, record the verdict, raise on a mismatch."""
-    verify, state, clock = launch.verify, launch.state, launch.clock
-    result = verify(deployment, url, launch.engine.logs(container.id)) if verify else None
-    checks = result.checks if result else []
-    verdict = Verdict(
-        container_id=container.id, container=container.name, profile=deployment.profile.name,
-        variant=deployment.variant, at=clock.now().isoformat(timespec="seconds"),
-        verified=result is not None, fields={check.field: check.status for check in checks},
-        mismatches=[f"{check.field}: expected {check.expected}, resolved {check.resolved}"
-                    for check in checks if check.status == "mismatch"],
-        checkpoint=checkpoint,
-    )
-    if state is not None:
-        state.write_verdict(verdict)
-    if result is not None:
-        try:
-            raise_on_mismatch(result)
-        except VerifyMismatch as exc:
-            exc.details.append("the container is removed: it does not run what the profile says")
-            raise
-    return verdict
-
-
-def _wait_ready(
-    launch: Launch,
-    container_id: str,
-    url: str,
-    served_name: str,
-    *,
-    timeout_seconds: float,
-    poll_seconds: float,
-    on_progress: Callable[[Progress], None],
-    secrets: list[str],
-) -> float:
-    engine = launch.engine
-
-    def exited() -> readiness.Exited | None:
-        # A server the restart policy brought back between two polls died too.
-        info = engine.inspect(container_id)
-        if info.status in _ALIVE and not info.restart_count:
-            return None
-        code = info.exit_code if info.exit_code is not None else info.last_exit_code
-        return readiness.Exited(exit_code=code, log=engine.logs(container_id, tail=200))
-
-    phase = ""  # kept when its line has scrolled out of the tail read
-
-    def progress(state: readiness.Probe, elapsed: float) -> None:
-        nonlocal phase
-        lines = readiness.log_lines(engine.logs(container_id, tail=_PHASE_LOG_TAIL))
-        phase = readiness.startup_phase("\n".join(lines)) or phase
-        last = redact(lines[-1], *secrets)[-160:] if lines else ""
-        on_progress(Progress(state, elapsed, last, phase))
-
-    deadline = launch.clock.monotonic() + timeout_seconds
-
-    def check(client: httpx.Client) -> readiness.Probe:
-        left = deadline - launch.clock.monotonic()
-        return readiness.probe(client, url, served_name, timeout_s=readiness.probe_timeout(left))
-
-    with launch.http() as client:
-        return readiness.wait_ready(
-            lambda: check(client), exited=exited,
-            timeout_seconds=timeout_seconds, poll_seconds=poll_seconds, clock=launch.clock,
-            on_progress=progress, cleanup="",  # the cleanup appends what became of it
-        )
 
 
 def dry_run(deployment: Deployment, image_for: ImageFor, preflight: bool = True) -> DryRun:
@@ -335,7 +161,7 @@ def down(engine: Engine, profile_name: str | None = None, grace_seconds: int | N
     with ownership.profile_locks(state, profiles, "down", clock):
         for info in find_servers(engine, profile_name):  # again: what runs now, under the locks
             on_note(f"stopping {info.name} (saving its log first)")
-            grace = _grace(info) if grace_seconds is None else grace_seconds
+            grace = grace_of(info) if grace_seconds is None else grace_seconds
             try:
                 retired = custody.retire(info, grace, "`opsctl down`")
             except OpsctlError as exc:  # a lost daemon, a full disk: say what is left
@@ -378,7 +204,7 @@ def logs(engine: Engine, profile_name: str | None, *, follow: bool, tail: int) -
     return LogsResult(container=server, chunks=redact_stream(chunks, secrets))
 
 
-def _grace(info: ContainerInfo) -> int:
+def grace_of(info: ContainerInfo) -> int:
     return int(info.labels.get(labels.STOP_GRACE_SECONDS, "30"))
 
 

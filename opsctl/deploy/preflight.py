@@ -1,7 +1,7 @@
 """`up`'s preflight: the variant's own image loads the mounted checkpoint before any GPU is taken.
 
-A checkpoint the image cannot load fails minutes into an 8-GPU start (sglang 0.5.9's
-transformers 4.57.1 has no `glm_moe_dsa`: KeyError while sglang reads config.json). So `up`
+A checkpoint the image cannot load fails minutes into an 8-GPU start (transformers 4.57.1, the
+pin of an older sglang, has no `glm_moe_dsa`: KeyError while sglang reads config.json). So `up`
 (and `up --gate`, `decide`, `tune`, which launch through it) first runs
 opsctl/deploy/preflight_probe.py in a throwaway container of the image it is about to start:
 no network, no GPU, the checkpoint mounted read-only at the path the server reads, removed

@@ -31,10 +31,10 @@ What it checks, each one a `{"check", "ok", "detail"}` row:
 Run here: on the simulator image (no transformers: JSON and files only) and on test images
 holding the real transformers 4.57.1 and 5.19.0 (tests/integration/test_preflight_engine.py).
 Not run here: the sglang step, which needs a release image (sglang imports torch and its CUDA
-stack); both pinned releases export get_config(model, trust_remote_code) and
-get_tokenizer(name, trust_remote_code=...) from srt/utils/hf_transformers_utils.py (0.5.9 lines
-288 and 483; 0.5.23 re-exports them from srt/utils/hf_transformers/config.py:336 and
-tokenizer.py:470), which is what the probe calls.
+stack); the pinned release exports get_config(model, trust_remote_code) and
+get_tokenizer(name, trust_remote_code=...) from srt/utils/hf_transformers_utils.py (0.5.23
+re-exports them from srt/utils/hf_transformers/config.py:336 and tokenizer.py:470), which is
+what the probe calls.
 
 Prints one JSON report on stdout; exits 0 when every check passed, 1 otherwise, 2 on bad input.
 """

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 
 import httpx
 
+from opsctl.core.answers import Malformed, decode_json, model_ids
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.errors import LaunchError
 from opsctl.core.httpcap import capped_client, read_capped
 from opsctl.core.redact import API_KEY_ENV, api_key_from_env, auth_headers
-from opsctl.traffic.payload import Malformed, decode_json, model_ids
 
 # sglang's health generation waits ~1 s before answering; give it room (its own chart uses 10 s).
 PROBE_TIMEOUT_SECONDS = 10.0

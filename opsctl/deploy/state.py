@@ -22,11 +22,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from opsctl.core.checkpoint import checkpoint_id
 from opsctl.core.errors import UsageError
 from opsctl.core.files import atomic_write_text
 from opsctl.core.paths import default_state_dir
 from opsctl.core.reports import stamp
-from opsctl.verify.checkpoint import checkpoint_id
 
 UNAVAILABLE = "unavailable: "  # how a checkpoint label starts when nothing could be hashed
 LAST_GOOD = "last-good.json"
@@ -39,7 +39,7 @@ class _Record(BaseModel):
 
 class CheckpointRecord(_Record):
     """Which weights a server runs: the combined sha256 of config.json and the safetensors
-    index (opsctl.verify.checkpoint), or why there is none."""
+    index (opsctl.core.checkpoint), or why there is none."""
 
     id: str | None = None
     files: dict[str, str] = {}

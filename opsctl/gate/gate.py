@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from opsctl.config.profiles import Deployment, Profile
-from opsctl.config.review import computes
+from opsctl.config.review import attention_kind
 from opsctl.config.runspec import base_url
 from opsctl.core import labels
 from opsctl.core.clock import Clock
@@ -50,8 +50,7 @@ if TYPE_CHECKING:
 Outcome = Literal["passed", "failed", "interrupted"]
 DETAIL_CHARS = 200  # of a failed check's detail, in the one-line error
 # Which gate a failed smoke check belongs to; any other check is the smoke gate.
-_GATE_OF_CHECK = {"compare": "compare", "gsm8k": "eval gsm8k", "long_context": "eval long_context",
-                  "lm_eval": "eval lm_eval"}
+_GATE_OF_CHECK = {"compare": "compare", "gsm8k": "eval gsm8k", "long_context": "eval long_context"}
 
 
 class GateFailed(SmokeError):
@@ -68,7 +67,6 @@ class SmokeAsk:
     compare_with: Path | None
     gsm8k: bool  # the profile has an eval.gsm8k section
     long_context: bool  # the profile sets eval.long_context
-    lm_eval: bool = False  # the profile has an eval.lm_eval section
 
 
 class GateSmoke(Protocol):
@@ -124,14 +122,6 @@ def _no_progress(_: Deployment) -> AbstractContextManager[Callable[[Progress], N
     return nullcontext(lambda progress: None)
 
 
-def attention_kind(deployment: Deployment) -> str:
-    """What the variant computes, as releases.computes says: dense or sparse attention (or, for
-    another model or backend, its whole line). Only variants of one kind compare greedy outputs."""
-    line = computes(deployment)
-    return next((f"{kind} attention" for kind in ("dense", "sparse") if line.startswith(kind)),
-                line)
-
-
 def gate(
     deployment: Deployment, *, launch: Launch, smoke: GateSmoke,
     progress: UpProgress = _no_progress, on_step: Callable[[str], None] = lambda line: None,
@@ -161,8 +151,7 @@ def _gate(ctx: _Ctx, deployment: Deployment, smoke: GateSmoke, push: Push | None
     ask = SmokeAsk(deployment=deployment, base_url=base_url(deployment),
                    report=state.gate_report_path(profile.name, variant, clock.now()),
                    compare_with=compare_with, gsm8k=eval_config.gsm8k is not None,
-                   long_context="long_context" in eval_config.model_fields_set,
-                   lm_eval=eval_config.lm_eval is not None)
+                   long_context="long_context" in eval_config.model_fields_set)
     smoke.check(ask)
     if last is None:
         on_step(f"no last good variant recorded: a failed gate brings back {_what(back)}"

@@ -82,7 +82,7 @@ def patch_check(sglang_src: Path | None, sglang_version: str | None,
     if sglang_version is not None and sglang_src is None:
         return upstream.check_release(sglang_version, version)
     raise UsageError("give exactly one of --sglang-src DIR and --sglang-version X",
-                     hint="opsctl patch check --sglang-version 0.5.9")
+                     hint="opsctl patch check --sglang-version 0.5.23")
 
 
 def patch_apply(sglang_src: Path, version: str | None) -> CheckReport:

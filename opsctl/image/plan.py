@@ -27,6 +27,7 @@ from opsctl import __version__
 from opsctl.config import patchsets
 from opsctl.config.profile_checks import is_secret_name
 from opsctl.config.profiles import PATCH_SWITCH_ENV, Deployment, ImageSpec, Profile
+from opsctl.config.releasefacts import DEFAULTS_FILE
 from opsctl.config.resolve import RECORD_DIR
 from opsctl.core import labels, wheels
 from opsctl.core.errors import BuildError, ProfileError, UsageError
@@ -293,14 +294,18 @@ def sim_modules(root: Path) -> list[Path]:
 
 
 def _simulator_inputs(root: Path, source: Path) -> dict[str, Path]:
-    """The simulator's modules (from `source`, where the opsctl package is), the records under
-    the project `root`, and the wheels of its one dependency, at the versions tested here."""
+    """The simulator's modules (from `source`, where the opsctl package is), the release tables
+    and records under the project `root`, and the wheels of its one dependency, at the versions
+    tested here."""
     files: dict[str, Path] = {"app/opsctl/__init__.py": source / "opsctl" / "__init__.py"}
     for path in sim_modules(source):
         files[f"app/opsctl/sim/{path.name}"] = path
-    # The releases' own resolutions of the profiles' variants (opsctl.sim.records reads them),
-    # at the same path under app/ as under the project root.
-    for path in sorted((root / RELEASES_DIR).glob(f"*/{RECORD_DIR}/*.json")):
+    # Each release's table of defaults and its own resolutions of the profiles' variants
+    # (opsctl.sim.releases and opsctl.sim.records read them), at the same path under app/ as
+    # under the project root.
+    releases = root / RELEASES_DIR
+    for path in sorted([*releases.glob(f"*/{DEFAULTS_FILE}"),
+                        *releases.glob(f"*/{RECORD_DIR}/*.json")]):
         files[f"app/{path.relative_to(root).as_posix()}"] = path
     for dist in SIM_DISTRIBUTIONS:
         wheel = wheels.fetch(dist, importlib.metadata.version(dist))

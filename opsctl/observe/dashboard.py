@@ -61,7 +61,7 @@ PANELS: tuple[PanelSpec, ...] = (
     PanelSpec(
         "TPOT by variant", "Time per output token, p50/p90/p99 over 5m: per request from "
         "sglang:request_time_per_output_token_seconds (sglang 0.5.23), per token from "
-        "sglang:inter_token_latency_seconds where sglang has no per-request histogram (0.5.9).",
+        "sglang:inter_token_latency_seconds where sglang has no per-request histogram (0.5.15).",
         "s", _quantiles("sglang_tpot_seconds"),
         decode_latency=True,
     ),

@@ -120,9 +120,9 @@ def render_prometheus_files(
         RULE_FILES[0]: dump_yaml(
             recording_rules(slos, timing),
             f"{GENERATED}\nRecording rules by variant from sglang's histograms and counters "
-            f"(0.5.23 and 0.5.9 names);\nthe rate window of every `*_rate{RATE_WINDOW}` record "
+            f"(0.5.23 and 0.5.15 names);\nthe rate window of every `*_rate{RATE_WINDOW}` record "
             f"is {RATE_WINDOW}. TPOT is the per-request histogram where\nsglang has one "
-            f"(0.5.23) and the per-token ITL histogram where it has not (0.5.9).\n{slo_line}",
+            f"(0.5.23) and the per-token ITL histogram where it has not (0.5.15).\n{slo_line}",
         ),
         RULE_FILES[1]: dump_yaml(
             alert_rules(slos, timing),

@@ -97,9 +97,9 @@ def rate_sum(selector: str, by: str, window: str) -> str:
 def tpot_rate(suffix: str, matchers: str, by: str, window: str, on: str = "variant") -> str:
     """Per-request TPOT where sglang exports it, else per-token ITL, decided per variant.
 
-    sglang 0.5.23 has `request_time_per_output_token_seconds`; 0.5.9 (srt/metrics/collector.py)
-    has only `inter_token_latency_seconds`, with the same buckets. `or` keeps the TPOT series of
-    a variant and takes ITL only for variants without a TPOT histogram (`unless on (<on>)`,
+    sglang 0.5.23 has `request_time_per_output_token_seconds`; 0.5.15 (a real server's page) has
+    only `inter_token_latency_seconds`, with the same buckets. `or` keeps the TPOT series of a
+    variant and takes ITL only for variants without a TPOT histogram (`unless on (<on>)`,
     so the two histograms are never mixed bucket by bucket).
     """
     tpot = rate_sum(sglang(f"{TPOT}{suffix}", matchers), by, window)

@@ -3,9 +3,10 @@
 Every sglang selector matches both spellings of the prefix, `sglang:` (what the server emits)
 and `sglang_` (what sgl-router's /engine_metrics rewrites it to), with a `__name__` regex.
 Metric names, types and labels are read from the sglang sources opsctl pins: 0.5.23
-(sglang/srt/observability/metrics_collector.py, http_request_metrics.py) and 0.5.9
-(sglang/srt/metrics/collector.py, utils/common.py). Every series used here exists in both, except
-the per-request TPOT histogram, which 0.5.9 lacks: TPOT records fall back to per-token ITL there.
+(sglang/srt/observability/metrics_collector.py, http_request_metrics.py), and checked against a
+real 0.5.15 server's page (tests/fixtures/real-sglang-0.5.15/). Every series used here exists in
+both, except the per-request TPOT histogram, which 0.5.15 lacks: TPOT records fall back to
+per-token ITL there.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from opsctl.config.profiles import Profile
 
 # sglang's default ITL/TPOT buckets, identical in 0.5.23 (observability/metrics_collector.py,
-# TokenizerMetricsCollector) and 0.5.9 (metrics/collector.py);
+# TokenizerMetricsCollector) and on a real 0.5.15 server's page;
 # `--bucket-inter-token-latency` replaces them. A burn-rate rule needs a bucket edge exactly
 # at the TPOT SLO, so the SLO must be one of these (or of the profile's override).
 SGLANG_ITL_BUCKETS: tuple[float, ...] = (
@@ -28,7 +29,7 @@ SGLANG_ITL_BUCKETS: tuple[float, ...] = (
     0.060, 0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0,
 )
 BUCKET_FLAG = "--bucket-inter-token-latency"
-# sglang's default TTFT buckets, identical in 0.5.23 and 0.5.9 (same files as above); replaced by
+# sglang's default TTFT buckets, identical in 0.5.23 and 0.5.15 (as above); replaced by
 # `--bucket-time-to-first-token`.
 SGLANG_TTFT_BUCKETS: tuple[float, ...] = (
     0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0,

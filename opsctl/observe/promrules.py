@@ -70,8 +70,7 @@ def recording_rules(slos: tuple[SloRule, ...], timing: RuleTiming) -> dict[str, 
 def _sglang_alerts(timing: RuleTiming) -> list[dict[str, Any]]:
     where = "variant {{ $labels.variant }} on {{ $labels.instance }}"
     # sglang counts decode tokens at every decode step in realtime_tokens_total{mode="decode"}
-    # (0.5.23 scheduler_components/metrics_reporter.py report_decode_stats; 0.5.9
-    # scheduler_metrics_mixin.py log_decode_stats_every_iteration); generation_tokens_total
+    # (0.5.23 scheduler_components/metrics_reporter.py report_decode_stats); generation_tokens_total
     # only moves when a request finishes, so it would call a long request a stall.
     running = f"sum by ({BY}) ({sglang('num_running_reqs')})"
     decoded = rate_sum(sglang("realtime_tokens_total", 'mode="decode"'), BY, timing.stall_window)

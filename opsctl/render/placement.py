@@ -19,7 +19,6 @@ import yaml
 
 from opsctl.core.errors import UsageError
 from opsctl.core.files import read_bounded
-from opsctl.core.httpcap import checked_base_url
 from opsctl.core.yamlread import YamlRefused, load_yaml
 from opsctl.render import meta
 
@@ -161,6 +160,8 @@ def autoscale(max_replicas: int | None, prometheus: str | None, threshold: int,
     if threshold < 1:
         raise UsageError(f"--keda-queue-threshold {threshold}: at least 1",
                          hint="queued requests per replica at which KEDA adds one")
+    from opsctl.core.httpcap import checked_base_url  # httpx: only when KEDA is rendered
+
     url = checked_base_url(prometheus, "--keda-prometheus").rstrip("/")
     if "@" in url.split("//", 1)[-1].split("/", 1)[0]:
         raise UsageError("--keda-prometheus holds credentials, which would be written into the "

@@ -19,7 +19,7 @@
   to kill (server.watchdog_timeout).
 - workers of a multi-host unit (node rank > 0) run no tokenizer and no API: sglang starts a
   stand-in HTTP server on the same port that answers `/health` 200 once their schedulers are
-  ready (launch_dummy_health_check_server: 0.5.9 entrypoints/engine.py:1040-1054, 0.5.23
+  ready (launch_dummy_health_check_server: 0.5.23
   entrypoints/engine.py:1234-1285), so their startup, readiness and liveness are `/health`.
 """
 
@@ -35,8 +35,8 @@ PORT_NAME = "http"
 STARTUP_PERIOD_SECONDS = 10
 READY_PERIOD_SECONDS = 10
 READY_FAILURES = 3
-# sglang's /health_generate waits up to SGLANG_HEALTH_CHECK_TIMEOUT (default 20 s: 0.5.9
-# entrypoints/http_server.py:166, 0.5.23 :218) for the scheduler; give it 5 s more, and
+# sglang's /health_generate waits up to SGLANG_HEALTH_CHECK_TIMEOUT (default 20 s: 0.5.23
+# entrypoints/http_server.py:218) for the scheduler; give it 5 s more, and
 # /v1/models opsctl's own 10 s (readiness.PROBE_TIMEOUT_SECONDS).
 GENERATE_WAIT_SECONDS = 25
 MODELS_WAIT_SECONDS = 10

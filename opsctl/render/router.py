@@ -2,7 +2,7 @@
 and the ServiceAccount, Role and RoleBinding its Kubernetes service discovery needs.
 
 Flags are sglang-router's, read from its wheel's `sglang_router/router_args.py`
-(ROUTER_VERSION; the METADATA of sglang 0.5.9 and 0.5.23 pins no router, so this is the newest
+(ROUTER_VERSION; the METADATA of sglang 0.5.23 pins no router, so this is the newest
 release on PyPI when written; tests/component/test_render_k8s_real.py parses the rendered argv
 with that wheel's own parser). `--policy cache_aware` routes a request to the replica whose
 radix tree shares the longest prefix with it while load is balanced; `--service-discovery`

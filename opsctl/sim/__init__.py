@@ -29,15 +29,15 @@ It takes sglang's launch flags. It uses ``--model-path``/``--model``, ``--served
 unknown ``--flag [value ...]`` pairs are accepted and otherwise ignored.
 
 ``/server_info`` and ``/model_info`` take the shape of the release named by
-``OPSCTL_SIM_SGLANG_VERSION`` (``0.5.23`` default, or ``0.5.9``; fixed at start-up), and the
+``OPSCTL_SIM_SGLANG_VERSION`` (``0.5.23`` default, or ``0.5.15``; fixed at start-up), and the
 settings ``opsctl verify`` checks (attention and DSA backends, KV dtype, page size, TP size,
 quantization, decode CUDA-graph size, served name, model path) carry what that release resolves
 for the given flags on the simulated device, defaults filled in (``opsctl.sim.releases``).
 When the resolved attention backend is flashinfer it prints the gather-then-cast patch's
 start-up line to stdout, ``active`` with ``OPSCTL_KV_GATHER_CAST=1`` and an FP8 KV cache,
 ``inactive`` with the reason otherwise (``opsctl.sim.patchmarker``). ``/server_info``,
-``/model_info``, that line and the OpenAI bodies where the releases differ (usage, the chat
-message, chat chunks: ``opsctl.sim.shapes``) follow the release; the metrics are 0.5.23's.
+``/model_info`` and that line follow the release; the OpenAI bodies (``opsctl.sim.shapes``) and
+the metrics are 0.5.23's.
 
 Behaviour (environment variables; the admin endpoint takes the same keys, lower case, no prefix):
 

@@ -52,7 +52,7 @@ class SimApi:
         self._life = lifecycle
         self._engine = engine
         self._metrics = metrics
-        gen = Generation(view.args, box, lifecycle, engine, metrics, view.release)
+        gen = Generation(view.args, box, lifecycle, engine, metrics)
         prof = SimProfiler(view, box, engine)
         self._routes: dict[str, dict[str, Handler]] = {
             "/ready": {"GET": self._ready},

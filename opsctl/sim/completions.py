@@ -1,9 +1,9 @@
 """The generation endpoints: /v1/chat/completions, /v1/completions and native /generate.
 
-Shapes follow ``srt/entrypoints/openai/`` and ``srt/entrypoints/http_server.py`` of the pinned
-release: the pydantic models' ``model_dump_json()`` (the completions usage chunk with
-``exclude_none=True``), where the releases differ (usage, the chat message, chat chunks: 0.5.23
-builds them with msgspec's ``sse_utils.build_sse_content``) ``opsctl.sim.shapes``; request ids
+Shapes follow ``srt/entrypoints/openai/`` and ``srt/entrypoints/http_server.py`` of sglang
+0.5.23: the pydantic models' ``model_dump_json()`` (the completions usage chunk with
+``exclude_none=True``), and for the usage, the chat message and chat chunks (0.5.23 builds them
+with msgspec's ``sse_utils.build_sse_content``) ``opsctl.sim.shapes``; request ids
 are bare uuid4 hex, as ``OpenAIServingBase._generate_request_id_base`` returns None.
 Every request's output is decided up front by ``_plan`` (opsctl.sim.generate).
 """
@@ -91,10 +91,8 @@ class Generation:
         lifecycle: Lifecycle,
         engine: Engine,
         metrics: SglangMetrics | None,
-        release: str,
     ) -> None:
         self._args = args
-        self._release = release
         self._box = box
         self._life = lifecycle
         self._engine = engine
@@ -102,7 +100,7 @@ class Generation:
         self._error_counter = 0  # generation requests seen under error_rate (deterministic)
 
     def _usage(self, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-        return shapes.usage(self._release, prompt_tokens, completion_tokens)
+        return shapes.usage(prompt_tokens, completion_tokens)
 
     def _admit_generation(self, request: Request) -> dict[str, Any]:
         """Body of a generation request, or ApiError for warm-up, faults and bad JSON."""
@@ -149,7 +147,7 @@ class Generation:
             raise ApiError(400, "Messages cannot be empty.")  # serving_chat._validate_request
         if not all(isinstance(m, dict) for m in messages):
             raise ApiError(400, "Each message must be an object.", INVALID_REQUEST)
-        if not all(shapes.role_accepted(self._release, m.get("role")) for m in messages):
+        if not all(shapes.role_accepted(m.get("role")) for m in messages):
             raise ApiError(400, "A message's role is not one the release accepts.", INVALID_REQUEST)
         if body.get("n", 1) != 1:
             raise ApiError(400, "The simulator supports n=1 only.")
@@ -187,8 +185,7 @@ class Generation:
 
     def _chat_message(self, plan: Plan, events: list[TokenEvent]) -> dict[str, Any]:
         thinking = getattr(plan, "is_thinking", lambda position: False)
-        message = shapes.chat_message(
-            self._release, "".join(e.text for e in events if not thinking(e.position)))
+        message = shapes.chat_message("".join(e.text for e in events if not thinking(e.position)))
         thought = "".join(e.text for e in events if thinking(e.position))
         if thought:  # sglang's reasoning parser puts the thinking here
             message["reasoning_content"] = thought
@@ -203,7 +200,7 @@ class Generation:
 
         def chunk(delta: dict[str, Any], finish: str | None = None, matched: Any = None
                   ) -> bytes:
-            return _sse(shapes.chat_chunk(self._release, head, delta, finish, matched))
+            return _sse(shapes.chat_chunk(head, delta, finish, matched))
 
         last: TokenEvent | None = None
         thinking = getattr(gen.plan, "is_thinking", lambda position: False)

@@ -211,7 +211,8 @@ class SimArgs:
             bucket_e2e_request_latency=_as_floats(raw, "bucket_e2e_request_latency"),
             raw=raw,
             argv=tuple(argv),
-            # 0.5.23 caps decode graphs with --cuda-graph-max-bs-decode, 0.5.9 --cuda-graph-max-bs.
+            # 0.5.23 caps decode graphs with --cuda-graph-max-bs-decode; 0.5.15 also takes
+            # --cuda-graph-max-bs (patches/sglang/0.5.15/cli-args.json).
             cuda_graph_max_bs=_as_int(raw, "cuda_graph_max_bs_decode", None)
             or _as_int(raw, "cuda_graph_max_bs", None),
             mem_fraction_static=_as_float(raw, "mem_fraction_static"),

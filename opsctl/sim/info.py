@@ -1,16 +1,17 @@
 """/model_info and /server_info as each pinned release builds them, with resolved settings.
 
-0.5.9 (``srt/entrypoints/http_server.py:553-610``): /model_info has no served name; /server_info
-is ``dataclasses.asdict(server_args)`` plus the scheduler's status, token limits, the internal
-states and the version. 0.5.23 (``http_server.py:812-893``, ``utils/common.py:3584-3593``):
-/model_info also carries the served name, parsers and load format; /server_info is
-``server_args.resolved_dict()`` plus ``launch_command``, the scheduler's ready message
-(``managers/scheduler.py`` ``get_init_info``: status, token limits, ``startup_time``,
-``hicache_object_layout``), ``kv_events``, ``startup_time`` and ``frontend``. The key sets are
-checked against the wheels' source by ``tests/component/test_sim_info_keys.py``. The fields
-``opsctl verify`` checks carry what the release resolves: its own resolution of this argv where
-``opsctl profile resolve`` recorded one (``opsctl.sim.records``), else the hand-read table
-(``opsctl.sim.releases``); every other given flag is echoed as given.
+0.5.15 (as a real 0.5.15 server answered, ``tests/fixtures/real-sglang-0.5.15/``): /model_info
+has no served name; /server_info is ``dataclasses.asdict(server_args)`` plus the scheduler's
+status, token limits, the internal states, ``kv_events`` and the version. 0.5.23
+(``http_server.py:812-893``, ``utils/common.py:3584-3593``): /model_info also carries the served
+name, parsers and load format; /server_info is ``server_args.resolved_dict()`` plus
+``launch_command``, the scheduler's ready message (``managers/scheduler.py`` ``get_init_info``:
+status, token limits, ``startup_time``, ``hicache_object_layout``), ``kv_events``, ``startup_time``
+and ``frontend``. The key sets are checked against the wheels' source by
+``tests/component/test_sim_info_keys.py``. The fields ``opsctl verify`` checks carry what the
+release resolves: its own resolution of this argv where ``opsctl profile resolve`` recorded one
+(``opsctl.sim.records``), else the hand-read table (``opsctl.sim.releases``, the release's
+defaults.json); every other given flag is echoed as given.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 from opsctl.sim import records
 from opsctl.sim.config import SimArgs
 from opsctl.sim.engine import SIM_MAX_TOTAL_NUM_TOKENS
-from opsctl.sim.releases import RELEASES, Checkpoint, resolve
+from opsctl.sim.releases import Checkpoint, resolve, table
 
 # What the misresolve fault reports instead of the resolved attention backend.
 MISRESOLVED_BACKEND = "triton"
@@ -76,7 +77,7 @@ class ServerView:
         recorded = None if self.model_config else records.resolved_for(self.release,
                                                                         self.args.argv)
         if recorded is not None:
-            for name, fact in RELEASES[self.release].items():
+            for name, fact in table(self.release).items():
                 present, value = records.lookup(recorded, fact.key)
                 if present:
                     settings[name] = value
@@ -89,7 +90,7 @@ class ServerView:
     def _with_resolved(self, payload: dict[str, Any], endpoint: str, fault: str
                        ) -> dict[str, Any]:
         settings = self.resolved(fault)
-        for name, fact in RELEASES[self.release].items():
+        for name, fact in table(self.release).items():
             if fact.endpoint == endpoint:
                 _place(payload, fact.key, settings[name])
         return payload
@@ -103,7 +104,7 @@ class ServerView:
             "preferred_sampling_params": raw.get("preferred_sampling_params"),
             "weight_version": args.weight_version,
         }
-        if self.release == "0.5.23":  # 0.5.9's and 0.5.15's (a real server's) lack these
+        if self.release == "0.5.23":  # 0.5.15's (a real server's) lacks these
             info.update({
                 "served_model_name": args.served_model_name,
                 "load_format": raw.get("load_format", "auto"),
@@ -137,8 +138,6 @@ class ServerView:
             "max_total_num_tokens": SIM_MAX_TOTAL_NUM_TOKENS,
             "max_req_input_len": min(args.context_length, SIM_MAX_TOTAL_NUM_TOKENS) - 1,
         }
-        if self.release == "0.5.9":
-            return {**fields, **scheduler, "internal_states": [state], "version": self.release}
         if self.release == "0.5.15":  # as a real 0.5.15 server answered (tests/fixtures/real-sglang-0.5.15)
             del state["world_size"]
             return {**fields, **scheduler, "internal_states": [state], "version": self.release,

@@ -104,7 +104,7 @@ class SglangMetrics:
         sched = list(self.sched_labels)
         reg = self._inner
 
-        # Only 0.5.23 exports these two of the series below: 0.5.9 and 0.5.15 have no startup-phase
+        # Only 0.5.23 exports these two of the series below: 0.5.15 has no startup-phase
         # gauge and no per-request TPOT histogram (0.5.23 observability/metrics_collector.py:
         # 1842-1843, 2057-2058; a real 0.5.15 server's page, tests/fixtures/real-sglang-0.5.15/).
         newest = release == "0.5.23"
@@ -135,7 +135,7 @@ class SglangMetrics:
             "sglang:num_requests_total", "Number of requests processed.",
             tok_stream, registry=reg)
         # Per decode token here; real sglang adds the tokens of each log interval
-        # (0.5.23 observability/metrics_collector.py:1032-1039, 1558-1571; 0.5.9 metrics/collector.py:778).
+        # (0.5.23 observability/metrics_collector.py:1032-1039, 1558-1571).
         self.realtime_tokens_total = Counter(
             "sglang:realtime_tokens_total",
             "Total number of tokens processed (updated on each log interval). "

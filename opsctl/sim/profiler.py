@@ -1,17 +1,17 @@
 """sglang's profiler endpoints, /start_profile and /stop_profile, writing a synthetic trace.
 
-As the pinned releases behave (0.5.9 ``ProfileReqInput``, 0.5.23 ``ProfileReq``: both take
-``output_dir``, ``num_steps``, ``activities``, ``with_stack``, ``record_shapes``,
-``profile_prefix``...): /start_profile answers ``Start profiling.`` at once; the output
-directory is the request's ``output_dir``, else ``SGLANG_TORCH_PROFILER_DIR``, else ``/tmp``.
-With ``num_steps`` the profile stops by itself after that many forward steps; steps are counted
-only while requests run, as the scheduler counts forwards. Without it, /stop_profile stops it.
-A start while one runs, or a stop while none does, answers 500 (sglang raises RuntimeError).
-On stop each TP rank's file ``[<prefix>-]<profile id>-TP-<rank>.trace.json.gz`` appears in the
-directory (written beside and renamed, so a poller never reads half of one).
+As sglang 0.5.23 behaves (``ProfileReq``: it takes ``output_dir``, ``num_steps``, ``activities``,
+``with_stack``, ``record_shapes``, ``profile_prefix``...): /start_profile answers ``Start
+profiling.`` at once; the output directory is the request's ``output_dir``, else
+``SGLANG_TORCH_PROFILER_DIR``, else ``/tmp``. With ``num_steps`` the profile stops by itself after
+that many forward steps; steps are counted only while requests run, as the scheduler counts
+forwards. Without it, /stop_profile stops it. A start while one runs, or a stop while none does,
+answers 500 (sglang raises RuntimeError). On stop each TP rank's file ``[<prefix>-]<profile
+id>-TP-<rank>.trace.json.gz`` appears in the directory (written beside and renamed, so a poller
+never reads half of one).
 
 The trace is deterministic and in torch.profiler's Chrome format: per decode step a
-``step[DECODE bs=N]`` range (0.5.23 only; 0.5.9 has none), one ``cudaGraphLaunch`` and
+``step[DECODE bs=N]`` range (as 0.5.23 wraps each forward), one ``cudaGraphLaunch`` and
 SIM_TRACE_LAYERS layers of kernels filling 90% of the step's ITL. Whether a layer starts with the
 stock full-pool cast (``unrolled_elementwise_kernel<direct_copy_kernel_cuda>``) or opsctl's
 gather-then-cast kernel follows the behaviour knob ``trace_cast``: ``auto`` (the resolved
@@ -124,7 +124,7 @@ class SimProfiler:
 
     def _write(self, out: Path, prefix: str, profile_id: str,
                steps: list[tuple[int, float, bool]]) -> None:
-        doc = synthetic_trace(steps, casts=self._casts(), annotate=self._view.release != "0.5.9")
+        doc = synthetic_trace(steps, casts=self._casts(), annotate=True)
         data = json.dumps(doc, separators=(",", ":")).encode()
         out.mkdir(parents=True, exist_ok=True)
         for rank in range(self._view.args.tp_size):

@@ -1,15 +1,15 @@
 """The pinned release's own resolution of a variant, as `opsctl profile resolve` recorded it.
 
 `patches/sglang/<release>/resolved/<profile>.<variant>.json` holds what sglang itself resolved for
-that variant's argv (its real code, run offline from the wheel, the GLM-5 fixture as the model,
-the profile's RTX PRO 6000 Blackwell reported). When the simulator runs exactly such an argv on
-the release of a record, and no config.json tells it another model, it reports the record's
-values; any other argv falls back to opsctl.sim.releases (tested against every record). The
-release folders sit beside the package: `<repo>/patches/sglang` in a checkout,
-`/opt/opsctl/app/patches/sglang` in the image (opsctl.image.plan copies the records there),
-inside it as `opsctl/_data/patches/sglang` in an installed wheel (opsctl.core.paths.RELEASES_DIR;
-the simulator is an island and cannot import it, so it keeps its own copy, compared by a unit
-test). Standard library only.
+that variant's argv (its real code, run offline from the wheel, the GLM-5 fixture as the model, the
+profile's RTX PRO 6000 Blackwell reported). When the simulator runs exactly such an argv on the
+release of a record, and no config.json tells it another model, it reports the record's values; any
+other argv falls back to the release's table, defaults.json in the same folder (opsctl.sim.releases;
+tested against every record). The release folders sit beside the package: `<repo>/patches/sglang` in
+a checkout, `/opt/opsctl/app/patches/sglang` in the image (opsctl.image.plan copies the records
+there), inside it as `opsctl/_data/patches/sglang` in an installed wheel
+(opsctl.core.paths.RELEASES_DIR; the simulator is an island and cannot import it, so it keeps its
+own copy, compared by a unit test). Standard library only.
 """
 
 from __future__ import annotations

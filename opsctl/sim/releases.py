@@ -1,159 +1,76 @@
 """How each pinned sglang release resolves the settings `opsctl verify` checks, for the simulator.
 
 The real server fills in a default when a flag is absent (and for a DSA model overrides a few
-even when given); /server_info and /model_info then report the resolved value. This table says,
-per release and setting, where the value is reported, which flag sets it and what the release
-resolves without it, read from the release wheels (paths under ``sglang/srt/``).
-
-opsctl.verify keeps the same facts for the checking side; the simulator may not import it (it
-runs with the standard library alone), so ``tests/component/test_sim_releases.py`` holds the two
-tables together, and ``tests/unit/test_release_tables_vs_records.py`` holds both to the
-release's own resolution of every profile variant (``opsctl profile resolve``'s records, which
-the simulator reports directly for exactly such an argv: opsctl.sim.records). Where the real
-default depends on the GPU or the checkpoint, the verify table says so and the simulator
-computes it for its simulated device: the profile's target card, an RTX PRO 6000 Blackwell
-(sm_120, 96 GB), and a GLM-5 checkpoint unless the model path holds a config.json that says
-otherwise.
+even when given); /server_info and /model_info then report the resolved value. Which settings,
+where each is reported, which flag sets it and what the release resolves without it is one table
+per release, read from the release wheels: ``patches/sglang/<release>/defaults.json``, the file
+opsctl.config.releasefacts reads for verify (the simulator cannot import it: it runs with the
+standard library alone). The files sit under the same root as the resolution records
+(opsctl.sim.records.RECORDS_ROOT; the simulator image carries both), and
+``tests/unit/test_release_tables_vs_records.py`` holds the table, and what the simulator computes
+from it, to the release's own resolution of every profile variant. Where the real default
+depends on the GPU or the checkpoint, the table says so and names the rule (``sim_rule``) by
+which the simulator computes it for its simulated device: the profile's target card, an RTX PRO
+6000 Blackwell (sm_120, 96 GB), and a GLM-5 checkpoint unless the model path holds a config.json
+that says otherwise.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any
+
+from opsctl.sim import records
 
 RELEASE_ENV = "OPSCTL_SIM_SGLANG_VERSION"
 DEFAULT_RELEASE = "0.5.23"
 SIM_SM_MAJOR = 12
 SIM_GPU_MEMORY_GIB = 96
 SIM_ARCHITECTURE = "GlmMoeDsaForCausalLM"
-# MLA + DSA indexer models (0.5.9 configs/model_config.py is_deepseek_nsa; 0.5.23
-# configs/model_config.py:191-212 is_deepseek_dsa), as far as opsctl deploys them.
+# MLA + DSA indexer models (0.5.23 configs/model_config.py:191-212 is_deepseek_dsa), as far
+# as opsctl deploys them.
 DSA_ARCHITECTURES = frozenset({"DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"})
 
-Endpoint = Literal["server_info", "model_info"]
+DEFAULTS_FILE = "defaults.json"  # opsctl.config.releasefacts.DEFAULTS_FILE, in a release's folder
 
 
 @dataclass(frozen=True)
-class Required:
-    """A flag without a default (the server does not start without it)."""
+class Setting:
+    """One row of a release's table (defaults.json)."""
 
-
-@dataclass(frozen=True)
-class Same:
-    """Defaults to another setting's resolved value."""
-
-    field: str
-
-
-@dataclass(frozen=True)
-class OnDevice:
-    """Depends on the GPU or the checkpoint; `rule` names how the simulator computes it."""
-
-    rule: str
-
-
-@dataclass(frozen=True)
-class ByKv:
-    """Depends on the resolved kv_cache_dtype."""
-
-    fp8: Any
-    bf16: Any
-
-
-@dataclass(frozen=True)
-class SimField:
-    endpoint: Endpoint
+    endpoint: str  # server_info or model_info
     key: tuple[str, ...]  # path into that endpoint's JSON
     flag: str  # the spelling in this release's parser
-    default: Any  # a literal, Required, Same, OnDevice or ByKv
+    default: Mapping[str, Any]  # value, same_as, required, sim_rule, or fp8/bf16 of those
     dsa_only: bool = False  # the default applies to DSA models only
     forced: bool = False  # the release sets it for a DSA model even when the flag is given
     unset: tuple[str, ...] = ()  # given values the release treats like an absent flag
     aliases: Mapping[str, str] = field(default_factory=dict)  # spellings it normalises (DSA)
 
 
-# The same in both releases: "auto" (the flag's default) asks for the DSA default.
-_KV_CACHE_DTYPE = SimField("server_info", ("kv_cache_dtype",), "--kv-cache-dtype",
-                           OnDevice("kv_cache_dtype"), dsa_only=True, unset=("auto",),
-                           aliases={"bf16": "bfloat16"})
-
-# Rows the same in both releases (where the value sits, its flag, its default).
-_MODEL_PATH = SimField("model_info", ("model_path",), "--model-path", Required())
-_TP_SIZE = SimField("server_info", ("tp_size",), "--tp-size", 1)
-_QUANTIZATION = SimField("server_info", ("quantization",), "--quantization", OnDevice("quantization"))
-# From 0.5.15 on: the dsa attention default, the --dsa-* spelling, and the per-phase graph cap.
-_DSA_ATTENTION = SimField("server_info", ("attention_backend",), "--attention-backend", "dsa",
-                          dsa_only=True)
-_CUDA_GRAPH_DECODE_MAX_BS = SimField("server_info", ("cuda_graph_config", "decode", "max_bs"),
-                                     "--cuda-graph-max-bs-decode",
-                                     OnDevice("cuda_graph_max_bs_capped"))
+@functools.cache
+def _table(root: Path, release: str) -> dict[str, Setting]:
+    data = json.loads((root / release / DEFAULTS_FILE).read_text(encoding="utf-8"))
+    return {name: Setting(endpoint=row["endpoint"], key=tuple(row["key"]), flag=row["flag"],
+                          default=row["default"], dsa_only=row.get("dsa_only", False),
+                          forced=row.get("forced", False), unset=tuple(row.get("unset", ())),
+                          aliases=row.get("aliases", {}))
+            for name, row in data["settings"].items()}
 
 
-def _dsa_backends(fp8_rule: str) -> dict[str, SimField]:
-    """Both DSA backends as 0.5.15 and later report them: FP8 KV by `fp8_rule`, BF16 alike."""
-    return {
-        "dsa_prefill_backend": SimField("server_info", ("dsa_prefill_backend",),
-                                        "--dsa-prefill-backend",
-                                        ByKv(fp8=OnDevice(fp8_rule), bf16="flashmla_sparse"),
-                                        dsa_only=True),
-        "dsa_decode_backend": SimField("server_info", ("dsa_decode_backend",),
-                                       "--dsa-decode-backend",
-                                       ByKv(fp8=OnDevice(fp8_rule),
-                                            bf16=OnDevice("dsa_decode_bf16")),
-                                       dsa_only=True),
-    }
+def table(release: str) -> dict[str, Setting]:
+    """setting -> its row, for a release that `releases()` lists."""
+    return _table(records.RECORDS_ROOT, release)
 
-RELEASES: dict[str, dict[str, SimField]] = {
-    "0.5.9": {
-        "model_path": _MODEL_PATH,
-        "served_model_name": SimField("server_info", ("served_model_name",),
-                                      "--served-model-name", Same("model_path")),
-        "tp_size": _TP_SIZE,
-        "quantization": _QUANTIZATION,
-        "kv_cache_dtype": _KV_CACHE_DTYPE,
-        "attention_backend": SimField("server_info", ("attention_backend",),
-                                      "--attention-backend", "nsa", dsa_only=True),
-        "dsa_prefill_backend": SimField("server_info", ("nsa_prefill_backend",),
-                                        "--nsa-prefill-backend",
-                                        ByKv(fp8="flashmla_auto", bf16="flashmla_sparse"),
-                                        dsa_only=True),
-        "dsa_decode_backend": SimField("server_info", ("nsa_decode_backend",),
-                                       "--nsa-decode-backend",
-                                       ByKv(fp8="flashmla_kv", bf16=OnDevice("dsa_decode_bf16")),
-                                       dsa_only=True),
-        "page_size": SimField("server_info", ("page_size",), "--page-size", 64, dsa_only=True,
-                              forced=True),
-        "cuda_graph_max_bs": SimField("server_info", ("cuda_graph_max_bs",),
-                                      "--cuda-graph-max-bs", OnDevice("cuda_graph_max_bs")),
-    },
-    "0.5.15": {
-        "model_path": _MODEL_PATH,
-        "served_model_name": SimField("server_info", ("served_model_name",),
-                                      "--served-model-name", Same("model_path")),
-        "tp_size": _TP_SIZE,
-        "quantization": _QUANTIZATION,
-        "kv_cache_dtype": _KV_CACHE_DTYPE,
-        "attention_backend": _DSA_ATTENTION,
-        **_dsa_backends("dsa_fp8_no_sm120"),
-        "page_size": SimField("server_info", ("page_size",), "--page-size", 64, dsa_only=True,
-                              forced=True),
-        "cuda_graph_max_bs": _CUDA_GRAPH_DECODE_MAX_BS,
-    },
-    "0.5.23": {
-        "model_path": _MODEL_PATH,
-        "served_model_name": SimField("model_info", ("served_model_name",),
-                                      "--served-model-name", Same("model_path")),
-        "tp_size": _TP_SIZE,
-        "quantization": _QUANTIZATION,
-        "kv_cache_dtype": _KV_CACHE_DTYPE,
-        "attention_backend": _DSA_ATTENTION,
-        **_dsa_backends("dsa_fp8"),
-        "page_size": SimField("server_info", ("page_size",), "--page-size",
-                              OnDevice("page_size_kpool"), dsa_only=True, forced=True),
-        "cuda_graph_max_bs": _CUDA_GRAPH_DECODE_MAX_BS,
-    },
-}
+
+def releases() -> list[str]:
+    """The releases with a table, oldest first."""
+    found = [path.parent.name for path in records.RECORDS_ROOT.glob(f"*/{DEFAULTS_FILE}")]
+    return sorted(found, key=lambda v: [int(p) if p.isdigit() else 0 for p in v.split(".")])
 
 
 def flag_key(flag: str) -> str:
@@ -181,12 +98,12 @@ def _on_device(rule: str, release: str, resolved: Mapping[str, Any], raw: Mappin
                checkpoint: Checkpoint) -> Any:
     """The device- or checkpoint-dependent defaults, computed for the simulated device."""
     if rule == "quantization":
-        # Only SM100 reads the checkpoint's quant_method (0.5.9 server_args.py:1288-1301,
-        # 0.5.23 arg_groups/overrides.py:808-809); elsewhere it stays unset.
+        # Only SM100 reads the checkpoint's quant_method (0.5.23 arg_groups/overrides.py:808-809);
+        # elsewhere it stays unset.
         return None
     if rule == "kv_cache_dtype":
-        # fp8_e4m3 from SM10 on, bfloat16 below or with learnable sinks (0.5.9
-        # server_args.py:1142-1145, 0.5.23 arg_groups/overrides.py:531-537).
+        # fp8_e4m3 from SM10 on, bfloat16 below or with learnable sinks (0.5.23
+        # arg_groups/overrides.py:531-537).
         # 0.5.15 has no sinks rule (arg_groups/overrides.py:1083-1086).
         sinks = release == "0.5.23" and bool(checkpoint.config.get("learnable_sink"))
         return "fp8_e4m3" if SIM_SM_MAJOR >= 10 and not sinks else "bfloat16"
@@ -201,14 +118,14 @@ def _on_device(rule: str, release: str, resolved: Mapping[str, Any], raw: Mappin
         # (arg_groups/overrides.py:1140-1145).
         return "trtllm" if SIM_SM_MAJOR >= 10 else "flashmla_kv"
     if rule == "dsa_decode_bf16":
-        # 0.5.9 server_args.py:1164-1176; 0.5.23 arg_groups/overrides.py:721-726.
+        # 0.5.23 arg_groups/overrides.py:721-726.
         return "trtllm" if SIM_SM_MAJOR >= 10 else "fa3"
     if rule == "page_size_kpool":
         # 64 x index_kpool (1 when the config has none): 0.5.23
         # model_overrides/deepseek_v2.py:162-172.
         return 64 * int(checkpoint.config.get("index_kpool", 1))
     if rule.startswith("cuda_graph_max_bs"):
-        # 90-160 GiB cards: 256 below TP4, else 512 (0.5.9 server_args.py:976-985, 0.5.23
+        # 90-160 GiB cards: 256 below TP4, else 512 (0.5.23
         # arg_groups/memory_hook.py:146-159); 0.5.23 caps the default at --max-running-requests
         # (memory_hook.py:183-188).
         if not 90 <= SIM_GPU_MEMORY_GIB < 160:
@@ -227,24 +144,27 @@ def resolve(release: str, raw: Mapping[str, Any], checkpoint: Checkpoint) -> dic
     ``raw`` holds the given flags as the simulator parsed them, values already typed.
     """
     resolved: dict[str, Any] = {}
-    for name, fact in RELEASES[release].items():
+    for name, fact in table(release).items():
         given = raw.get(flag_key(fact.flag))
         applies = checkpoint.dsa or not fact.dsa_only
         if given is not None and given not in fact.unset and not (applies and fact.forced):
             resolved[name] = fact.aliases.get(given, given) if applies else given
-            continue
-        if not applies:
-            resolved[name] = given
-            continue
-        default = fact.default
-        if isinstance(default, ByKv):
-            default = default.fp8 if resolved.get("kv_cache_dtype") == "fp8_e4m3" else default.bf16
-        if isinstance(default, Same):
-            resolved[name] = resolved[default.field]
-        elif isinstance(default, OnDevice):
-            resolved[name] = _on_device(default.rule, release, resolved, raw, checkpoint)
-        elif isinstance(default, Required):
+        elif not applies:
             resolved[name] = given
         else:
-            resolved[name] = default
+            resolved[name] = _default(fact.default, given, release, resolved, raw, checkpoint)
     return resolved
+
+
+def _default(spec: Mapping[str, Any], given: Any, release: str, resolved: Mapping[str, Any],
+             raw: Mapping[str, Any], checkpoint: Checkpoint) -> Any:
+    """What the release resolves for an absent flag, by the table's default `spec`."""
+    if "fp8" in spec:
+        spec = spec["fp8"] if resolved.get("kv_cache_dtype") == "fp8_e4m3" else spec["bf16"]
+    if "same_as" in spec:
+        return resolved[spec["same_as"]]
+    if "sim_rule" in spec:
+        return _on_device(spec["sim_rule"], release, resolved, raw, checkpoint)
+    if spec.get("required"):
+        return given
+    return spec["value"]

@@ -25,7 +25,7 @@ from opsctl.sim.engine import SIM_MAX_TOTAL_NUM_TOKENS, Engine
 from opsctl.sim.info import ServerView, read_model_config
 from opsctl.sim.metrics import SglangMetrics
 from opsctl.sim.patchmarker import marker_line
-from opsctl.sim.releases import DEFAULT_RELEASE, RELEASE_ENV, RELEASES
+from opsctl.sim.releases import DEFAULT_RELEASE, RELEASE_ENV, releases
 from opsctl.sim.state import BehaviourBox, Lifecycle
 from opsctl.sim.wire import HttpServer
 
@@ -97,9 +97,10 @@ async def _announce_ready(lifecycle: Lifecycle, metrics: SglangMetrics | None) -
 def release_from_env(environ: Mapping[str, str]) -> str:
     """The pinned sglang release whose /server_info and /model_info the simulator speaks."""
     release = environ.get(RELEASE_ENV, "") or DEFAULT_RELEASE
-    if release not in RELEASES:
+    known = releases()
+    if release not in known:
         raise ValueError(f"{RELEASE_ENV}={release!r}: the simulator speaks sglang "
-                         f"{', '.join(RELEASES)}")
+                         f"{', '.join(known)}")
     return release
 
 

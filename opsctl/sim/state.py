@@ -10,7 +10,7 @@ from opsctl.sim.config import Behaviour
 from opsctl.sim.wire import Response, json_response
 
 # The error type of a body the request model rejects: http_server's RequestValidationError
-# handler answers ErrorResponse(type=HTTPStatus.BAD_REQUEST.phrase, code=400) (0.5.9 and 0.5.23).
+# handler answers ErrorResponse(type=HTTPStatus.BAD_REQUEST.phrase, code=400) (0.5.23).
 INVALID_REQUEST = "Bad Request"
 
 

@@ -6,8 +6,8 @@ Finding the steps (first rule that applies; the analysis records which one it us
    every forward in; prefill and other modes are counted and skipped) or else `ProfilerStep#N`
    (torch.profiler's own, from `prof.step()`). A step runs from its range's start to the next
    step's start, so the host work between forwards (sampling, scheduling) belongs to it.
-2. `graph-launch`: no such ranges (sglang 0.5.9), but `cudaGraphLaunch` calls: each decode
-   forward under CUDA graphs is one graph launch, so a step runs from one launch to the next.
+2. `graph-launch`: no such ranges (a release that sets none), but `cudaGraphLaunch` calls: each
+   decode forward under CUDA graphs is one graph launch, so a step runs from one launch to the next.
    (Piecewise or split graphs launch several per forward; then a "step" is one graph.)
 3. `whole-trace`: neither: the whole trace is one step, and no per-step figure is claimed.
 

@@ -1,6 +1,6 @@
 """Driving sglang's profiler under load, and collecting the trace files it writes.
 
-The request is the pinned releases' (0.5.9 `ProfileReqInput`, 0.5.23 `ProfileReq`, both POST
+The request is the pinned release's (0.5.23 `ProfileReq`, a POST
 /start_profile with a JSON body): `output_dir`, `num_steps`, `activities` (CPU, GPU). With
 `num_steps` the scheduler stops by itself after that many forwards and writes one
 `<id>-TP-<rank>.trace.json.gz` per rank into `output_dir` (a directory the server makes; when a

@@ -339,8 +339,8 @@ def _profile_slo(asked: str | None, recorded: str | None) -> Slo | None:
 
 def _served_tokenizer(profile: Profile, variants: tuple[str, ...]) -> str:
     """The tokenizer path the profile's server loads, as /model_info will report it: the
-    `--tokenizer-path` of its argv, else the model path (sglang's default: 0.5.9
-    server_args.py:847-848, 0.5.23 arg_groups/serving_hook.py:636)."""
+    `--tokenizer-path` of its argv, else the model path (sglang's default: 0.5.23
+    arg_groups/serving_hook.py:636)."""
     deployment = profile.resolve(variants[0] if variants else None)
     return flag_values(deployment.server.extra_args).get("--tokenizer-path",
                                                          deployment.model.container_path)

@@ -42,10 +42,11 @@ from typing import Any, Literal, Protocol
 
 import httpx
 
-from opsctl.core.errors import LaunchError, UsageError
+from opsctl.core.answers import Malformed, decode_json
+from opsctl.core.errors import UsageError
 from opsctl.core.httpcap import IDENTITY, capped_async_transport
 from opsctl.core.redact import auth_headers
-from opsctl.traffic.payload import Api, Malformed, Piece, body_message, decode_json, parse_piece
+from opsctl.traffic.payload import Api, Piece, body_message, parse_piece
 from opsctl.traffic.wire import ErrorKind, Failed, Wire
 
 TokenSource = Literal["usage", "chunks"]
@@ -57,10 +58,6 @@ MAX_TOKENS_PER_EVIDENCE = 4
 # Streamed text kept per request (its bytes are still counted): nothing compares streamed text,
 # so a long stream costs its line buffer, not its whole answer.
 MAX_KEPT_TEXT_CHARS = 1 << 20
-
-
-class ServerUnreachable(LaunchError):
-    """Nothing answers at the URL (connection refused, DNS, TLS): exit 4, like a failed launch."""
 
 
 def parse_api(value: str) -> Api:

@@ -1,11 +1,11 @@
 """What opsctl reads from an OpenAI-compatible answer, checked before it is believed.
 
-A model list is reduced to its ids (`model_ids`); a completion (or one SSE chunk of a stream)
-to a `Piece`: the generated text, the
+A completion (or one SSE chunk of a stream) is reduced to a `Piece`: the generated text, the
 finish reason, the usage counts and any in-band error. Anything that does not have the shape
 the OpenAI API defines (not UTF-8, not JSON, `choices` that is not a list of objects, a text
 that is not a string, a usage count that is negative, fractional or not a number) raises
-`Malformed` with a one-line reason, so a request fails with that reason instead of a traceback.
+`Malformed` with a one-line reason, so a request fails with that reason instead of a traceback
+(opsctl.core.answers reads the JSON and the model list the same way).
 """
 
 from __future__ import annotations
@@ -14,16 +14,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import orjson
+from opsctl.core.answers import Malformed, decode_json
 
 Api = Literal["completions", "chat"]
-
-_SNIPPET = 80  # characters of a bad answer quoted in a reason
-
-
-class Malformed(ValueError):
-    """The answer is not what the OpenAI API defines; the message is one line."""
-
 
 @dataclass(frozen=True, slots=True)
 class Usage:
@@ -43,33 +36,6 @@ class Piece:
     thinking: str = ""
 
 
-def snippet(raw: bytes | str) -> str:
-    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
-    return repr(text[:_SNIPPET])
-
-
-def decode_json(raw: bytes) -> Any:
-    """Strict UTF-8, then JSON; Malformed says which failed and where.
-
-    orjson (C, UTF-8 only, no NaN) reads every well-formed chunk; what it refuses goes the
-    standard library's way, which names the fault (and still accepts what JSON's grammar
-    extensions allow, as before)."""
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise Malformed(f"not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
-    try:
-        return json.loads(text)
-    except ValueError:
-        raise Malformed(f"not JSON: {snippet(text)}") from None
-    except RecursionError:
-        raise Malformed("JSON nested too deeply") from None
-
-
 def error_message(payload: Any) -> str:
     """The `message` of an OpenAI error object (`{"error": {"message": ...}}`), else the payload."""
     if isinstance(payload, dict):
@@ -87,17 +53,6 @@ def body_message(raw: bytes) -> str:
         return error_message(decode_json(raw))
     except Malformed:
         return " ".join(raw[:200].decode("utf-8", errors="replace").split()) or "(empty body)"
-
-
-def model_ids(payload: Any) -> list[str]:
-    """The ids of an OpenAI model list (`{"data": [{"id": ...}, ...]}`); Malformed otherwise."""
-    cards = payload.get("data") if isinstance(payload, dict) else None
-    if not isinstance(cards, list):
-        raise Malformed(f"no `data` list in {snippet(json.dumps(payload))}")
-    ids = [card.get("id") if isinstance(card, dict) else None for card in cards]
-    if not all(isinstance(name, str) and name for name in ids):
-        raise Malformed("a model card has no string `id`")
-    return [str(name) for name in ids]
 
 
 def parse_piece(api: Api, payload: Any, *, stream: bool) -> Piece:

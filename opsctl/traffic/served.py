@@ -15,10 +15,10 @@ from typing import Any
 import httpx
 from pydantic import BaseModel
 
-from opsctl.core.errors import UsageError
+from opsctl.core.answers import Malformed, decode_json, model_ids
+from opsctl.core.errors import ServerUnreachable, UsageError
 from opsctl.core.redact import API_KEY_ENV
-from opsctl.traffic.client import ServerUnreachable
-from opsctl.traffic.payload import Malformed, body_message, decode_json, model_ids
+from opsctl.traffic.payload import body_message
 
 
 class ModelResolution(BaseModel):

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from opsctl.traffic.client import Api
+from opsctl.traffic.payload import Api
 
 # bench's concurrency levels when --concurrency is not given.
 DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
+# The default deadline of one target's sweep never exceeds this (pass --deadline for more).
+DEADLINE_CAP_S = 3600.0
 
 
 class _Settings(BaseModel):
@@ -27,7 +29,7 @@ class SmokeSettings(_Settings):
     model: str | None = None  # --model; None: the profile's alias, or the only listed name
     request_timeout_s: float = 120.0
     overall_timeout_s: float = 600.0  # the checks (readiness ... compare)
-    # Each eval asked for (GSM8K, the long-context probes, lm-eval) runs after the checks with
+    # Each eval asked for (GSM8K, the long-context probes) runs after the checks with
     # a budget of its own: on GLM-5 one eval takes minutes, and two sharing the checks' budget
     # left the second one failed for time.
     eval_timeout_s: float = 3600.0

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
-# Series every pinned release exports once it has served requests (0.5.9 metrics/collector.py,
-# 0.5.15 and 0.5.23 observability/metrics_collector.py; 0.5.15's were read off a real server,
+# Series every pinned release exports once it has served requests (0.5.15 and 0.5.23
+# observability/metrics_collector.py; 0.5.15's were read off a real server,
 # tests/fixtures/real-sglang-0.5.15/metrics.after-bench.txt). Matched with either prefix: the
 # server emits `sglang:`, the router rewrites it to `sglang_`.
 EXPECTED_SGLANG_SERIES = (
@@ -21,8 +21,8 @@ EXPECTED_SGLANG_SERIES = (
     "generation_tokens_total",
 )
 # Series only some releases export, by the `version` their /server_info reports: the per-request
-# TPOT histogram is 0.5.23's (observability/metrics_collector.py:2057-2058); 0.5.9 and 0.5.15
-# have none (a real 0.5.15 server's page has none).
+# TPOT histogram is 0.5.23's (observability/metrics_collector.py:2057-2058); 0.5.15 has none
+# (a real 0.5.15 server's page has none).
 SERIES_BY_RELEASE: dict[str, tuple[str, ...]] = {
     "0.5.23": ("request_time_per_output_token_seconds",),
 }

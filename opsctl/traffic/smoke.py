@@ -4,7 +4,7 @@ Stages, each pass/fail/skip with its timing: readiness (/health_generate), the s
 name (/v1/models) and tokenizer path (/model_info), auth enforcement, greedy generations,
 streaming latency (TTFT, ITL, TPOT), sglang's /metrics series, the profile's SLO, an optional
 comparison of the greedy outputs with a report recorded from another variant, and, when asked
-for, GSM8K accuracy, the long-context probes and an lm-evaluation-harness task (smoke_evals.py).
+for, GSM8K accuracy and the long-context probes (smoke_evals.py).
 
 The model name is read from the server, never assumed; sglang-only stages are skipped, not
 failed, on a server that only speaks the OpenAI API. The API key is masked in every output.
@@ -24,13 +24,13 @@ import httpx
 
 from opsctl.argspec.spec import VERSION_RE
 from opsctl.config.sloconfig import Slo
+from opsctl.core.errors import ServerUnreachable
 from opsctl.core.httpcap import answer_json
 from opsctl.core.redact import API_KEY_ENV, mask_secret, redact, redact_model
 from opsctl.traffic.client import (
     Api,
     ClientFactory,
     RequestResult,
-    ServerUnreachable,
     TrafficClient,
     endpoint,
     generate,
@@ -40,7 +40,6 @@ from opsctl.traffic.client import (
 )
 from opsctl.traffic.evals.divergence import Divergence
 from opsctl.traffic.evals.gsm8k import EvalResult
-from opsctl.traffic.evals.lmeval import LmEvalResult, Target
 from opsctl.traffic.evals.probes import ProbeResult
 from opsctl.traffic.served import (
     ModelResolution,
@@ -56,10 +55,8 @@ from opsctl.traffic.smoke_evals import (
     EvalPlan,
     EvalProgress,
     Gsm8kPlan,
-    LmEvalPlan,
     LongContextPlan,
     gsm8k_check,
-    lm_eval_check,
     long_context_check,
 )
 from opsctl.traffic.smoke_latency import check_slo, stream_record, stream_verdict
@@ -123,7 +120,6 @@ class _Run:
         self.stream: StreamRecord | None = None
         self.divergence: Divergence | None = None
         self.gsm8k: EvalResult | None = None
-        self.lm_eval: LmEvalResult | None = None
         self.probes: list[ProbeResult] | None = None
         self.slo = SloRecord()
 
@@ -195,7 +191,6 @@ def run_smoke(options: SmokeOptions, client_factory: ClientFactory = make_client
         gsm8k_divergence=compare_eval_outputs(run.gsm8k, reference.gsm8k)
         if run.gsm8k and reference and reference.gsm8k else None,
         long_context=run.probes,
-        lm_eval=run.lm_eval,
         checkpoint=options.checkpoint,
         warnings=[warning] if warning else [],
         passed=not failed and stopped_by is None,
@@ -223,8 +218,6 @@ async def _run_stages(
         if (long_context := options.evals.long_context) is not None:
             await run.stage("long_context", lambda: _long_context(run, client, long_context),
                             own_budget=True)
-        if (lm_eval := options.evals.lm_eval) is not None:
-            await run.stage("lm_eval", lambda: _lm_eval(run, lm_eval), own_budget=True)
 
 
 async def _readiness(run: _Run, client: httpx.AsyncClient) -> tuple[CheckStatus, str]:
@@ -422,12 +415,3 @@ async def _long_context(run: _Run, client: TrafficClient, plan: LongContextPlan
         progress=run.options.progress)
     return status, detail
 
-
-async def _lm_eval(run: _Run, plan: LmEvalPlan) -> tuple[CheckStatus, str]:
-    if run.model is None:
-        return "skip", "no model name: cannot send requests"
-    options = run.options
-    target = Target(base_url=options.base_url, model=run.model.served_name, api=options.api,
-                    api_key=options.api_key, request_timeout_s=options.request_timeout_s)
-    status, detail, run.lm_eval = await lm_eval_check(plan, target, options.eval_timeout_s)
-    return status, detail

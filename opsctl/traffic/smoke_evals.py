@@ -19,7 +19,6 @@ from opsctl.config.datasets import GSM8K_TEST
 from opsctl.config.evalconfig import (
     DEFAULT_QUESTIONS,
     DEFAULT_SHOTS,
-    LM_EVAL_TASKS,
     EvalConfig,
     Gsm8kConfig,
     resolve_path,
@@ -28,14 +27,6 @@ from opsctl.core.errors import UsageError
 from opsctl.traffic.client import Api, TrafficClient
 from opsctl.traffic.evals.dataset import Dataset, public_file
 from opsctl.traffic.evals.gsm8k import EvalResult, Gsm8kSettings, run_gsm8k
-from opsctl.traffic.evals.lmeval import (
-    LmEvalFailed,
-    LmEvalPlan,
-    LmEvalResult,
-    Target,
-    installed_version,
-    run_lm_eval,
-)
 from opsctl.traffic.evals.probes import ProbeAsk, ProbeResult, run_long_context_probes
 from opsctl.traffic.smoke_report import CheckStatus
 
@@ -43,8 +34,7 @@ from opsctl.traffic.smoke_report import CheckStatus
 DatasetLoader = Callable[[Path, str], Dataset]
 
 _GUIDE = "docs/smoke-and-bench.md, 'Accuracy'"
-LM_EVAL = "lm-eval:"  # `--eval lm-eval:TASK`: lm-evaluation-harness's TASK (lmeval.py)
-EVALS = ("gsm8k", *(LM_EVAL + task for task in LM_EVAL_TASKS))
+EVALS = ("gsm8k",)
 
 
 @dataclass(frozen=True)
@@ -58,7 +48,6 @@ class EvalRequest:
     threshold: float | None = None
     long_context: bool = False
     score_thinking: bool | None = None  # None: the profile's eval.gsm8k.score_thinking
-    lm_eval: str | None = None  # lm-evaluation-harness's task, run over the same pinned data
 
 
 def eval_request(name: str | None, *, questions: int | None = None,
@@ -68,10 +57,9 @@ def eval_request(name: str | None, *, questions: int | None = None,
     """The command line's `--eval NAME` and its options; NAME must be one smoke knows."""
     if name is not None and name not in EVALS:
         raise UsageError(f"--eval {name!r}: unknown eval", hint=f"choose {', '.join(EVALS)}")
-    task = name.removeprefix(LM_EVAL) if name and name.startswith(LM_EVAL) else None
     return EvalRequest(gsm8k=name == "gsm8k", questions=questions, dataset=dataset,
                        sha256=sha256, threshold=threshold, long_context=long_context,
-                       score_thinking=score_thinking, lm_eval=task)
+                       score_thinking=score_thinking)
 
 
 @dataclass(frozen=True)
@@ -94,50 +82,32 @@ class LongContextPlan:
 class EvalPlan:
     gsm8k: Gsm8kPlan | None = None
     long_context: LongContextPlan | None = None
-    lm_eval: LmEvalPlan | None = None
 
 
 def plan_evals(request: EvalRequest, config: EvalConfig | None,
                load: DatasetLoader) -> EvalPlan:
     """The evals to run, datasets loaded and verified; UsageError (exit 2) when they cannot."""
     overrides = request.questions, request.dataset, request.sha256, request.threshold
-    if not (request.gsm8k or request.lm_eval) and any(v is not None for v in overrides):
+    if not request.gsm8k and any(v is not None for v in overrides):
         raise UsageError("--eval-questions, --eval-dataset, --eval-sha256 and --eval-threshold "
-                         "apply to --eval gsm8k and lm-eval:gsm8k",
+                         "apply to --eval gsm8k",
                          hint="add --eval gsm8k, or drop them")
     if not request.gsm8k and request.score_thinking is not None:
-        raise UsageError("--eval-score-thinking applies to --eval gsm8k (lm-eval scores what "
-                         "the endpoint answers)", hint="add --eval gsm8k, or drop it")
+        raise UsageError("--eval-score-thinking applies to --eval gsm8k",
+                         hint="add --eval gsm8k, or drop it")
     config = config or EvalConfig()
     long_context = config.long_context
     return EvalPlan(
         gsm8k=_plan_gsm8k(request, config.gsm8k, load) if request.gsm8k else None,
         long_context=LongContextPlan(tuple(long_context.sizes), long_context.prefix_pair_tokens)
         if request.long_context else None,
-        lm_eval=_plan_lm_eval(request, config, load) if request.lm_eval else None,
     )
 
 
-def _plan_lm_eval(request: EvalRequest, config: EvalConfig,
-                  load: DatasetLoader) -> LmEvalPlan:
-    """The harness's task over the pinned files of the section it names (gsm8k: eval.gsm8k, or
-    --eval-dataset); the harness must be installed, at the pinned version, before any request."""
-    task = request.lm_eval or "gsm8k"
-    installed_version()
-    threshold = request.threshold
-    if threshold is None and config.lm_eval is not None:
-        threshold = config.lm_eval.threshold
-    data = _plan_gsm8k(EvalRequest(gsm8k=True, questions=request.questions,
-                                   dataset=request.dataset, sha256=request.sha256,
-                                   threshold=threshold), config.gsm8k, load,
-                       f"--eval {LM_EVAL}{task}")
-    return LmEvalPlan(task=task, dataset=data.dataset, shots_from=data.shots_from,
-                      questions=data.questions, shots=data.shots, threshold=data.threshold)
-
-
 def _plan_gsm8k(request: EvalRequest, config: Gsm8kConfig | None,
-                load: DatasetLoader, asked: str = "--eval gsm8k") -> Gsm8kPlan:
+                load: DatasetLoader) -> Gsm8kPlan:
     """Every setting checked first, then the files read (a read is the slow, last step)."""
+    asked = "--eval gsm8k"
     if (request.dataset is None) != (request.sha256 is None):
         raise UsageError("--eval-dataset and --eval-sha256 go together",
                          hint="pin the file: pass what `sha256sum FILE` prints as --eval-sha256")
@@ -230,15 +200,3 @@ async def long_context_check(client: TrafficClient, plan: LongContextPlan, *, mo
     if failed:
         return "fail", "; ".join(f"{p.name}: {p.error or p.detail}" for p in failed), probes
     return "pass", f"{len(probes)} probes passed: " + ", ".join(p.name for p in probes), probes
-
-
-async def lm_eval_check(plan: LmEvalPlan, target: Target, remaining_s: float
-                        ) -> tuple[CheckStatus, str, LmEvalResult | None]:
-    """lm-evaluation-harness's run of the planned task; pass when its accuracy reaches the
-    threshold. A run that does not finish is a failed check, with lm-eval's last line."""
-    try:
-        result = await run_lm_eval(plan, target, remaining_s)
-    except LmEvalFailed as exc:
-        return "fail", str(exc), None
-    return ("pass" if result.score.passed else "fail"), f"lm-eval {plan.task}: " + \
-        result.score.verdict, result

@@ -14,13 +14,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from opsctl.core.errors import OpsctlError, SmokeError, UsageError
+from opsctl.core.errors import OpsctlError, ServerUnreachable, SmokeError, UsageError
 from opsctl.core.files import atomic_write_text, read_bounded
 from opsctl.core.partial import PartialReport
-from opsctl.traffic.client import Api, ServerUnreachable
+from opsctl.traffic.client import Api
 from opsctl.traffic.evals.divergence import Divergence, GreedyOutput, locate_divergence
 from opsctl.traffic.evals.gsm8k import EvalItem, EvalResult
-from opsctl.traffic.evals.lmeval import LmEvalResult
 from opsctl.traffic.evals.probes import ProbeResult
 from opsctl.traffic.served import ModelResolution
 from opsctl.traffic.settings import SmokeSettings
@@ -109,7 +108,6 @@ class SmokeReport(PartialReport):
     gsm8k: EvalResult | None = None  # `--eval gsm8k`: accuracy, its CI and every output
     gsm8k_divergence: Divergence | None = None  # vs the reference's GSM8K outputs (no verdict)
     long_context: list[ProbeResult] | None = None  # `--long-context`
-    lm_eval: LmEvalResult | None = None  # `--eval lm-eval:TASK`: the harness's run, scored here
     # What the server runs, as `up` records it; only `id` is compared, when both reports have it.
     checkpoint: dict[str, Any] | None = None
     warnings: list[str] = []  # printed, never a verdict
@@ -223,8 +221,6 @@ def verdict_error(report: SmokeReport, json_path: Path) -> OpsctlError | None:
         said["gsm8k"] = f"gsm8k ({report.gsm8k.score.verdict})"
         hints.append("run the baseline variant with the same --eval to tell a regression from "
                      "the model's own level")
-    if "lm_eval" in said and report.lm_eval is not None:
-        said["lm_eval"] = f"lm_eval ({report.lm_eval.task}: {report.lm_eval.score.verdict})"
     if "long_context" in said and report.long_context is not None:
         missed = [p.name for p in report.long_context if not p.passed]
         said["long_context"] = f"long_context ({', '.join(missed)} failed)"

@@ -103,14 +103,6 @@ def render_accuracy(report: SmokeReport, console: Console) -> None:
               f"{score.ci95_high:.3f}, threshold {score.threshold:g}; "
               f"{result.num_shots}-shot, {result.dataset} (sha256 {result.dataset_sha256[:12]}...)"
               f"; scored: {result.scored}")
-    if report.lm_eval is not None:
-        run, score = report.lm_eval, report.lm_eval.score
-        _line(console, f"lm-eval {run.task}: ", (f"accuracy {score.accuracy:.3f}",
-                                                  "green" if score.passed else "bold red"),
-              f" ({score.correct}/{score.total}), 95% CI {score.ci95_low:.3f}-"
-              f"{score.ci95_high:.3f}, threshold {score.threshold:g}; lm-eval "
-              f"{run.lm_eval_version} {run.model}, {run.num_shots}-shot, {run.dataset} "
-              f"(sha256 {run.dataset_sha256[:12]}...)")
     if report.gsm8k_divergence is not None:
         _line(console, "GSM8K outputs vs the reference's (no verdict): "
                        + report.gsm8k_divergence.describe())

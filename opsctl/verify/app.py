@@ -17,12 +17,10 @@ import httpx
 
 from opsctl.config.profiles import Deployment, to_argv
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
-from opsctl.core.errors import LaunchError, UsageError
+from opsctl.core.errors import LaunchError, ServerUnreachable, UsageError
 from opsctl.core.files import open_regular
 from opsctl.core.httpcap import answer_json
 from opsctl.core.redact import API_KEY_ENV
-from opsctl.kernels.kv_gather_cast import parse_marker
-from opsctl.traffic.client import ServerUnreachable
 from opsctl.verify import checks
 from opsctl.verify.checks import FieldCheck
 from opsctl.verify.facts import Value, facts_for
@@ -144,7 +142,11 @@ def run_verify(deployment: Deployment, client: httpx.Client, *, log_text: str | 
     facts = facts_for(version)
     if facts is None:
         raise UsageError(f"no release facts recorded for sglang {version}",
-                         hint="opsctl/verify/facts.py records them per pinned release")
+                         hint=f"a pinned release records them in patches/sglang/{version}/"
+                              "defaults.json")
+    # The kernel module, only to read its start-up line: loaded here, not for every command.
+    from opsctl.kernels.kv_gather_cast import parse_marker
+
     argv = to_argv(deployment)[len(deployment.server.entrypoint):]
     expected = checks.expectations(facts, argv, deployment.model.architecture,
                                    _checked_expect(facts, expect), resolution_of(deployment))

@@ -3,7 +3,6 @@ load checks its variants' `expect:` keys against them (the config layer cannot i
 re-exported here, verify's name for them."""
 
 from opsctl.config.releasefacts import (
-    RELEASE_FACTS,
     VERSION_KEY,
     ByKv,
     Default,
@@ -17,5 +16,5 @@ from opsctl.config.releasefacts import (
     facts_for,
 )
 
-__all__ = ["RELEASE_FACTS", "VERSION_KEY", "ByKv", "Default", "Depends", "Endpoint", "FieldFact",
+__all__ = ["VERSION_KEY", "ByKv", "Default", "Depends", "Endpoint", "FieldFact",
            "Fixed", "Required", "SameAs", "Value", "facts_for"]

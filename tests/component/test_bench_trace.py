@@ -16,7 +16,7 @@ from opsctl.core.errors import UsageError
 from opsctl.traffic.bench import arrival as arrival_module
 from opsctl.traffic.bench.arrival import Arrival, Batch, drive
 from opsctl.traffic.bench.levels import PhasePlan
-from opsctl.traffic.bench.sweep import DEADLINE_CAP_S, BenchOptions, Target, run_bench
+from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
 from opsctl.traffic.bench.workers import split
 from opsctl.traffic.bench.workloads import (
     TRACE_BLOCK_TOKENS,
@@ -26,7 +26,7 @@ from opsctl.traffic.bench.workloads import (
     read_trace,
 )
 from opsctl.traffic.client import RequestResult
-from opsctl.traffic.settings import BenchSettings
+from opsctl.traffic.settings import DEADLINE_CAP_S, BenchSettings
 
 tokenizers = pytest.importorskip("tokenizers")  # installed by scripts/setup.sh
 

@@ -32,8 +32,8 @@ from opsctl.core import labels
 from opsctl.core.clock import SYSTEM_CLOCK
 from opsctl.core.errors import EXIT_LAUNCH, LaunchError
 from opsctl.core.httpcap import capped_client
-from opsctl.deploy import app, readiness
-from opsctl.deploy.launch import Launch
+from opsctl.deploy import readiness
+from opsctl.deploy.launch import Launch, up
 from opsctl.observe import metricsproxy
 from opsctl.traffic.client import make_client
 
@@ -73,7 +73,7 @@ def test_ups_readiness_wait_ends_at_its_timeout(tmp_path: Path, monkeypatch: pyt
         engine = FakeEngine(images={IMAGE: {labels.PATCH_SHA256: "abc123"}})
         started = time.monotonic()
         with pytest.raises(LaunchError, match="not ready after 3 s") as caught:
-            app.up(deployment, Launch(engine=engine, image_for=lambda _: IMAGE, verify=None,
+            up(deployment, Launch(engine=engine, image_for=lambda _: IMAGE, verify=None,
                                       state=None, http=readiness.http_client,
                                       clock=SYSTEM_CLOCK, preflight=None),
                    timeout_seconds=3, logs_dir=tmp_path / "logs")

@@ -188,7 +188,7 @@ def test_an_image_that_no_engine_could_name_is_exit_2_while_parsing(
 
 
 @pytest.mark.parametrize("image", [
-    "opsctl/sim:0.5.23-755ff08c23f4b625", "e352d64a2948", "lmsysorg/sglang:v0.5.9-cu130",
+    "opsctl/sim:0.5.23-755ff08c23f4b625", "e352d64a2948", "lmsysorg/sglang:v0.5.23-cu130",
     "registry.example.com:5000/team/opsctl-sglang:t@sha256:" + "a" * 64, "[::1]:5000/a/b"])
 def test_an_image_reference_docker_takes_is_accepted(image: str) -> None:
     from opsctl.image.registry import image_ref_problem

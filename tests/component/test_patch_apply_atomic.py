@@ -1,4 +1,4 @@
-"""`opsctl patch apply` is all or nothing, on real sglang 0.5.9 trees.
+"""`opsctl patch apply` is all or nothing, on real sglang 0.5.15 trees.
 
 A failure at any point (a folder that cannot be written, the new kernel file failing to write,
 a rename failing half way) leaves every file as it was and no temporary file behind, and
@@ -24,7 +24,7 @@ from opsctl.core import wheels
 from opsctl.core.errors import PatchError
 from opsctl.image import patchset, upstream
 
-VERSION = "0.5.9"
+VERSION = "0.5.15"
 MANIFEST = patchsets.load_manifest(VERSION)
 BACKEND = MANIFEST["files"][0]["path"]
 KERNEL = MANIFEST["new_files"][0]["destination"]
@@ -37,7 +37,7 @@ def opsctl(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    dest = tmp_path_factory.mktemp("sglang-0.5.9")
+    dest = tmp_path_factory.mktemp("sglang-0.5.15")
     return upstream.unpack_wheel(wheels.fetch("sglang", VERSION), dest, upstream.members_for(VERSION))
 
 

@@ -20,8 +20,9 @@ def opsctl(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def tree_059(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    dest = tmp_path_factory.mktemp("sglang-0.5.9")
-    return upstream.unpack_wheel(wheels.fetch("sglang", "0.5.9"), dest, upstream.members_for("0.5.9"))
+    dest = tmp_path_factory.mktemp("sglang-0.5.15")
+    return upstream.unpack_wheel(wheels.fetch("sglang", "0.5.15"), dest,
+                                 upstream.members_for("0.5.15"))
 
 
 def test_check_by_release_downloads_and_applies() -> None:

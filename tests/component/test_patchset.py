@@ -28,7 +28,7 @@ from opsctl.image.context import stage_context
 from opsctl.image.plan import plan
 from opsctl.image.upstream import members_for, unpack_wheel
 
-VERSIONS = ["0.5.9", "0.5.15", "0.5.23"]
+VERSIONS = ["0.5.15", "0.5.23"]
 BACKEND = "sglang/srt/layers/attention/flashinfer_mla_backend.py"
 KERNEL_DEST = "sglang/srt/layers/attention/opsctl_kv_gather_cast.py"
 
@@ -51,7 +51,7 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture
 def tree(upstream: dict[str, Path], tmp_path: Path, request: pytest.FixtureRequest) -> Path:
     """A private, writable copy of one version's upstream tree."""
-    version = getattr(request, "param", "0.5.9")
+    version = getattr(request, "param", "0.5.15")
     copy = tmp_path / "site-packages"
     shutil.copytree(upstream[version], copy)
     return copy
@@ -132,7 +132,8 @@ def test_the_staged_build_context_applies_on_its_own(
     """The image build: the context's patchset.py and patch set, run by a python without opsctl (-S)."""
     monkeypatch.setenv(lock.LOCK_DIR_ENV, str(tmp_path / "locks"))
     real = load_profile("glm5-nvfp4-rtx6000")
-    profile = real.model_copy(update={"image": real.image.model_copy(update={"sglang_version": "0.5.9"})})
+    image = real.image.model_copy(update={"sglang_version": "0.5.15"})
+    profile = real.model_copy(update={"image": image})
     context = tmp_path / "context"
     context.mkdir()
     base = lock.BaseResolution("base:1", "sha256:" + "a" * 64, "sha256:" + "a" * 64, "image-id")
@@ -162,8 +163,8 @@ def test_the_staged_build_context_applies_on_its_own(
 
 
 def test_wrong_version(upstream: dict[str, Path]) -> None:
-    with pytest.raises(PatchError, match="wrong sglang version.*has 0.5.9.*for 0.5.23"):
-        patchset.check(upstream["0.5.9"], "0.5.23")
+    with pytest.raises(PatchError, match="wrong sglang version.*has 0.5.15.*for 0.5.23"):
+        patchset.check(upstream["0.5.15"], "0.5.23")
 
 
 def test_no_patch_set_for_version() -> None:
@@ -173,22 +174,22 @@ def test_no_patch_set_for_version() -> None:
 
 def test_not_an_sglang_tree(tmp_path: Path) -> None:
     with pytest.raises(PatchError, match="holds no sglang package"):
-        patchset.check(tmp_path, "0.5.9")
+        patchset.check(tmp_path, "0.5.15")
 
 
 def test_modified_upstream_file(tree: Path) -> None:
     with (tree / BACKEND).open("a") as handle:
         handle.write("# local edit\n")
     with pytest.raises(PatchError, match="modified upstream file"):
-        patchset.check(tree, "0.5.9")
+        patchset.check(tree, "0.5.15")
 
 
 def test_offset_is_refused(tree: Path, project_copy: Path) -> None:
     text = (tree / BACKEND).read_text()
     (tree / BACKEND).write_text("# one\n# two\n# three\n" + text)
-    edit_manifest(project_copy, "0.5.9", upstream_sha256=sha256(tree / BACKEND))
+    edit_manifest(project_copy, "0.5.15", upstream_sha256=sha256(tree / BACKEND))
     with pytest.raises(PatchError, match="offset 3 lines"):
-        patchset.check(tree, "0.5.9")
+        patchset.check(tree, "0.5.15")
 
 
 def test_context_change_needs_fuzz_and_is_rejected(tree: Path, project_copy: Path) -> None:
@@ -197,54 +198,54 @@ def test_context_change_needs_fuzz_and_is_rejected(tree: Path, project_copy: Pat
     old = "        self.prefill_cuda_graph_metadata = {}  # For verify\n"
     assert text.count(old) == 1
     (tree / BACKEND).write_text(text.replace(old, old.replace("For verify", "for verify")))
-    edit_manifest(project_copy, "0.5.9", upstream_sha256=sha256(tree / BACKEND))
+    edit_manifest(project_copy, "0.5.15", upstream_sha256=sha256(tree / BACKEND))
     with pytest.raises(PatchError, match="hunks? rejected"):
-        patchset.check(tree, "0.5.9")
+        patchset.check(tree, "0.5.15")
 
 
 def test_removed_line_changed_is_rejected(tree: Path, project_copy: Path) -> None:
     text = (tree / BACKEND).read_text()
-    old = "        k_buffer = forward_batch.token_to_kv_pool.get_key_buffer(layer.layer_id).to(\n"
+    old = "        k_buffer = self.token_to_kv_pool.get_key_buffer(layer.layer_id).to(q.dtype)\n"
     assert text.count(old) == 1
     (tree / BACKEND).write_text(text.replace(old, old.replace("k_buffer =", "k_buffer  =")))
-    edit_manifest(project_copy, "0.5.9", upstream_sha256=sha256(tree / BACKEND))
+    edit_manifest(project_copy, "0.5.15", upstream_sha256=sha256(tree / BACKEND))
     with pytest.raises(PatchError, match="1 of 1 hunk rejected|hunks? rejected"):
-        patchset.check(tree, "0.5.9")
+        patchset.check(tree, "0.5.15")
 
 
 def test_reversed_patch_is_detected(tree: Path, project_copy: Path) -> None:
     # An already-patched file whose hash the manifest does not know: GNU patch sees the reversal.
-    patchset.apply(tree, patchsets.patch_set_dir("0.5.9"))
+    patchset.apply(tree, patchsets.patch_set_dir("0.5.15"))
     (tree / KERNEL_DEST).unlink()
-    edit_manifest(project_copy, "0.5.9", upstream_sha256=sha256(tree / BACKEND),
+    edit_manifest(project_copy, "0.5.15", upstream_sha256=sha256(tree / BACKEND),
                   patched_sha256="0" * 64)
     with pytest.raises(PatchError, match="already applied \\(reversed hunks detected\\)"):
-        patchset.check(tree, "0.5.9")
+        patchset.check(tree, "0.5.15")
 
 
 def test_stale_kernel_hash_is_refused(tree: Path, project_copy: Path) -> None:
     kernel = project_copy / "opsctl" / "kernels" / "kv_gather_cast.py"
     kernel.write_text(kernel.read_text() + "\n# edited\n")
     with pytest.raises(PatchError, match="kv_gather_cast.py: sha256"):
-        patchset.check(tree, "0.5.9")
+        patchset.check(tree, "0.5.15")
 
 
 def test_patch_set_sha256_covers_diffs_and_new_files(project_copy: Path) -> None:
-    before = patchset.patch_set_sha256("0.5.9")
-    assert before == patchset.patch_set_sha256("0.5.9")
+    before = patchset.patch_set_sha256("0.5.15")
+    assert before == patchset.patch_set_sha256("0.5.15")
     kernel = project_copy / "opsctl" / "kernels" / "kv_gather_cast.py"
     kernel.write_text(kernel.read_text() + "\n")
-    after_kernel = patchset.patch_set_sha256("0.5.9")
-    diff = project_copy / "patches" / "sglang" / "0.5.9" / "flashinfer_mla_backend.py.diff"
+    after_kernel = patchset.patch_set_sha256("0.5.15")
+    diff = project_copy / "patches" / "sglang" / "0.5.15" / "flashinfer_mla_backend.py.diff"
     diff.write_text(diff.read_text() + "\n")
-    assert len({before, after_kernel, patchset.patch_set_sha256("0.5.9")}) == 3
+    assert len({before, after_kernel, patchset.patch_set_sha256("0.5.15")}) == 3
 
 
 # --- which version/variant pairs can work -----------------------------------------------------------
 
 
 def variant(
-    version: str = "0.5.9",
+    version: str = "0.5.15",
     *,
     architecture: str | None = "GlmMoeDsaForCausalLM",
     backend: str | None = "flashinfer",
@@ -271,9 +272,9 @@ def test_glm5_fp8_flashinfer_is_refused_with_the_manifest_reason(version: str) -
         assert problem == patchsets.load_manifest(version)["layout_findings"][0]["reason"]
 
 
-@pytest.mark.parametrize(("version", "prefix"), [("0.5.9", "--nsa"), ("0.5.23", "--dsa")])
-def test_raw_layout_flags_make_the_pair_valid(version: str, prefix: str) -> None:
-    decode, prefill = f"{prefix}-decode-backend", f"{prefix}-prefill-backend"
+@pytest.mark.parametrize("version", VERSIONS)
+def test_raw_layout_flags_make_the_pair_valid(version: str) -> None:
+    decode, prefill = "--dsa-decode-backend", "--dsa-prefill-backend"
     both = [decode, "trtllm", f"{prefill}=trtllm"]
     assert support_problem(variant(version, extra=both)) is None
     assert support_problem(variant(version, extra=[decode, "trtllm"])) is not None

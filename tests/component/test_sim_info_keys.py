@@ -3,7 +3,7 @@
 The key sets are read from each pinned wheel's source by its AST (not from a hand-kept list):
 ``entrypoints/http_server.py`` ``model_info`` and ``server_info``, 0.5.23's ``build_server_info``
 (``utils/common.py``), the scheduler's ready message (``managers/scheduler.py``: the dict that
-carries ``max_req_input_len``), and the ServerArgs field names (0.5.9: the ``ServerArgs``
+carries ``max_req_input_len``), and the ServerArgs field names (an older release: the ``ServerArgs``
 dataclass in ``server_args.py``; 0.5.23: the field namespaces under ``arg_groups/fields/``).
 The simulator runs with the flags the real profile renders for a variant of that release.
 """

@@ -1,5 +1,6 @@
-"""The simulator resolves the checked settings like the pinned release it speaks, from the same
-facts opsctl.verify checks against, and prints the patch's start-up line like the kernel."""
+"""The simulator resolves the checked settings like the pinned release it speaks, from the table
+opsctl.verify checks against (patches/sglang/<release>/defaults.json), and prints the patch's
+start-up line like the kernel."""
 
 from __future__ import annotations
 
@@ -13,42 +14,13 @@ from opsctl.config import releases as deploy_releases
 from opsctl.kernels import kv_gather_cast as kernel
 from opsctl.sim import patchmarker
 from opsctl.sim import releases as sim
-from opsctl.verify import facts as verify
 
 StartSim = Callable[..., Any]
 GLM_ARGS = ["--served-model-name", "glm-5", "--tp-size", "8", "--quantization", "modelopt_fp4"]
 
 
-def _default_shape(default: object) -> object:
-    """Both tables' defaults in one comparable form: what is fixed must be equal, and what the
-    verify table leaves to the device (Depends) the simulator computes (OnDevice)."""
-    if isinstance(default, verify.Fixed):
-        return ("fixed", default.value)
-    if isinstance(default, (verify.SameAs, sim.Same)):
-        return ("same", default.field)
-    if isinstance(default, (verify.Required, sim.Required)):
-        return ("required",)
-    if isinstance(default, (verify.Depends, sim.OnDevice)):
-        return ("device",)
-    if isinstance(default, (verify.ByKv, sim.ByKv)):
-        return ("kv", _default_shape(default.fp8), _default_shape(default.bf16))
-    return ("fixed", default)
-
-
-def test_the_simulator_and_verify_record_the_same_release_facts() -> None:
-    assert list(sim.RELEASES) == list(verify.RELEASE_FACTS)
+def test_the_simulator_knows_the_dsa_models_profile_validation_knows() -> None:
     assert sim.DSA_ARCHITECTURES == deploy_releases.DSA_ARCHITECTURES
-    for release, facts in verify.RELEASE_FACTS.items():
-        mine = sim.RELEASES[release]
-        assert list(mine) == list(facts), release
-        for name, fact in facts.items():
-            ours = mine[name]
-            where = f"{release} {name}"
-            assert (ours.endpoint, ours.key, ours.flag) == (fact.endpoint, fact.key, fact.flag), where
-            assert (ours.dsa_only, ours.forced, ours.unset) == (
-                fact.dsa_only, fact.forced, fact.unset), where
-            assert dict(ours.aliases) == dict(fact.aliases), where
-            assert _default_shape(ours.default) == _default_shape(fact.default), where
 
 
 def test_the_marker_literals_are_the_kernels() -> None:
@@ -99,17 +71,17 @@ def test_0_5_23_defaults_for_glm5_on_the_simulated_sm120() -> None:
     }
 
 
-def test_0_5_9_defaults_for_glm5() -> None:
-    resolved = sim.resolve("0.5.9", {"model_path": "/m", "tp_size": 2}, GLM5)
+def test_0_5_15_defaults_for_glm5() -> None:
+    resolved = sim.resolve("0.5.15", {"model_path": "/m", "tp_size": 2}, GLM5)
     assert (resolved["attention_backend"], resolved["dsa_prefill_backend"],
             resolved["dsa_decode_backend"], resolved["page_size"],
-            resolved["cuda_graph_max_bs"]) == ("nsa", "flashmla_auto", "flashmla_kv", 64, 256)
+            resolved["cuda_graph_max_bs"]) == ("dsa", "trtllm", "trtllm", 64, 256)
 
 
 def test_given_flags_win_except_a_forced_page_size_and_bf16_is_normalised() -> None:
     raw = {"model_path": "/m", "kv_cache_dtype": "bf16", "page_size": 16,
-           "nsa_decode_backend": "trtllm", "cuda_graph_max_bs": 64}
-    resolved = sim.resolve("0.5.9", raw, GLM5)
+           "dsa_decode_backend": "trtllm", "cuda_graph_max_bs_decode": 64}
+    resolved = sim.resolve("0.5.15", raw, GLM5)
     assert resolved["kv_cache_dtype"] == "bfloat16"
     assert resolved["page_size"] == 64
     assert resolved["dsa_decode_backend"] == "trtllm"
@@ -120,7 +92,8 @@ def test_given_flags_win_except_a_forced_page_size_and_bf16_is_normalised() -> N
 def test_0_5_23_caps_the_default_graph_size_at_max_running_requests() -> None:
     raw = {"model_path": "/m", "tp_size": 8, "max_running_requests": 128}
     assert sim.resolve("0.5.23", raw, GLM5)["cuda_graph_max_bs"] == 128
-    assert sim.resolve("0.5.9", raw, GLM5)["cuda_graph_max_bs"] == 512
+    del raw["max_running_requests"]
+    assert sim.resolve("0.5.23", raw, GLM5)["cuda_graph_max_bs"] == 512
 
 
 def test_a_non_dsa_checkpoint_gets_no_dsa_defaults() -> None:
@@ -145,14 +118,15 @@ def test_0_5_23_server_info_and_model_info_over_http(sim_server: StartSim) -> No
     assert (model["model_path"], model["served_model_name"]) == ("/models/GLM-5-NVFP4", "glm-5")
 
 
-def test_0_5_9_server_info_and_model_info_over_http(sim_server: StartSim) -> None:
-    server = sim_server(env={sim.RELEASE_ENV: "0.5.9"},
-                        args=[*GLM_ARGS, "--kv-cache-dtype", "bf16", "--nsa-decode-backend", "fa3"])
+def test_0_5_15_server_info_and_model_info_over_http(sim_server: StartSim) -> None:
+    server = sim_server(env={sim.RELEASE_ENV: "0.5.15"},
+                        args=[*GLM_ARGS, "--kv-cache-dtype", "bf16", "--dsa-decode-backend", "fa3"])
     info = httpx.get(server.url + "/server_info").json()
-    assert info["version"] == "0.5.9"
-    assert (info["attention_backend"], info["kv_cache_dtype"], info["nsa_prefill_backend"],
-            info["nsa_decode_backend"], info["page_size"], info["cuda_graph_max_bs"]) == (
-        "nsa", "bfloat16", "flashmla_sparse", "fa3", 64, 512)
+    assert info["version"] == "0.5.15"
+    assert (info["attention_backend"], info["kv_cache_dtype"], info["dsa_prefill_backend"],
+            info["dsa_decode_backend"], info["page_size"],
+            info["cuda_graph_config"]["decode"]["max_bs"]) == (
+        "dsa", "bfloat16", "flashmla_sparse", "fa3", 64, 512)
     assert "launch_command" not in info and "frontend" not in info
     assert info["served_model_name"] == "glm-5"
     model = httpx.get(server.url + "/model_info").json()
@@ -163,7 +137,7 @@ def test_0_5_9_server_info_and_model_info_over_http(sim_server: StartSim) -> Non
 def test_an_unknown_release_exits_2(sim_server: StartSim) -> None:
     server = sim_server(env={sim.RELEASE_ENV: "0.4.0"}, wait="none")
     assert server.process.wait(15) == 2
-    assert "the simulator speaks sglang 0.5.9, 0.5.15, 0.5.23" in server.logs()
+    assert "the simulator speaks sglang 0.5.15, 0.5.23" in server.logs()
 
 
 def test_misresolve_reports_another_attention_backend(sim_server: StartSim) -> None:

@@ -125,10 +125,10 @@ def test_a_patch_that_is_on_for_an_unpatched_variant_is_a_mismatch(start: Start)
 
 def test_another_release_than_the_pin_is_a_mismatch(start: Start) -> None:
     deployment = load_profile("sim").resolve("gathercast")
-    sim = start(deployment, env={RELEASE_ENV: "0.5.9"})
+    sim = start(deployment, env={RELEASE_ENV: "0.5.15"})
     with httpx.Client(base_url=sim.url) as client:
         result = run_verify(deployment, client)
-    assert ("sglang_version", "0.5.23", "0.5.9") in [
+    assert ("sglang_version", "0.5.23", "0.5.15") in [
         (c.field, c.expected, c.resolved) for c in result.mismatches]
 
 

@@ -40,9 +40,9 @@ VERSION = str(_PROFILE_YAML["image"]["sglang_version"])
 # The profile needs one image per release its variants pin and --base-image names one: the
 # default variant's, which runs the profile's own pin.
 ONE_IMAGE = ("--profile", PROFILE, "--variant", str(_PROFILE_YAML["default_variant"]))
-# The seed-era release: every GLM-5 variant runs VERSION now, so the test below pins it on a
-# variant of a derived profile whose model 0.5.9 can load.
-OTHER_VERSION = "0.5.9"
+# The release the GPU tier runs: every GLM-5 variant of the profile runs VERSION, so the test
+# below pins it on a variant of a derived profile.
+OTHER_VERSION = "0.5.15"
 STANDIN = f"opsctl/sglang-standin:{VERSION}"
 OTHER_STANDIN = f"opsctl/sglang-standin:{OTHER_VERSION}"
 PATCHED = patchsets.load_manifest(VERSION)["files"][0]["path"]
@@ -181,15 +181,11 @@ def test_production_dockerfile_on_the_standin(locks: dict[str, str], standins: N
 def test_a_variant_pinning_another_release_gets_its_own_image(locks: dict[str, str],
                                                              standins: None, tmp_path: Path) -> None:
     # A variant that pins another patch set's release, built on that release's stand-in: the
-    # same Dockerfile, that release's patch set, its own tag. GLM-5 cannot be on 0.5.9 (its
-    # transformers has no glm_moe_dsa: patches/sglang/0.5.9/stack.json), so the derived profile
-    # serves a model 0.5.9 loads.
+    # same Dockerfile, that release's patch set, its own tag.
     text = (project_root() / "deploy" / f"{PROFILE}.yaml").read_text()
-    text = text.replace("architecture: GlmMoeDsaForCausalLM", "architecture: DeepseekV3ForCausalLM")
-    text = text.replace('    SGLANG_TIMEOUT_KEEP_ALIVE: "900"', "")  # 0.5.9 never reads it
     text = text.replace("default_variant: gathercast", (
         "  old:\n    description: the same on the other release\n"
-        f'    image: {{sglang_version: "{OTHER_VERSION}", base: "lmsysorg/sglang:v{OTHER_VERSION}-cu130"}}\n'
+        f'    image: {{sglang_version: "{OTHER_VERSION}", base: "{OTHER_STANDIN}"}}\n'
         "    server: {disable_prefill_cuda_graph: false}\n"
         "default_variant: gathercast"))
     path = tmp_path / f"{PROFILE}.yaml"

@@ -23,8 +23,8 @@ import docker
 import pytest
 from simprofile import add_weights, remove_containers, sim_profile_data, write_profile
 
+from opsctl.core.checkpoint import checkpoint_id
 from opsctl.core.errors import EXIT_SMOKE
-from opsctl.verify.checkpoint import checkpoint_id
 
 pytestmark = pytest.mark.docker
 

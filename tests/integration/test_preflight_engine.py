@@ -1,7 +1,7 @@
-"""`up`'s preflight on the real Docker engine: the simulator image, and test images derived from
-it that hold a real transformers (4.57.1, sglang 0.5.9's pin; 5.19.0, sglang 0.5.23's), each
-with checkpoint folders the tests write (tests/checkpoints.py: GLM-5's config.json, a tiny
-tokenizer, an index with stand-in shards; a missing shard; no NextN weights).
+"""`up`'s preflight on the real Docker engine: the simulator image, and test images derived from it
+that hold a real transformers (4.57.1, the pin of the retired sglang 0.5.9; 5.19.0, sglang
+0.5.23's), each with checkpoint folders the tests write (tests/checkpoints.py: GLM-5's config.json,
+a tiny tokenizer, an index with stand-in shards; a missing shard; no NextN weights).
 
 The transformers wheels and their dependencies are resolved once with `pip download` into the
 wheel cache (`preflight-transformers-<version>/`), then installed --no-index in the image build:

@@ -22,7 +22,7 @@ from opsctl.argspec.extract import extract, parse_with_real_parser
 from opsctl.argspec.spec import ArgSpec, load_spec, spec_path
 from opsctl.core import wheels
 
-PINNED = ("0.5.23", "0.5.9")
+PINNED = ("0.5.23", "0.5.15")
 WHEEL_DIR = wheels.cache_dir()
 MODEL = ["--model-path", "/m"]
 
@@ -116,16 +116,16 @@ def _opsctl(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_cli_extract_writes_the_record(tmp_path: Path) -> None:
     output = tmp_path / "out.json"
-    result = _opsctl("sglang-args", "extract", "--version", "0.5.9",
+    result = _opsctl("sglang-args", "extract", "--version", "0.5.15",
                      "--wheel-dir", str(WHEEL_DIR), "--output", str(output))
     assert result.returncode == 0, result.stderr
-    assert "arguments of sglang 0.5.9" in result.stdout
-    committed = json.loads(spec_path("0.5.9").read_text())
+    assert "arguments of sglang 0.5.15" in result.stdout
+    committed = json.loads(spec_path("0.5.15").read_text())
     assert _without_run(json.loads(output.read_text())) == _without_run(committed)
 
 
 def test_cli_extract_rejects_a_bad_version_with_exit_2(tmp_path: Path) -> None:
-    result = _opsctl("sglang-args", "extract", "--version", "../0.5.9",
+    result = _opsctl("sglang-args", "extract", "--version", "../0.5.15",
                      "--wheel-dir", str(tmp_path), "--output", str(tmp_path / "x.json"))
     assert result.returncode == 2
     assert "Traceback" not in result.stderr

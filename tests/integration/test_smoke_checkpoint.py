@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from simprofile import add_weights, remove_containers, sim_profile_data, write_profile
 
-from opsctl.verify.checkpoint import checkpoint_id
+from opsctl.core.checkpoint import checkpoint_id
 
 pytestmark = pytest.mark.docker
 TIMEOUT_S = 300

@@ -19,7 +19,7 @@ from opsctl.core.errors import EXIT_BUILD, BuildError
 from opsctl.image import app as image_app
 from opsctl.image import basecheck
 
-OLD = "lmsysorg/sglang:v0.5.9-cu130"
+OLD = "registry.test/sglang:0.5.15"  # a name for the test, not a published image
 NEW = "lmsysorg/sglang:v0.5.23-cu130"
 GLM5 = "glm5-nvfp4-rtx6000"
 
@@ -63,7 +63,7 @@ def test_a_cuda_13_base_on_an_older_driver_is_named_before_the_build(driver_on_p
     driver_on_path("575.57.08\n575.57.08\n")  # SAMPLE: one line per GPU
     driver = basecheck.host_driver()
     assert driver == "575.57.08"
-    notes = basecheck.check_bases([(OLD, "0.5.9"), (NEW, "0.5.23")],
+    notes = basecheck.check_bases([(OLD, "0.5.15"), (NEW, "0.5.23")],
                                   engine_with((OLD, "13.0.1"), (NEW, "13.0.1")), driver)
     assert [(n.base, n.warning) for n in notes] == [(OLD, True), (NEW, True)]
     assert image_app.check_bases(plans(), engine_with((NEW, "13.0.1")), driver)[0].base == NEW

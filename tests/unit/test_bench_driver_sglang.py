@@ -13,6 +13,7 @@ import pytest
 from fakes import FakeEngine
 
 from opsctl.cli.root import Root
+from opsctl.core.answers import Malformed
 from opsctl.core.errors import EXIT_SMOKE, EXIT_USAGE, UsageError
 from opsctl.core.labels import BASE_URL, MANAGED, PROFILE, ROLE, ROLE_SERVER, TRUE
 from opsctl.deploy.urlserver import server_for_url
@@ -24,7 +25,6 @@ from opsctl.traffic.bench.serving import write_report_files
 from opsctl.traffic.bench.serving_read import level_from_row, parse_row
 from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
 from opsctl.traffic.bench.workloads import WorkloadSpec
-from opsctl.traffic.payload import Malformed
 from opsctl.traffic.settings import BenchSettings
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "bench_serving"

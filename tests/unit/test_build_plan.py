@@ -182,15 +182,15 @@ def test_expected_image_follows_the_lock(lock_dir: Path) -> None:
 # --- one image per release the variants pin ------------------------------------------------------
 
 
+OLD_BASE = "registry.test/sglang:0.5.15"  # a name for the test, not a published image
+
+
 def two_release_profile(tmp_path: Path) -> Profile:
-    """The GLM profile plus a variant `old` on sglang 0.5.9, for a model 0.5.9 can load (GLM-5
-    itself cannot be on 0.5.9: its transformers has no glm_moe_dsa, patches/sglang/0.5.9/stack.json)."""
+    """The GLM profile plus a variant `old` on sglang 0.5.15 (a test base image name)."""
     text = (Path(__file__).parents[2] / "deploy" / "glm5-nvfp4-rtx6000.yaml").read_text()
-    text = text.replace("architecture: GlmMoeDsaForCausalLM", "architecture: DeepseekV3ForCausalLM")
-    text = text.replace('    SGLANG_TIMEOUT_KEEP_ALIVE: "900"', "")
     text = text.replace("default_variant: gathercast", (
-        "  old:\n    description: the same on 0.5.9\n"
-        '    image: {sglang_version: "0.5.9", base: "lmsysorg/sglang:v0.5.9-cu130"}\n'
+        "  old:\n    description: the same on 0.5.15\n"
+        f'    image: {{sglang_version: "0.5.15", base: "{OLD_BASE}"}}\n'
         "    server: {disable_prefill_cuda_graph: false}\n"
         "default_variant: gathercast"))
     path = tmp_path / "two.yaml"
@@ -213,16 +213,16 @@ def test_a_profile_needs_one_image_per_release(tmp_path: Path) -> None:
     profile = two_release_profile(tmp_path)
     new, old = plans(profile)
     assert (old.sglang_version, old.base_image, old.variants) == (
-        "0.5.9", "lmsysorg/sglang:v0.5.9-cu130", ("old",))
+        "0.5.15", OLD_BASE, ("old",))
     assert (new.sglang_version, new.base_image) == ("0.5.23", "lmsysorg/sglang:v0.5.23-cu130")
     # Each image carries its release's patch set, whether its variants switch it on or not.
     assert (old.patch_set_sha256, new.patch_set_sha256) == (
-        patchset.patch_set_sha256("0.5.9"), patchset.patch_set_sha256("0.5.23"))
+        patchset.patch_set_sha256("0.5.15"), patchset.patch_set_sha256("0.5.23"))
     assert new.expect["distributions"] == {"sglang": "0.5.23"}
     assert old.content_tag(BASE_ID) != new.content_tag(BASE_ID)
     assert old.lock_path == new.lock_path  # one lock file per profile, keyed by base
     assert [p.sglang_version for p in plans(profile, variant="native")] == ["0.5.23"]
-    assert [p.sglang_version for p in plans(profile, variant="old")] == ["0.5.9"]
+    assert [p.sglang_version for p in plans(profile, variant="old")] == ["0.5.15"]
 
 
 def test_expected_image_is_the_variants_image(lock_dir: Path, tmp_path: Path) -> None:
@@ -239,7 +239,7 @@ def test_expected_image_is_the_variants_image(lock_dir: Path, tmp_path: Path) ->
 @pytest.mark.parametrize("option", ["base_image", "tag"])
 def test_base_image_and_tag_name_one_image(option: str, tmp_path: Path) -> None:
     profile = two_release_profile(tmp_path)
-    with pytest.raises(UsageError, match=r"needs 2 images \(sglang 0.5.23, 0.5.9\)") as info:
+    with pytest.raises(UsageError, match=r"needs 2 images \(sglang 0.5.23, 0.5.15\)") as info:
         plans(profile, **{option: "opsctl/x:1"})
     assert "--variant" in info.value.hint
     [only] = plans(profile, variant="native", **{option: "opsctl/x:1"})
@@ -454,9 +454,9 @@ def test_verification_failure_removes_the_image() -> None:
     engine = FakeEngine()
     engine.verify_code = 1
     engine.verify_output = json.dumps({"ok": False, "results": [
-        {"check": "sglang version", "ok": False, "detail": "installed 0.5.9, pinned 0.5.23"}]})
+        {"check": "sglang version", "ok": False, "detail": "installed 0.5.15, pinned 0.5.23"}]})
     the_plan = plan(sglang_profile(), base_image=STANDIN)
-    with pytest.raises(BuildError, match="verification failed: sglang version: installed 0.5.9"):
+    with pytest.raises(BuildError, match="verification failed: sglang version: installed 0.5.15"):
         build.build(the_plan, engine, force=False, on_event=lambda e: None)  # type: ignore[arg-type]
     assert engine.removed == ["sha256:" + "b" * 64]
 
@@ -521,7 +521,7 @@ def test_imagecheck_passes_on_the_expected_tree_and_compiles(tmp_path: Path) -> 
 
 
 def test_imagecheck_reports_each_mismatch(tmp_path: Path) -> None:
-    site = fake_site(tmp_path / "site", "0.5.9", b"stock = True\n",
+    site = fake_site(tmp_path / "site", "0.5.15", b"stock = True\n",
                      switch_module='SWITCH_ENV = "OTHER"\ndef switch_enabled(e):\n    return True\n')
     expect = {**expectations(site, "0.5.23"),
               "files": {"sglang/srt/mod.py": "0" * 64, "sglang/srt/switchmod.py": "0" * 64}}

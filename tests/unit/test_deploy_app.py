@@ -21,7 +21,7 @@ from opsctl.config.runspec import run_spec
 from opsctl.core import labels
 from opsctl.core.errors import EXIT_DAEMON, EXIT_LAUNCH, DaemonUnreachable, LaunchError, ProfileError
 from opsctl.deploy import app
-from opsctl.deploy.launch import Launch
+from opsctl.deploy.launch import Launch, up
 from opsctl.deploy.readiness import Phase, http_ok, probe
 from opsctl.engine.api import Engine
 from opsctl.engine.dockerpy import DockerEngine
@@ -52,7 +52,7 @@ def launch(engine: FakeEngine, server: FakeSglang, variant: str = "gathercast", 
     seen = progress if progress is not None else []
     collaborators = Launch(engine=engine, image_for=lambda _: IMAGE, verify=None, state=None,
                            http=server.client, clock=clock or FakeClock())
-    return app.up(deployment(variant), collaborators, on_progress=on_progress or seen.append,
+    return up(deployment(variant), collaborators, on_progress=on_progress or seen.append,
                   **options)
 
 

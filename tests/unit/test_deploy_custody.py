@@ -28,7 +28,7 @@ from opsctl.core.errors import (
     UsageError,
 )
 from opsctl.deploy import app, custody
-from opsctl.deploy.launch import Launch
+from opsctl.deploy.launch import Launch, up
 from opsctl.deploy.ownership import ProfileBusy, profile_locks
 from opsctl.deploy.state import StateDir
 
@@ -56,7 +56,7 @@ def launch(engine: FakeEngine, state: StateDir | None, logs: Path, *, phases: tu
            clock: FakeClock | None = None, notes: list[str] | None = None, **options: Any) -> app.UpResult:
     collaborators = Launch(engine=engine, image_for=lambda _: IMAGE, verify=None, state=state,
                            http=FakeSglang(SERVED, list(phases)).client, clock=clock or FakeClock())
-    return app.up(PROFILE.resolve("baseline"), collaborators, logs_dir=logs,
+    return up(PROFILE.resolve("baseline"), collaborators, logs_dir=logs,
                   on_note=(notes if notes is not None else []).append, **options)
 
 

@@ -186,8 +186,6 @@ def test_dense_against_sparse_is_not_compared_and_says_so(box: Box) -> None:
      "compare (greedy outputs differ"),
     ({"gsm8k": "accuracy 0.40 < 0.90"}, "eval gsm8k (accuracy 0.40 < 0.90)"),
     ({"long_context": "needle_65536 missed"}, "eval long_context (needle_65536 missed)"),
-    ({"lm_eval": "lm-eval gsm8k: accuracy 0.40 < 0.90"},
-     "eval lm_eval (lm-eval gsm8k: accuracy 0.40 < 0.90)"),
 ])
 def test_a_failed_smoke_gate_rolls_back_to_the_last_good(
     box: Box, failing: dict[str, str], gate_name: str
@@ -387,17 +385,7 @@ def test_a_profile_without_evals_smokes_without_them(box: Box) -> None:
     smoke = FakeSmoke()
     gating.gate(bare.resolve("baseline"), launch=box.launch(FakeVerify()), smoke=smoke)
     assert (smoke.asks[0].gsm8k, smoke.asks[0].long_context) == (False, False)
-    assert not smoke.asks[0].lm_eval
 
-
-def test_a_profile_with_lm_eval_asks_smoke_for_it(box: Box) -> None:
-    from opsctl.config.evalconfig import LmEvalConfig
-
-    harness = PROFILE.model_copy(update={"eval": PROFILE.eval.model_copy(
-        update={"lm_eval": LmEvalConfig()})})
-    smoke = FakeSmoke()
-    gating.gate(harness.resolve("baseline"), launch=box.launch(FakeVerify()), smoke=smoke)
-    assert smoke.asks[0].lm_eval and smoke.asks[0].gsm8k
 
 
 # --- the outcome as metrics ----------------------------------------------------------------------

@@ -12,13 +12,13 @@ from fakes import Behaviour, FakeClock, FakeEngine, FakeSglang
 
 from opsctl.config.profiles import Deployment, load_profile
 from opsctl.core import labels
+from opsctl.core.checkpoint import checkpoint_id
 from opsctl.core.errors import EXIT_LAUNCH, UsageError
 from opsctl.core.paths import default_state_dir
 from opsctl.deploy import app
-from opsctl.deploy.launch import Launch
+from opsctl.deploy.launch import Launch, up
 from opsctl.deploy.state import CheckpointRecord, StateDir, host_checkpoint
 from opsctl.verify.app import VerifyMismatch, VerifyResult
-from opsctl.verify.checkpoint import checkpoint_id
 from opsctl.verify.checks import FieldCheck
 
 PROFILE = load_profile("sim")
@@ -48,9 +48,9 @@ BAD = FieldCheck("kv_cache_dtype", "fp8_e4m3", "bfloat16", "mismatch", "argv", "
 
 def launch(engine: FakeEngine, state: StateDir, deployment: Deployment | None = None,
            verify: app.Verifier | None = None) -> app.UpResult:
-    return app.up(deployment or PROFILE.resolve("baseline"),
-                  Launch(engine=engine, image_for=lambda _: IMAGE, verify=verify, state=state,
-                         http=FakeSglang(SERVED, ["ready"]).client, clock=FakeClock()))
+    return up(deployment or PROFILE.resolve("baseline"),
+              Launch(engine=engine, image_for=lambda _: IMAGE, verify=verify, state=state,
+                     http=FakeSglang(SERVED, ["ready"]).client, clock=FakeClock()))
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from fakes import FakeClock, FakeEngine, FakeSglang, preflight_report
 from opsctl.config.profiles import Deployment, load_profile
 from opsctl.core.errors import EXIT_LAUNCH, LaunchError
 from opsctl.deploy import app, preflight, preflight_probe
-from opsctl.deploy.launch import Launch
+from opsctl.deploy.launch import Launch, up
 from opsctl.deploy.state import StateDir
 from opsctl.engine.api import Mount
 from opsctl.gate import gate
@@ -128,10 +128,10 @@ def test_up_after_a_failed_preflight_starts_nothing_and_replaces_nothing(tmp_pat
     (tmp_path / "weights").mkdir()
     engine = FakeEngine(images={IMAGE: {}})
     good = deployment(tmp_path, "baseline")
-    app.up(good, started_by(engine))
+    up(good, started_by(engine))
     engine.preflight_answer = (1, preflight_report(("safetensors", False, "x is missing")))
     with pytest.raises(LaunchError, match=f"^x is missing in {IMAGE}$"):
-        app.up(deployment(tmp_path, "bf16kv"), started_by(engine), replace=True)
+        up(deployment(tmp_path, "bf16kv"), started_by(engine), replace=True)
     assert [c.labels["opsctl.variant"] for c in engine.containers.values()] == ["baseline"]
     assert engine.stopped == [] and len(engine.specs) == 1
 
@@ -139,14 +139,14 @@ def test_up_after_a_failed_preflight_starts_nothing_and_replaces_nothing(tmp_pat
 def test_skip_preflight_starts_without_it(tmp_path: Path) -> None:
     engine = FakeEngine(images={IMAGE: {}})
     engine.preflight_answer = (1, preflight_report(("safetensors", False, "x is missing")))
-    app.up(deployment(tmp_path), started_by(engine, preflight=None))
+    up(deployment(tmp_path), started_by(engine, preflight=None))
     assert engine.preflights == [] and len(engine.specs) == 1
 
 
 def test_a_gate_whose_preflight_fails_stops_nothing(tmp_path: Path) -> None:
     (tmp_path / "weights").mkdir()
     engine = FakeEngine(images={IMAGE: {}})
-    app.up(deployment(tmp_path, "baseline"), started_by(engine))
+    up(deployment(tmp_path, "baseline"), started_by(engine))
     engine.preflight_answer = (1, preflight_report(("safetensors", False, "x is missing")))
 
     class NoSmoke:

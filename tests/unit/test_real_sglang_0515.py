@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from opsctl.verify import checks
-from opsctl.verify.facts import RELEASE_FACTS, VERSION_KEY
+from opsctl.verify.facts import VERSION_KEY, facts_for
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "real-sglang-0.5.15"
@@ -30,7 +30,8 @@ def _argv(variant: str) -> list[str]:
     [("baseline", "server_info.json"), ("gathercast", "server_info.gathercast.json")],
 )
 def test_every_recorded_field_matches_the_real_server(variant: str, server_file: str) -> None:
-    facts = RELEASE_FACTS["0.5.15"]
+    facts = facts_for("0.5.15")
+    assert facts is not None
     server_info = json.loads((FIXTURES / server_file).read_text())
     model_info = json.loads((FIXTURES / "model_info.json").read_text())
     expected = checks.expectations(facts, _argv(variant), "DeepseekV2ForCausalLM")
@@ -59,6 +60,8 @@ def test_every_fact_key_exists_in_the_real_responses() -> None:
         "server_info": json.loads((FIXTURES / "server_info.json").read_text()),
         "model_info": json.loads((FIXTURES / "model_info.json").read_text()),
     }
-    for name, fact in RELEASE_FACTS["0.5.15"].items():
+    facts = facts_for("0.5.15")
+    assert facts is not None
+    for name, fact in facts.items():
         found, _ = checks.lookup(payloads[fact.endpoint], fact.key)
         assert found, f"{name}: /{fact.endpoint} has no {'.'.join(fact.key)}"

@@ -1,10 +1,11 @@
-"""The hand-read release tables against the release's own resolution.
+"""The hand-read release table against the release's own resolution.
 
-opsctl.verify.facts (expectations for argvs without a record) and opsctl.sim.releases (the
-simulator's per-release behaviour; a stdlib island that must answer any argv) are read from the
-wheels by hand. Every committed record of `opsctl profile resolve` is sglang's own answer for a
-variant's argv on the profile's target GPU, so both tables must agree with every record on every
-field they know: a disagreement is a wrong hand-read fact.
+patches/sglang/<version>/defaults.json is read from the wheels by hand; verify takes its
+expectations for argvs without a record from it (opsctl.verify.facts), and the simulator (a
+stdlib island that must answer any argv) computes its answers from it (opsctl.sim.releases).
+Every committed record of `opsctl profile resolve` is sglang's own answer for a variant's argv on
+the profile's target GPU, so both readings must agree with every record on every field they
+know: a disagreement is a wrong hand-read fact.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 
 from opsctl.config import resolve
 from opsctl.config.profiles import load_profile, to_argv
+from opsctl.core.paths import release_dir
 from opsctl.sim import records as sim_records
 from opsctl.sim import releases as sim
 from opsctl.sim.config import SimArgs
@@ -58,7 +60,7 @@ def test_the_simulator_resolves_what_the_release_resolves(profile: str, variant:
     version = deployment.image.sglang_version
     config = json.loads((resolve.project_root() / resolve.FIXTURE).read_text())
     settings = sim.resolve(version, SimArgs.parse(argv).typed_flags(), sim.Checkpoint(config))
-    for name, fact in sim.RELEASES[version].items():
+    for name, fact in sim.table(version).items():
         _, real = checks.lookup(record["resolved"], fact.key)
         assert checks.same(settings[name], real), (
             f"{profile}.{variant} {name}: the simulator reports {settings[name]}, "
@@ -72,12 +74,14 @@ def test_the_simulator_reports_the_record_for_exactly_its_argv(tmp_path: Path) -
     argv = to_argv(deployment)[len(deployment.server.entrypoint):]
     folder = tmp_path / "0.5.23" / "resolved"
     folder.mkdir(parents=True)
+    table = sim.DEFAULTS_FILE  # the release's table sits beside its records, as in the image
+    (tmp_path / "0.5.23" / table).write_bytes((release_dir("0.5.23") / table).read_bytes())
     record = json.loads(resolve.record_path(deployment).read_text())
     record["resolved"]["page_size"] = 4096  # marks the record's value apart from the table's
     (folder / "sim.native.json").write_text(json.dumps(record))
     assert sim_records.resolved_for("0.5.23", argv, root=tmp_path)["page_size"] == 4096
     assert sim_records.resolved_for("0.5.23", [*argv, "--port", "1"], root=tmp_path) is None
-    assert sim_records.resolved_for("0.5.9", argv, root=tmp_path) is None
+    assert sim_records.resolved_for("0.5.15", argv, root=tmp_path) is None
 
     def view(config: dict[str, Any], flags: list[str]) -> int:
         server = ServerView(SimArgs.parse(flags), "0.5.23", config)

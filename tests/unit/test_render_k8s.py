@@ -23,8 +23,7 @@ from opsctl.config.runspec import run_spec
 from opsctl.core import labels
 from opsctl.core.errors import EXIT_USAGE, UsageError
 from opsctl.core.files import MARKER_WINDOW, OwnedFolder
-from opsctl.deploy import app as deploy_app
-from opsctl.deploy.launch import Launch
+from opsctl.deploy.launch import Launch, up
 from opsctl.observe import dashboard
 from opsctl.observe.promnames import slo_rules
 from opsctl.observe.promrules import PRODUCTION_TIMING, alert_rules, recording_rules
@@ -398,7 +397,7 @@ def test_an_interrupted_write_leaves_a_folder_the_next_render_accepts(
 def test_up_refuses_a_profile_spanning_hosts() -> None:
     deployment = _deployment(TWO_HOSTS, "gathercast")
     with pytest.raises(UsageError, match="spans 2 hosts"):
-        deploy_app.up(deployment, Launch(engine=FakeEngine(), image_for=lambda _: IMAGE,
+        up(deployment, Launch(engine=FakeEngine(), image_for=lambda _: IMAGE,
                                          verify=None, state=None))
 
 

@@ -40,8 +40,8 @@ def _version(body: bytes) -> str | None:
 
 @pytest.mark.parametrize("body", [
     DEEP, b'{"version": ' + DEEP + b"}", b'{"version": 0.5}', b'{"version": NaN}',
-    json.dumps({"version": "x" * 10240}).encode(), json.dumps({"version": "0.5.9\nx"}).encode(),
-    json.dumps({"version": "[bold]0.5.9"}).encode(), json.dumps({"version": ""}).encode(),
+    json.dumps({"version": "x" * 10240}).encode(), json.dumps({"version": "0.5.15\nx"}).encode(),
+    json.dumps({"version": "[bold]0.5.15"}).encode(), json.dumps({"version": ""}).encode(),
     b'{"version": "' + b"a" * (50 << 20) + b'"}',  # past the 8 MiB body cap
 ])
 def test_a_hostile_server_info_names_no_release(body: bytes) -> None:

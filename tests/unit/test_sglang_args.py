@@ -14,7 +14,7 @@ from opsctl.argspec.spec import ArgSpec, load_spec
 from opsctl.core.errors import EXIT_USAGE, ProfileError
 from opsctl.core.paths import PROJECT_DIR_ENV, RELEASES_DIR, release_dir
 
-PINNED = ("0.5.23", "0.5.9")
+PINNED = ("0.5.23", "0.5.15")
 MODEL = ["--model-path", "/models/GLM-5-NVFP4"]
 
 
@@ -47,7 +47,7 @@ def glm5_launch(cuda_graph_flag: str) -> list[str]:
 
 @pytest.mark.parametrize(
     ("version", "flag"),
-    [("0.5.23", "--cuda-graph-max-bs-decode"), ("0.5.9", "--cuda-graph-max-bs")],
+    [("0.5.23", "--cuda-graph-max-bs-decode"), ("0.5.15", "--cuda-graph-max-bs-decode")],
 )
 def test_typical_glm5_launch_parses(version: str, flag: str) -> None:
     spec = load_spec(version)
@@ -63,12 +63,16 @@ def test_cuda_graph_max_bs_is_ambiguous_on_0523() -> None:
     assert "--cuda-graph-max-bs-prefill" in problem
 
 
-def test_cuda_graph_max_bs_is_accepted_on_059_and_its_new_name_is_not() -> None:
-    spec = load_spec("0.5.9")
+def test_cuda_graph_max_bs_is_accepted_on_0515_beside_its_new_name() -> None:
+    spec = load_spec("0.5.15")
     assert spec.check([*MODEL, "--cuda-graph-max-bs", "64"]) is None
-    assert spec.check([*MODEL, "--cuda-graph-max-bs-decode", "64"]) == (
-        "unrecognized arguments: --cuda-graph-max-bs-decode 64"
-    )
+    assert spec.check([*MODEL, "--cuda-graph-max-bs-decode", "64"]) is None
+
+
+def test_a_release_with_only_the_old_cap_flag_gets_that_flag() -> None:
+    spec = ArgSpec(version="0.0.0", parser={},
+                   actions=(_action(["--cuda-graph-max-bs"], "cuda_graph_max_bs"),))
+    assert spec.cuda_graph_max_bs_flag() == "--cuda-graph-max-bs"
 
 
 @pytest.mark.parametrize("version", PINNED)
@@ -124,9 +128,9 @@ def test_help_is_reported_because_sglang_would_exit(version: str) -> None:
 
 
 def test_knows_matches_exact_option_strings_only() -> None:
-    new, old = load_spec("0.5.23"), load_spec("0.5.9")
+    new, old = load_spec("0.5.23"), load_spec("0.5.15")
     assert new.knows("--cuda-graph-max-bs-decode") and not new.knows("--cuda-graph-max-bs")
-    assert old.knows("--cuda-graph-max-bs") and not old.knows("--cuda-graph-max-bs-decode")
+    assert old.knows("--cuda-graph-max-bs") and old.knows("--cuda-graph-max-bs-decode")
     assert new.knows("--model") and new.knows("--port=30000")
     assert not new.knows("--tp")
 
@@ -156,7 +160,7 @@ def test_unknown_version_is_a_profile_error_listing_the_recorded_ones() -> None:
     with pytest.raises(ProfileError) as raised:
         load_spec("9.9.9")
     assert raised.value.exit_code == EXIT_USAGE
-    assert "0.5.23" in raised.value.hint and "0.5.9" in raised.value.hint
+    assert "0.5.23" in raised.value.hint and "0.5.15" in raised.value.hint
 
 
 @pytest.mark.parametrize("version", ["../../etc", "", "0.5.23/../x"])

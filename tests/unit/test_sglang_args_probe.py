@@ -223,7 +223,7 @@ def test_a_failing_import_is_a_build_error(fake_stage: _Stage) -> None:
 @pytest.mark.parametrize(
     ("wheel", "options"),
     [
-        ("sglang-0.5.9-py3-none-any.whl", []),
+        ("sglang-0.5.15-py3-none-any.whl", []),
         (
             "sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl",
             ["--platform", "manylinux_2_34_x86_64", "--abi", "cp311",

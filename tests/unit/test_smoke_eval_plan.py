@@ -192,28 +192,18 @@ def test_scoring_the_thinking_comes_from_the_profile_and_the_command_line_wins(
         plan_evals(EvalRequest(score_thinking=True), None, _refuse)
 
 
-def test_the_gates_smoke_asks_for_the_profiles_lm_eval_task(tmp_path: Path) -> None:
-    """`up --gate` and `decide` run the harness when the profile has eval.lm_eval."""
-    from opsctl.cli.root import Root, TrafficSmoke
-    from opsctl.config.evalconfig import LmEvalConfig
-    from opsctl.gate.gate import SmokeAsk
-
-    profile = load_profile("sim")
-    harness = profile.model_copy(update={"eval": profile.eval.model_copy(
-        update={"lm_eval": LmEvalConfig()})})
-    deployment = harness.resolve(next(iter(harness.variants)))
-    ask = SmokeAsk(deployment=deployment, base_url="http://127.0.0.1:1", report=tmp_path / "r",
-                   compare_with=None, gsm8k=True, long_context=False, lm_eval=True)
-    evals = TrafficSmoke(Root(), "sim", None)._request(ask).evals
-    assert (evals.gsm8k, evals.lm_eval) == (True, "gsm8k")
-    off = TrafficSmoke(Root(), "sim", None)._request(SmokeAsk(
-        deployment=deployment, base_url="http://127.0.0.1:1", report=tmp_path / "r",
-        compare_with=None, gsm8k=False, long_context=False)).evals
-    assert off.lm_eval is None
+def test_a_profile_with_the_removed_lm_eval_key_is_one_line_usage(tmp_path: Path) -> None:
+    """eval.lm_eval is gone: its profile says so and names what replaces it (exit 2)."""
+    text = (REPO_ROOT / "deploy" / "sim.yaml").read_text()
+    assert "\neval:\n" in text
+    path = tmp_path / "old.yaml"
+    path.write_text(text.replace("\neval:\n", "\neval:\n  lm_eval:\n    task: gsm8k\n", 1))
+    with pytest.raises(ProfileError) as caught:
+        load_profile(str(path))
+    assert caught.value.exit_code == EXIT_USAGE and "\n" not in str(caught.value)
+    assert "lm_eval was removed" in str(caught.value) and "--eval gsm8k" in str(caught.value)
 
 
-def test_lm_eval_needs_the_section_whose_files_it_reads() -> None:
-    with pytest.raises(ValueError, match="add that section"):
-        EvalConfig.model_validate({"lm_eval": {"task": "gsm8k"}})
-    with pytest.raises(ValueError, match="must be one of gsm8k"):
-        EvalConfig.model_validate({"lm_eval": {"task": "mmlu"}})
+def test_the_harness_eval_name_is_unknown() -> None:
+    with pytest.raises(UsageError, match="unknown eval"):
+        eval_request("lm-eval:gsm8k")

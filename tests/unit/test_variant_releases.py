@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from opsctl.config import releases, review
+from opsctl.config import review
 from opsctl.config.profiles import NCCL_P2P_LEVEL_ENV, check_argv, load_profile, release_findings
 from opsctl.config.runspec import run_spec
 from opsctl.core.errors import EXIT_USAGE, ProfileError
-from opsctl.core.paths import project_root
+from opsctl.core.paths import PROJECT_DIR_ENV, project_root
 from opsctl.deploy.app import dry_run
 from opsctl.deploy.view import dry_run_text, profile_text
 
@@ -51,12 +53,22 @@ def test_every_variant_runs_0523_on_one_image_chosen_at_run_time() -> None:
     assert len({d.config_hash() for d in deployments}) == len(deployments)
 
 
-def test_0_5_9_cannot_load_glm5_and_is_refused_with_the_executed_reason(tmp_path: Path) -> None:
-    # sglang 0.5.9 pins transformers 4.57.1, which has no glm_moe_dsa (patches/sglang/0.5.9/stack.json,
-    # made by running that transformers' AutoConfig on tests/fixtures/glm5).
-    text = _with_variant(_glm_text(), '    image: {sglang_version: "0.5.9", base: "x:1"}\n'
+def test_a_release_that_cannot_load_glm5_is_refused_with_the_executed_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A release whose stack record (made by running its transformers' AutoConfig on
+    # tests/fixtures/glm5) says the config does not load: here 0.5.15's record, rewritten so.
+    project = tmp_path / "project"
+    for part in ("deploy", "docker", "patches", "tests/fixtures/glm5"):
+        shutil.copytree(project_root() / part, project / part)
+    record = project / "patches" / "sglang" / "0.5.15" / "stack.json"
+    data = json.loads(record.read_text())
+    data["transformers"] = "4.57.1"
+    data["models"]["GlmMoeDsaForCausalLM"].update(
+        loads=False, error="ValueError: model type `glm_moe_dsa` unknown. Update it.")
+    record.write_text(json.dumps(data))
+    monkeypatch.setenv(PROJECT_DIR_ENV, str(project))
+    text = _with_variant(_glm_text(), '    image: {sglang_version: "0.5.15", base: "x:1"}\n'
                          "    server: {disable_prefill_cuda_graph: false}\n")
-    text = text.replace('    SGLANG_TIMEOUT_KEEP_ALIVE: "900"', "")
     path = _write(tmp_path, text)
     with pytest.raises(ProfileError) as err:
         load_profile(str(path))
@@ -132,14 +144,6 @@ def test_disabling_the_prefill_graph_lets_flashinfer_run_on_0523() -> None:
         argv = check_argv(profile.resolve(name))
         assert "--attention-backend" in argv and "--disable-prefill-cuda-graph" in argv, name
     assert "--disable-prefill-cuda-graph" not in check_argv(profile.resolve("native"))
-
-
-def test_an_env_var_the_pinned_release_never_reads_is_refused() -> None:
-    # 0.5.9 can no longer carry a GLM-5 variant (above), so the fact is checked on the release table.
-    findings = releases.check(version="0.5.9", architecture="DeepseekV3ForCausalLM", argv=[],
-                              env={"SGLANG_TIMEOUT_KEEP_ALIVE": "900"}, patched=False,
-                              cuda_graph_max_bs=None, max_running_requests=None)
-    assert any("http_server.py:1972" in error for error in findings.errors)
 
 
 def test_deep_gemm_on_with_its_backend_off_is_refused(tmp_path: Path) -> None:

@@ -10,21 +10,26 @@ from typing import Any
 import httpx
 import pytest
 
-from opsctl.core.errors import EXIT_LAUNCH, LaunchError, UsageError
+from opsctl.core.checkpoint import checkpoint_id, compare_checkpoints
+from opsctl.core.errors import EXIT_LAUNCH, LaunchError, ServerUnreachable, UsageError
 from opsctl.kernels.kv_gather_cast import format_marker, parse_marker
-from opsctl.traffic.client import ServerUnreachable
 from opsctl.verify import checks
 from opsctl.verify.app import VerifyMismatch, VerifyResult, fetch_json, raise_on_mismatch
-from opsctl.verify.checkpoint import checkpoint_id, compare_checkpoints
-from opsctl.verify.facts import RELEASE_FACTS
+from opsctl.verify.facts import FieldFact, facts_for
 
 GLM = "GlmMoeDsaForCausalLM"
 BASE = ["--model-path", "/models/m", "--tp-size", "8", "--quantization", "modelopt_fp4"]
 
 
+def _facts(version: str) -> dict[str, FieldFact]:
+    facts = facts_for(version)
+    assert facts is not None, version
+    return facts
+
+
 def expect_of(version: str, argv: list[str], arch: str | None = GLM,
               expect: dict[str, Any] | None = None) -> dict[str, checks.Expectation]:
-    return checks.expectations(RELEASE_FACTS[version], argv, arch, expect)
+    return checks.expectations(_facts(version), argv, arch, expect)
 
 
 def test_flags_set_the_expectation_and_the_served_name_defaults_to_the_model_path() -> None:
@@ -40,17 +45,16 @@ def test_a_later_flag_wins_like_argparse() -> None:
     assert flags == {"--tp-size": "8", "--x": "1"}
 
 
-def test_fixed_defaults_of_0_5_9_for_a_dsa_model() -> None:
-    got = expect_of("0.5.9", [*BASE, "--kv-cache-dtype", "fp8_e4m3"])
-    assert got["attention_backend"].value == "nsa"
-    assert (got["dsa_prefill_backend"].value, got["dsa_decode_backend"].value) == (
-        "flashmla_auto", "flashmla_kv")
+def test_fixed_defaults_of_0_5_15_for_a_dsa_model() -> None:
+    got = expect_of("0.5.15", [*BASE, "--kv-cache-dtype", "fp8_e4m3"])
+    assert got["attention_backend"].value == "dsa"
+    assert not got["dsa_prefill_backend"].known  # FP8 KV: depends on the SM
     assert got["page_size"].value == 64
-    assert "server_args.py:1256-1258" in got["page_size"].source
+    assert "overrides.py:374-386" in got["page_size"].source
 
 
 def test_bf16_is_normalised_and_a_forced_page_size_ignores_the_flag() -> None:
-    got = expect_of("0.5.9", [*BASE, "--kv-cache-dtype", "bf16", "--page-size", "16"])
+    got = expect_of("0.5.15", [*BASE, "--kv-cache-dtype", "bf16", "--page-size", "16"])
     assert got["kv_cache_dtype"].value == "bfloat16"
     assert got["page_size"].value == 64
     assert "whatever --page-size says" in got["page_size"].source
@@ -88,7 +92,7 @@ MODEL = {"model_path": "/models/m", "served_model_name": "/models/m"}
 
 
 def test_compare_finds_ok_mismatch_and_absent_fields() -> None:
-    facts = RELEASE_FACTS["0.5.23"]
+    facts = _facts("0.5.23")
     argv = [*BASE, "--attention-backend", "flashinfer", "--kv-cache-dtype", "fp8_e4m3",
             "--cuda-graph-max-bs-decode", "64"]
     found = {c.field: c for c in checks.compare(facts, expect_of("0.5.23", argv), SERVER, MODEL)}
@@ -104,8 +108,8 @@ def test_compare_finds_ok_mismatch_and_absent_fields() -> None:
 
 def test_the_server_release_is_checked_against_the_pin() -> None:
     assert checks.version_check("0.5.23", SERVER).status == "ok"
-    assert checks.version_check("0.5.9", SERVER).status == "mismatch"
-    assert checks.version_check("0.5.9", {}).status == "unknown"
+    assert checks.version_check("0.5.15", SERVER).status == "mismatch"
+    assert checks.version_check("0.5.15", {}).status == "unknown"
 
 
 ACTIVE_LINE = "[TP0] " + format_marker("active", workspace_bytes=10, rows=5)

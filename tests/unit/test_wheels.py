@@ -19,12 +19,12 @@ THIS_PYTHON = f"cp{sys.version_info.major}{sys.version_info.minor}"
 def test_find_takes_the_version_asked_for_and_a_wheel_this_python_installs(tmp_path: Path) -> None:
     other_python = tmp_path / "msgspec-0.23.0-cp27-cp27-manylinux_2_17_x86_64.whl"
     ours = tmp_path / f"msgspec-0.23.0-{THIS_PYTHON}-{THIS_PYTHON}-manylinux_2_17_x86_64.whl"
-    for path in (other_python, ours, tmp_path / "sglang-0.5.9-py3-none-any.whl"):
+    for path in (other_python, ours, tmp_path / "sglang-0.5.15-py3-none-any.whl"):
         path.write_bytes(b"")
     assert wheels.find(tmp_path, "msgspec", "0.23.0") == ours
-    assert wheels.find(tmp_path, "sglang", "0.5.9") == tmp_path / "sglang-0.5.9-py3-none-any.whl"
+    assert wheels.find(tmp_path, "sglang", "0.5.15") == tmp_path / "sglang-0.5.15-py3-none-any.whl"
     assert wheels.find(tmp_path, "sglang", "0.5.23") is None
-    assert wheels.find(tmp_path / "absent", "sglang", "0.5.9") is None
+    assert wheels.find(tmp_path / "absent", "sglang", "0.5.15") is None
 
 
 def test_fetch_reads_the_cache_named_by_the_environment(

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from opsctl.core.answers import Malformed
 from opsctl.core.errors import OpsctlError, UsageError
 from opsctl.core.redact import redact, redact_userinfo
 from opsctl.traffic.bench.drivers import BACKENDS, SGLANG_BENCH
@@ -38,7 +39,6 @@ from opsctl.traffic.bench.serving_read import SOURCE, level_from_row, parse_row
 from opsctl.traffic.bench.sweep import BenchOptions, Progress, deadline_reached, resolve_model
 from opsctl.traffic.bench.workloads import Workload, WorkloadSpec
 from opsctl.traffic.client import ClientFactory, make_client
-from opsctl.traffic.payload import Malformed
 from opsctl.traffic.settings import BenchSettings
 
 _DATASETS = {"random": "random-ids", "sharegpt": "sharegpt",

@@ -23,8 +23,7 @@ OPSCTL = "opsctl"  # opsctl's own client (opsctl.traffic.bench.sweep.sweep)
 SGLANG_BENCH = "sglang-bench"  # sglang.bench_serving in the serving container
 DRIVERS = (OPSCTL, SGLANG_BENCH)
 # bench_serving's backend per opsctl --api: both send the OpenAI body to the path opsctl uses
-# (0.5.9 bench_serving.py: run_benchmark's api_url; 0.5.23 benchmark/serving.py:
-# _BACKEND_API_PATHS): /v1/completions and /v1/chat/completions.
+# (0.5.23 benchmark/serving.py: _BACKEND_API_PATHS): /v1/completions and /v1/chat/completions.
 BACKENDS: dict[Api, str] = {"completions": "sglang-oai", "chat": "sglang-oai-chat"}
 
 

@@ -8,19 +8,17 @@ difference end minus start (mean = sum/count; p50/p90/p99 estimated from the buc
 client's view and the server's sit side by side. The sampler uses its own connection, so a
 level that holds every connection of the load's pool does not delay it.
 
-sglang's names and labels (both pinned releases; the simulator speaks the same):
+sglang's names and labels (0.5.23; the simulator speaks the same):
   - gauges `sglang:num_running_reqs`, `sglang:num_queue_reqs`, `sglang:token_usage`
-    (0.5.9 srt/metrics/collector.py:307,355,319; 0.5.23 srt/observability/metrics_collector.py:
-    365,371,405), labelled model_name, engine_type, tp_rank, pp_rank, moe_ep_rank [, dp_rank]
-    (0.5.9 managers/scheduler_metrics_mixin.py:114-122; 0.5.23 metrics_collector.py:1382-1392),
+    (srt/observability/metrics_collector.py:365,371,405), labelled model_name, engine_type,
+    tp_rank, pp_rank, moe_ep_rank [, dp_rank] (metrics_collector.py:1382-1392),
     written by the attention-TP rank 0 of each DP group unless
     --enable-metrics-for-all-schedulers;
   - histograms `sglang:time_to_first_token_seconds`, `sglang:inter_token_latency_seconds`,
-    `sglang:e2e_request_latency_seconds` (0.5.9 collector.py:1267,1274,1281; 0.5.23
-    metrics_collector.py:2041,2051,2068) and 0.5.23's `sglang:request_time_per_output_token_
-    seconds` (:2058), labelled model_name [+ custom labels] [+ is_streaming in 0.5.23]. The ITL
-    histogram counts one observation per token (a chunk of k tokens adds k observations of
-    interval/k: 0.5.9 collector.py:1381-1394, 0.5.23 metrics_collector.py:2161-2183).
+    `sglang:e2e_request_latency_seconds` (metrics_collector.py:2041,2051,2068) and
+    `sglang:request_time_per_output_token_seconds` (:2058), labelled model_name [+ custom labels] [+
+    is_streaming in 0.5.23]. The ITL histogram counts one observation per token (a chunk of k tokens
+    adds k observations of interval/k: metrics_collector.py:2161-2183).
 The router's spelling `sglang_` is read too. Several label sets: histogram counts are summed;
 `running`/`queued` are summed over DP groups and maxed over the tp/pp/ep ranks of one group
 (they report the same batch); KV usage takes the fullest pool.
@@ -58,7 +56,7 @@ from opsctl.traffic.promtext import (
 
 PREFIXES = ("sglang:", "sglang_")
 # spec_accept_length: accepted draft tokens + the bonus token per verify step (speculative
-# decoding; 0.5.23 observability/metrics_collector.py:511-516, 0.5.9 metrics/collector.py:388).
+# decoding; 0.5.23 observability/metrics_collector.py:511-516).
 GAUGES = ("num_running_reqs", "num_queue_reqs", "token_usage", "spec_accept_length")
 # (ServerFigures field, histogram base name, whether a page without it deserves a note)
 HISTOGRAMS = (
@@ -122,7 +120,7 @@ class ServerFigures(BaseModel):
     spec_accept_length: GaugeFigure | None = None
     itl_ms: LatencyFigure | None = None
     ttft_ms: LatencyFigure | None = None
-    tpot_ms: LatencyFigure | None = None  # None: not exported (0.5.9)
+    tpot_ms: LatencyFigure | None = None  # None: not exported (0.5.15)
     e2e_ms: LatencyFigure | None = None
     notes: list[str] = []
     gpus: list[GpuFigure] = []

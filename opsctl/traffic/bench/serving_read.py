@@ -1,12 +1,13 @@
 """One level of `bench --driver sglang-bench`: sglang.bench_serving's result row as a LevelResult.
 
-The keys are the ones both pinned releases write to `--output-file` (0.5.9's
-`sglang/bench_serving.py`, 0.5.23's `sglang/benchmark/serving.py`; opsctl.traffic.bench.serving
-writes the same shape): `completed`, `duration`, `total_input_tokens`, `total_output_tokens`,
-`request_throughput`, `output_throughput` and `<stat>_<figure>_ms` for the figures ttft, tpot,
-itl and e2e_latency. Only what the row holds is taken; a statistic a release does not write
-(0.5.9 has no p90/p95 of TTFT or TPOT, neither writes a max) stays None and the level's `notes`
-say so, as for every figure bench_serving does not give (warm-up failures, goodput, client CPU).
+The keys are the ones bench_serving writes to `--output-file` (0.5.23's
+`sglang/benchmark/serving.py`, and 0.5.9's `sglang/bench_serving.py`, the peer client of
+scripts/peer-bench-env.sh; opsctl.traffic.bench.serving writes the same shape): `completed`,
+`duration`, `total_input_tokens`, `total_output_tokens`, `request_throughput`, `output_throughput`
+and `<stat>_<figure>_ms` for the figures ttft, tpot, itl and e2e_latency. Only what the row holds is
+taken; a statistic a release does not write (0.5.9 has no p90/p95 of TTFT or TPOT, neither writes a
+max) stays None and the level's `notes` say so, as for every figure bench_serving does not give
+(warm-up failures, goodput, client CPU).
 
 bench_serving writes 0 for a statistic of an empty sample (`np.mean(x or 0)`): with no
 completed request, or no ITL/TPOT gap at all (answers of one chunk), those zeros are dropped.
@@ -17,8 +18,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from opsctl.core.answers import Malformed, decode_json, snippet
 from opsctl.traffic.bench.report import LevelResult, Pcts
-from opsctl.traffic.payload import Malformed, decode_json, snippet
 
 # (LevelResult field, bench_serving's figure stem): e.g. mean_ttft_ms, p99_e2e_latency_ms.
 _FIGURES = (("ttft_ms", "ttft"), ("tpot_ms", "tpot"), ("itl_ms", "itl"), ("e2e_ms", "e2e_latency"))
