@@ -17,7 +17,7 @@ from opsctl.config.profiles import load_profile
 from opsctl.core import labels
 from opsctl.core.paths import project_root
 from opsctl.deploy import app, readiness, view
-from opsctl.deploy.launch import Launch
+from opsctl.deploy.launch import Launch, up
 from opsctl.deploy.readiness import Phase, Probe
 
 REAL_LOG = project_root() / "bench" / "results" / "sglang_h200" / "server-glm5.log"
@@ -69,7 +69,7 @@ def _up(engine: FakeEngine, server: FakeSglang, seen: list[app.Progress], clock:
         if on_report is not None:
             on_report(engine, len(seen))
 
-    return app.up(PROFILE.resolve("gathercast"), launch, on_progress=report)
+    return up(PROFILE.resolve("gathercast"), launch, on_progress=report)
 
 
 def test_each_report_carries_the_phase_the_servers_log_announced_last() -> None:
@@ -155,6 +155,6 @@ def test_the_reported_log_line_never_shows_the_servers_key(monkeypatch: pytest.M
     launch = Launch(engine=engine, image_for=lambda _: IMAGE, verify=None, state=None,
                     http=FakeSglang(profile.model.served_name, ["refused", "ready"]).client,
                     clock=FakeClock())
-    app.up(profile.resolve("gathercast"), launch,
+    up(profile.resolve("gathercast"), launch,
            on_progress=lambda progress: (seen.append(progress), log_the_key(engine, len(seen))))
     assert "server_args" in seen[-1].last_log_line and secret not in seen[-1].last_log_line
