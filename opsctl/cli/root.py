@@ -158,22 +158,22 @@ class Root:
             run=lambda command, env, timeout_s, max_bytes: engine.exec(
                 info.id, command, env=env, timeout_seconds=timeout_s, max_output_bytes=max_bytes))
 
-    def smoke(self, profile: str | None, gateway: str | None) -> TrafficSmoke:
+    def smoke(self, gateway: str | None) -> TrafficSmoke:
         """The traffic room's smoke as the gate and decide ask for it."""
-        return TrafficSmoke(self, profile, gateway)
+        return TrafficSmoke(self, gateway)
 
-    def sweep(self, profile: str | None) -> TrafficSweep:
+    def sweep(self) -> TrafficSweep:
         """The traffic room's bench sweep as decide asks for it."""
-        return TrafficSweep(self, profile)
+        return TrafficSweep(self)
 
 
 class TrafficSmoke:
-    """The traffic room's smoke (gate.GateSmoke): the server by URL, the evals the profile
-    configures, the last good report as the reference, `opsctl smoke`'s default settings."""
+    """The traffic room's smoke (gate.GateSmoke): the launched deployment by URL, judged by its
+    profile as launched (never the file as it is now), the evals that profile configures, the
+    last good report as the reference, `opsctl smoke`'s default settings."""
 
-    def __init__(self, root: Root, profile: str | None, gateway: str | None) -> None:
+    def __init__(self, root: Root, gateway: str | None) -> None:
         self.root = root
-        self.profile = profile  # as given (a name or a YAML path): smoke loads it the same way
         self.gateway = gateway
 
     def _request(self, ask: SmokeAsk) -> SmokeRequest:
@@ -188,10 +188,9 @@ class TrafficSmoke:
         if ask.lm_eval and task:
             evals = dataclasses.replace(evals, lm_eval=task.task)
         return SmokeRequest(
-            profile=self.profile or ask.deployment.profile.name, variant=ask.deployment.variant,
-            base_url=ask.base_url, api_key=api_key_from_env(), json_path=ask.report,
-            compare_with=ask.compare_with, gateway=self.gateway, evals=evals,
-            progress=eval_progress(err_console),
+            profile=None, variant=None, base_url=ask.base_url, api_key=api_key_from_env(),
+            json_path=ask.report, compare_with=ask.compare_with, gateway=self.gateway,
+            evals=evals, progress=eval_progress(err_console), deployment=ask.deployment,
         )
 
     def check(self, ask: SmokeAsk) -> None:
@@ -211,13 +210,12 @@ class TrafficSmoke:
 
 
 class TrafficSweep:
-    """The traffic room's bench as decide runs it: the ready server by URL, bench's defaults
-    for prompt and output length and timeouts, its files (bench.json, bench.md, plots) written
-    into the variant's folder, no push."""
+    """The traffic room's bench as decide runs it: the launched deployment by URL, judged by
+    its profile as launched, bench's defaults for prompt and output length and timeouts, its
+    files (bench.json, bench.md, plots) written into the variant's folder, no push."""
 
-    def __init__(self, root: Root, profile: str | None) -> None:
+    def __init__(self, root: Root) -> None:
         self.root = root
-        self.profile = profile  # as given (a name or a YAML path): bench loads it the same way
 
     def __call__(self, ask: BenchAsk) -> BenchReport:
         from opsctl.cli.app import console
@@ -227,11 +225,11 @@ class TrafficSweep:
         from opsctl.traffic.settings import BenchSettings
 
         request = traffic.BenchRequest(
-            profile=self.profile or ask.deployment.profile.name,
-            variants=(ask.deployment.variant,), base_urls=(ask.base_url,),
+            profile=None, variants=(), base_urls=(ask.base_url,),
             api_key=api_key_from_env(), out_dir=ask.out_dir, gateway=None,
             settings=BenchSettings(concurrency=ask.concurrency,
                                    requests_per_level=ask.requests_per_level),
+            deployment=ask.deployment,
         )
         result = traffic.bench(request, launcher=self.root.variant_launcher, push=self.root.push,
                                plot=view.write_plots, client_factory=self.root.client_factory,

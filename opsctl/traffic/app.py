@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from opsctl.config.evalconfig import EvalConfig
-from opsctl.config.profiles import Profile, load_profile
+from opsctl.config.profiles import Deployment, Profile, load_profile
 from opsctl.config.releases import flag_values
 from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import OpsctlError, UsageError
@@ -87,6 +87,9 @@ class SmokeRequest:
     settings: SmokeSettings = SMOKE_DEFAULTS
     evals: EvalRequest = EvalRequest()  # accuracy checks after the others; none by default
     progress: EvalProgress | None = None  # the evals' progress lines, as they run
+    # The launched deployment (the gate's, decide's): its profile, variant, SLO and evals as
+    # they were launched; with it, `profile` and `variant` are not read and nothing is loaded.
+    deployment: Deployment | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,9 @@ class BenchRequest:
     workload: WorkloadSpec | None = None
     slo: Slo | None = None  # --goodput thresholds; None: the profile's SLO
     output_details: bool = False  # bench_serving.jsonl rows with the per-request arrays
+    # The launched deployment (decide's sweep): its profile and variant as launched, at
+    # `base_urls`; with it, `profile` and `variants` are not read and nothing is loaded.
+    deployment: Deployment | None = None
 
 
 @dataclass(frozen=True)
@@ -142,7 +148,10 @@ def smoke(
 
     The eval datasets are read and checked against their pins before any request is sent.
     """
-    target = resolve_smoke_target(request.profile, request.variant, request.base_url, locate)
+    target = (launched_target(request.deployment, request.base_url)
+              if request.deployment is not None
+              else resolve_smoke_target(request.profile, request.variant, request.base_url,
+                                        locate))
     evals = plan_evals(request.evals, target.eval_config, load_dataset)
     settings = request.settings
     options = SmokeOptions(
@@ -160,6 +169,16 @@ def smoke(
     write_report(report, path)
     pushed = _push(push, "smoke", report, request.gateway)
     return SmokeResult(report=report, path=path, pushed=pushed, error=smoke_verdict(report, path))
+
+
+def launched_target(deployment: Deployment, base_url: str | None) -> SmokeTarget:
+    """The server the gate or decide launched, judged by the profile it was launched from."""
+    if base_url is None:
+        raise ValueError("a launched deployment is smoked at the URL its launch returned")
+    profile = deployment.profile
+    return SmokeTarget(base_url=base_url, profile=profile.name, variant=deployment.variant,
+                       profile_alias=profile.model.served_name, eval_config=profile.eval,
+                       slo=profile.slo)
 
 
 def resolve_smoke_target(
@@ -236,7 +255,8 @@ def _bench_workload(request: BenchRequest, loaded: Profile | None,
                                             output_len=settings.output_tokens)
     served_tokenizer, unmapped = None, None
     if driver is None and loaded is not None and spec.name == "random" and spec.tokenizer is None:
-        served_tokenizer = _served_tokenizer(loaded, request.variants)
+        served_tokenizer = _served_tokenizer(request.deployment or loaded.resolve(
+            request.variants[0] if request.variants else None))
         try:
             spec = replace(spec, tokenizer=local_tokenizer(served_tokenizer,
                                                            loaded.model.container_path,
@@ -337,13 +357,12 @@ def _profile_slo(asked: str | None, recorded: str | None) -> Slo | None:
     return slo if slo is not None and (slo.ttft or slo.tpot) else None
 
 
-def _served_tokenizer(profile: Profile, variants: tuple[str, ...]) -> str:
-    """The tokenizer path the profile's server loads, as /model_info will report it: the
+def _served_tokenizer(deployment: Deployment) -> str:
+    """The tokenizer path the variant's server loads, as /model_info will report it: the
     `--tokenizer-path` of its argv, else the model path (sglang's default: 0.5.9
     server_args.py:847-848, 0.5.23 arg_groups/serving_hook.py:636)."""
-    deployment = profile.resolve(variants[0] if variants else None)
-    return flag_values(deployment.server.extra_args).get("--tokenizer-path",
-                                                         profile.model.container_path)
+    return flag_values(deployment.server.extra_args).get(
+        "--tokenizer-path", deployment.profile.model.container_path)
 
 
 def _check_tokenizer(report: BenchReport, served_tokenizer: str) -> None:
@@ -360,6 +379,9 @@ def _bench_plan(
     request: BenchRequest, launcher: LauncherFactory
 ) -> tuple[Profile | None, list[Target], Launcher | None]:
     """The profile (when one applies), the targets in order, and what launches them."""
+    if request.deployment is not None:  # launched already: its profile, never the file's now
+        variants = (request.deployment.variant,) * len(request.base_urls)
+        return request.deployment.profile, parse_targets(request.base_urls, variants), None
     if request.base_urls and not request.profile:
         return None, parse_targets(request.base_urls, request.variants), None
     loaded = load_profile(request.profile)

@@ -203,9 +203,9 @@ def test_the_gates_smoke_asks_for_the_profiles_lm_eval_task(tmp_path: Path) -> N
     deployment = harness.resolve(next(iter(harness.variants)))
     ask = SmokeAsk(deployment=deployment, base_url="http://127.0.0.1:1", report=tmp_path / "r",
                    compare_with=None, gsm8k=True, long_context=False, lm_eval=True)
-    evals = TrafficSmoke(Root(), "sim", None)._request(ask).evals
+    evals = TrafficSmoke(Root(), None)._request(ask).evals
     assert (evals.gsm8k, evals.lm_eval) == (True, "gsm8k")
-    off = TrafficSmoke(Root(), "sim", None)._request(SmokeAsk(
+    off = TrafficSmoke(Root(), None)._request(SmokeAsk(
         deployment=deployment, base_url="http://127.0.0.1:1", report=tmp_path / "r",
         compare_with=None, gsm8k=False, long_context=False)).evals
     assert off.lm_eval is None
