@@ -10,7 +10,6 @@ import yaml
 
 from opsctl.core.paths import project_root
 from opsctl.traffic import app as traffic
-from opsctl.traffic.bench.workloads import WorkloadSpec
 from opsctl.traffic.settings import BenchSettings
 
 
@@ -29,8 +28,7 @@ def bench_request(profile: str, url: str, **changes: Any) -> traffic.BenchReques
     values: dict[str, Any] = dict(
         profile=profile, variants=(), base_urls=(url,), concurrency=(1,), requests_per_level=2,
         input_words=4, output_tokens=2, model=None, api="completions", api_key=None,
-        request_timeout_s=5.0, out_dir=None, gateway=None,
-        workload=WorkloadSpec(name="random", input_len=4, output_len=2))
+        request_timeout_s=5.0, out_dir=None, gateway=None, dataset="random")
     values.update(changes)
     settings = {name: values.pop(name) for name in list(values) if name in BenchSettings.model_fields}
     return traffic.BenchRequest(**values, settings=BenchSettings(**settings))

@@ -11,9 +11,14 @@ from typing import Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, app, console, err_console, image_ref, within
-from opsctl.config.profile_checks import MAX_READINESS_SECONDS
+from opsctl.cli.app import ProfileOpt, app, console, err_console, image_ref
+from opsctl.cli.knobs import knob
 from opsctl.decide.settings import DECIDE_DEFAULTS as _D
+from opsctl.decide.settings import DecideSettings
+
+
+def _decide(name: str, *flags: str) -> object:
+    return knob(DecideSettings, name, *flags)
 
 
 @app.command()
@@ -21,31 +26,19 @@ def decide(
     profile: ProfileOpt = None,
     variants: Annotated[str | None, typer.Option("--variants", help="Comma-separated variants, "
                         "run in this order (default: every variant of the profile).")] = None,
-    concurrency: Annotated[str | None, typer.Option("--concurrency", help="Comma-separated "
-                           f"bench levels (default {','.join(map(str, _D.concurrency))}).")
-                           ] = None,
-    requests: Annotated[int | None, typer.Option("--requests", min=1, max=1_000_000,
-                        help="Measured requests per level (default max(16, 4 x "
-                        "concurrency)).")] = _D.requests_per_level,
+    concurrency: Annotated[str | None, _decide("concurrency", "--concurrency")] = None,
+    requests: Annotated[int | None, _decide("requests_per_level", "--requests")
+                        ] = _D.requests_per_level,
     out: Annotated[str | None, typer.Option("--out", help="Run directory (default "
                    "out/decide-<UTC time>/): decide.json, decide.md and one folder of evidence "
                    "per variant.")] = None,
-    skip_eval: Annotated[bool, typer.Option("--skip-eval", help="Smoke without GSM8K and the "
-                         "long-context probes: the gates are then start, verify and smoke's "
-                         "own checks only.")] = _D.skip_eval,
-    timeout: Annotated[float | None, typer.Option(
-        help="Readiness timeout per variant in seconds (default: the profile's).",
-        callback=within(0.01, MAX_READINESS_SECONDS))] = _D.timeout_s,
+    skip_eval: Annotated[bool, _decide("skip_eval", "--skip-eval")] = _D.skip_eval,
+    timeout: Annotated[float | None, _decide("timeout_s", "--timeout")] = _D.timeout_s,
     image: Annotated[str | None, typer.Option(help="Run every variant on this image instead of "
                      "the ones `opsctl build` made (for variants that share one image).",
                      callback=image_ref)] = None,
-    repeats: Annotated[int, typer.Option("--repeats", min=1, max=20, help="Sweeps per variant, "
-                       "interleaved A B A B ... (each a fresh up -> bench -> down; the gates "
-                       "run in the first).")] = _D.repeats,
-    margin: Annotated[float | None, typer.Option("--margin", min=0.0, max=50.0, help="Percent: "
-                      "throughputs closer than this (or whose ratio's 95% interval holds 1) "
-                      f"are a tie (default {_D.margin_percent:g}; with --rescore, the run's "
-                      "own).")] = None,
+    repeats: Annotated[int, _decide("repeats", "--repeats")] = _D.repeats,
+    margin: Annotated[float | None, _decide("margin_percent", "--margin")] = None,
     rescore: Annotated[str | None, typer.Option("--rescore", help="Judge the decide run in this "
                        "directory again from its files (nothing is launched): by --goodput, else "
                        "the profile's SLO, and --margin; writes decide-rescored.json/.md "
@@ -78,7 +71,6 @@ def decide(
     from opsctl.core.reports import REPORTS_DIR, default_decide_dir
     from opsctl.decide import app as decide_app
     from opsctl.decide import view
-    from opsctl.decide.settings import DecideSettings
     from opsctl.deploy import view as deploy_view
     from opsctl.traffic.bench.sweep import parse_concurrency, parse_variants
 

@@ -1,12 +1,20 @@
-"""The settings of `decide`, one model, its defaults written here only.
+"""The settings of `decide`, one model: each knob's name, type, default, bounds and help are
+written here only (what equals bench's, the requests per level, is bench's own field).
 
-The CLI's option defaults and DecideRequest read them from DECIDE_DEFAULTS, and decide.json
-records the settings a run was asked to use (DecideReport.settings).
+The CLI's options read their help, bounds and defaults from these fields (cli/knobs.py),
+DecideRequest reads DECIDE_DEFAULTS, and decide.json records the settings a run was asked to
+use (DecideReport.settings).
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
+
+from opsctl.config.profile_checks import MAX_READINESS_SECONDS
+from opsctl.traffic.settings import bench_knob
+
+_CONCURRENCY = (1, 8, 32, 64)
+_MARGIN_PERCENT = 3.0
 
 
 class DecideSettings(BaseModel):
@@ -14,12 +22,20 @@ class DecideSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    repeats: int = 2  # sweeps per variant, interleaved A B A B ...
-    margin_percent: float = 3.0  # throughputs closer than this (percent) are a tie
-    concurrency: tuple[int, ...] = (1, 8, 32, 64)  # the bench sweep's levels
-    requests_per_level: int | None = None  # None: bench's default, max(16, 4 x concurrency)
-    skip_eval: bool = False  # smoke without GSM8K and the long-context probes
-    timeout_s: float | None = None  # readiness of each variant; None: the profile's
+    repeats: int = Field(2, ge=1, le=20, description=(
+        "Sweeps per variant, interleaved A B A B ... (each a fresh up -> bench -> down; the "
+        "gates run in the first)."))
+    margin_percent: float = Field(_MARGIN_PERCENT, ge=0.0, le=50.0, description=(
+        "Percent: throughputs closer than this (or whose ratio's 95% interval holds 1) are a "
+        f"tie (default {_MARGIN_PERCENT:g}; with --rescore, the run's own)."))
+    concurrency: tuple[int, ...] = Field(_CONCURRENCY, description=(
+        "Comma-separated bench levels (default " + ",".join(map(str, _CONCURRENCY)) + ")."))
+    requests_per_level: int | None = bench_knob("requests_per_level")
+    skip_eval: bool = Field(False, description=(
+        "Smoke without GSM8K and the long-context probes: the gates are then start, verify "
+        "and smoke's own checks only."))
+    timeout_s: float | None = Field(None, ge=0.01, le=MAX_READINESS_SECONDS, description=(
+        "Readiness timeout per variant in seconds (default: the profile's)."))
 
     @property
     def margin(self) -> float:

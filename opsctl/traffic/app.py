@@ -121,9 +121,7 @@ class BenchRequest:
     api_key: str | None
     out_dir: Path | None
     gateway: str | None  # push the report here; None: no push
-    settings: BenchSettings = BENCH_DEFAULTS
-    # None: the default, token-exact random if a tokenizer is found, else words
-    workload: WorkloadSpec | None = None
+    settings: BenchSettings = BENCH_DEFAULTS  # every knob, the workload's too
     slo: Slo | None = None  # --goodput thresholds; None: the profile's SLO
     output_details: bool = False  # bench_serving.jsonl rows with the per-request arrays
     # The launched deployment (decide's sweep): its profile and variant as launched, at
@@ -248,11 +246,9 @@ def _bench_workload(request: BenchRequest, loaded: Profile | None,
     one client process. A bad dataset or tokenizer, or options a trace refuses: exit 2 before
     any launch."""
     settings = request.settings
-    # No workload asked for (decide's sweep): bench's own default, token-exact `random` when a
-    # tokenizer is found, else words with the reason in the note.
-    spec = request.workload or WorkloadSpec(name="random", defaulted=True,
-                                            input_len=settings.input_words,
-                                            output_len=settings.output_tokens)
+    # No dataset asked for (decide's sweep too): bench's own default, token-exact `random` when
+    # a tokenizer is found, else words with the reason in the note.
+    spec = WorkloadSpec.of(settings)
     served_tokenizer, unmapped = None, None
     if driver is None and loaded is not None and spec.name == "random" and spec.tokenizer is None:
         served_tokenizer = _served_tokenizer(request.deployment or loaded.resolve(

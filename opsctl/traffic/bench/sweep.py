@@ -75,13 +75,11 @@ from opsctl.traffic.served import (
     resolve_served_name,
     tokenizer_from_model_info,
 )
-from opsctl.traffic.settings import BENCH_DEFAULTS, BenchSettings
+from opsctl.traffic.settings import BENCH_DEFAULTS, DEADLINE_CAP_S, BenchSettings
 
 # A level opens this many connections and sends this many warm-up requests at once: far above
 # what one 8-GPU server admits, so a larger one is a typo (an extra digit), refused up front.
 MAX_CONCURRENCY = 10_000
-# The default deadline of one target's sweep never exceeds this (pass --deadline for more).
-DEADLINE_CAP_S = 3600.0
 
 
 @dataclass(frozen=True)
