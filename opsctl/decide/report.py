@@ -49,6 +49,7 @@ class Level(BaseModel):
     tpot_p50_ms: float | None
     tpot_p90_ms: float | None
     output_tokens_per_s: float | None  # pooled: the mean over repeats
+    input_tokens_per_s: float | None = None  # server-counted prompt tokens; pooled: the mean
     failures: int  # measured and warm-up requests that failed (pooled: over every repeat)
     aborted: str | None = None  # why the level stopped early
     # Tokens per speculative verify step, from the server's sglang:spec_accept_length (MTP only).
@@ -285,9 +286,9 @@ def markdown(report: DecideReport) -> str:
               "three); accept length is the server's own `sglang:spec_accept_length` (MTP "
               "variants; `-` without speculation).", "",
               "| variant | concurrency | repeats | requests | TPOT p50 (ms) [95% CI] | TPOT p90 (ms) "
-              "| output tok/s [95% CI] | SLO goodput req/s [95% CI] | meets SLO | accept length "
-              "| failures |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+              "| input tok/s | output tok/s [95% CI] | SLO goodput req/s [95% CI] | meets SLO "
+              "| accept length | failures |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for r in report.variants:
         for lv in r.levels:
             failures = str(lv.failures) + (f" ({lv.aborted})" if lv.aborted else "") + (
@@ -296,12 +297,13 @@ def markdown(report: DecideReport) -> str:
             lines.append(f"| {_cell(r.variant)} | {lv.concurrency} | {lv.repeats} | "
                          f"{lv.requests} | {_with_ci(lv.tpot_p50_ms, lv.tpot_p50_ci_ms, '{:.2f}')} "
                          f"| {fmt(lv.tpot_p90_ms, '{:.2f}')} | "
+                         f"{fmt(lv.input_tokens_per_s, '{:.1f}')} | "
                          f"{_with_ci(lv.output_tokens_per_s, lv.output_tokens_per_s_ci, '{:.1f}')}"
                          f" | {_with_ci(lv.goodput_per_s, lv.goodput_ci, '{:.3f}')} | {meets} | "
                          f"{'-' if lv.accept_length is None else f'{lv.accept_length:.2f}'} | "
                          f"{_cell(failures)} |")
         if r.bench_note:
-            lines.append(f"| {_cell(r.variant)} | - | - | - | - | - | - | - | - | - | "
+            lines.append(f"| {_cell(r.variant)} | - | - | - | - | - | - | - | - | - | - | "
                          f"{_cell(r.bench_note)} |")
     lines += _runs_lines(report)
     lines += ["", "## Greedy outputs, variant against variant", ""]

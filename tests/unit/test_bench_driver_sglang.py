@@ -64,6 +64,7 @@ def test_a_real_059_row_becomes_a_level_with_what_it_holds_and_nothing_else() ->
     assert "p90_ttft_ms" in level.notes[1] and "max_itl_ms" in level.notes[1]
     assert "p95_itl_ms" not in level.notes[1]
     assert level.input_tokens == row["total_input_tokens"] and level.prompt_tokens_mean == 32.0
+    assert level.input_tokens_per_s == round(row["input_throughput"], 3)
     assert level.requests_per_s == round(row["request_throughput"], 4)
     assert level.duration_s == round(row["duration"], 4)
 

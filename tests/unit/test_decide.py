@@ -149,7 +149,7 @@ def _level(concurrency: int, tpot_ms: float, failed: int) -> LevelResult:
         step = itl * (1 + 0.002 * (index - 1.5))
         return RequestResult(ok=True, ttft_s=0.1, e2e_s=0.1 + 10 * step, output_tokens=11,
                              itl_s=[step] * 10, token_source="usage", finish_reason="length",
-                             started=0.0)
+                             started=0.0, prompt_tokens=100)
 
     results = [ok(i) for i in range(4)] + [
         RequestResult(ok=False, error_kind="timeout", error="x")] * failed
@@ -280,6 +280,25 @@ def test_the_variant_free_of_failures_at_the_highest_level_wins(tmp_path: Path) 
     assert "## What sglang resolves, and what the server said" in page
     assert "| baseline | tp_size | 8 | argv | 8 | ok |" in page
     assert records["baseline"].resolved[0].field == "tp_size"
+
+
+def test_input_tokens_per_second_reach_bench_and_decide_reports(tmp_path: Path) -> None:
+    """Each level's server-counted prompt tokens over its measured phase: in bench.json and
+    bench.md, and pooled over the repeats (their mean) in decide.json and decide.md."""
+    run = Run(tmp_path)
+    result = run.decide(("baseline",), bench=FakeBench({"baseline": {1: (30.0, 0),
+                                                                     8: (40.0, 0)}}))
+    swept = BenchReport.model_validate_json((run.out / "01-baseline" / "bench.json").read_text())
+    level = swept.variants[0].levels[1]
+    assert level.input_tokens == 400
+    assert level.input_tokens_per_s == pytest.approx(400 / level.duration_s, rel=1e-3)
+    assert "| input tok/s |" in (run.out / "01-baseline" / "bench.md").read_text()
+    pooled = by_name(result.report)["baseline"].level(8)
+    assert pooled is not None and pooled.repeats == 2
+    assert pooled.input_tokens_per_s == pytest.approx(level.input_tokens_per_s, rel=1e-3)
+    page = (run.out / "decide.md").read_text()
+    assert "| TPOT p90 (ms) | input tok/s | output tok/s [95% CI] |" in page
+    assert f"| {pooled.input_tokens_per_s:.1f} | " in page
 
 
 def test_a_disagreement_is_evidence_not_a_disqualification(tmp_path: Path) -> None:

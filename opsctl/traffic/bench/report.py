@@ -70,6 +70,7 @@ class LevelResult(BaseModel):
     output_tokens: int
     prompt_tokens_mean: float | None = None
     input_tokens: int | None = None  # server-counted prompt tokens, when every success had them
+    input_tokens_per_s: float | None = None  # those over the measured phase's wall time
     output_tokens_per_s: float
     requests_per_s: float
     ttft_ms: Pcts
