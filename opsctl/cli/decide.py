@@ -89,8 +89,8 @@ def decide(
     decide_app.chosen(loaded, request.variants)  # bad usage exits 2 before the engine is asked
     root = Root(image)
     result = decide_app.decide(
-        loaded, request, launch=root.launch(), smoke=root.smoke(None),
-        bench=root.sweep(), progress=lambda shown: deploy_view.up_progress(console, shown),
+        loaded, request, launch=root.launch(), traffic=root.traffic(),
+        progress=lambda shown: deploy_view.up_progress(console, shown),
         on_step=view.decide_step(console), on_progress=view.decide_progress(err_console),
     )
     view.show_decide(console, result)

@@ -218,7 +218,7 @@ def _run_gate(root: Root, launch: Launch, deployment: Deployment,
     from opsctl.gate import view as gate_view
 
     result = gate.gate(
-        deployment, launch=launch, smoke=root.smoke(gateway), timeout_seconds=timeout,
+        deployment, launch=launch, traffic=root.traffic(), timeout_seconds=timeout,
         progress=lambda shown: view.up_progress(console, shown),
         on_step=gate_view.gate_step(console), push=root.push, gateway=gateway,
     )

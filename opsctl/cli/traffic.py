@@ -86,6 +86,7 @@ def smoke(
     (unreachable, or no model list), 5 a check, the SLO, the accuracy threshold or a probe
     failed.
     """
+    from dataclasses import replace
     from pathlib import Path
 
     from opsctl.core.files import check_output_path
@@ -112,16 +113,16 @@ def smoke(
     settings = SmokeSettings(api=parse_api(api), model=model,
                              request_timeout_s=request_timeout, overall_timeout_s=timeout,
                              eval_timeout_s=eval_timeout)
-    request = traffic.SmokeRequest(
-        profile=profile, variant=variant, base_url=base_url, api_key=api_key_from_env(),
-        json_path=Path(json_path) if json_path else None,
-        compare_with=Path(compare_with) if compare_with else None,
-        gateway=gateway, settings=settings, evals=evals,
-        progress=view.eval_progress(err_console),
-    )
     root = Root()
-    result = traffic.smoke(request, locate=root.locate_server, push=root.push,
-                           client_factory=root.client_factory, load_dataset=load_gsm8k)
+    options = replace(
+        traffic.smoke_target(profile, variant, base_url, root.locate_server),
+        api_key=api_key_from_env(), settings=settings,
+        report_path=Path(json_path) if json_path else None,
+        compare_with=Path(compare_with) if compare_with else None,
+        gateway=gateway, progress=view.eval_progress(err_console),
+    )
+    result = traffic.smoke(options, evals, push=root.push, client_factory=root.client_factory,
+                           load_dataset=load_gsm8k)
     view.show_smoke(result, console)
     if result.error is not None:
         raise result.error

@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from opsctl.config.evalconfig import EvalConfig
 from opsctl.config.profiles import Deployment, Profile, load_profile
 from opsctl.config.releases import flag_values
 from opsctl.config.sloconfig import Slo
@@ -35,7 +34,7 @@ from opsctl.traffic.bench.sweep import BenchOptions, Launcher, Progress, Target,
 from opsctl.traffic.bench.workloads import Workload, WorkloadSpec, build
 from opsctl.traffic.client import ClientFactory
 from opsctl.traffic.served import local_tokenizer
-from opsctl.traffic.settings import BENCH_DEFAULTS, SMOKE_DEFAULTS, BenchSettings, SmokeSettings
+from opsctl.traffic.settings import BENCH_DEFAULTS, BenchSettings
 from opsctl.traffic.smoke import SmokeOptions, run_smoke
 from opsctl.traffic.smoke_evals import DatasetLoader, EvalProgress, EvalRequest, plan_evals
 from opsctl.traffic.smoke_report import SmokeReport, write_report
@@ -64,6 +63,29 @@ PlotWriter = Callable[[BenchReport, Path], list[Path]]
 ProgressView = Callable[[], AbstractContextManager[Progress]]
 
 
+# Sends smoke's checks (opsctl.traffic.smoke.run_smoke) and bench's sweep (run_bench).
+SmokeSender = Callable[[SmokeOptions, ClientFactory], SmokeReport]
+BenchSender = Callable[..., BenchReport]
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What the traffic room's smoke and bench take from outside it, as the composition root
+    builds them for the gate and decide: the API key ($OPSCTL_API_KEY), the client factory, the
+    metrics push, the eval datasets' loader, the plot writer, the progress views, and what
+    sends the load (the real senders; fakes in tests)."""
+
+    api_key: str | None
+    client_factory: ClientFactory
+    push: PushReport
+    load_dataset: DatasetLoader
+    plot: PlotWriter
+    progress: ProgressView | None = None
+    eval_progress: EvalProgress | None = None
+    send_smoke: SmokeSender = run_smoke
+    send_bench: BenchSender = run_bench
+
+
 @dataclass(frozen=True)
 class Pushed:
     """A metrics push: `error` is the failure's message (a warning, not a verdict), or None."""
@@ -74,41 +96,11 @@ class Pushed:
 
 
 @dataclass(frozen=True)
-class SmokeRequest:
-    """One smoke run: where, what to write and compare, and its settings (one model)."""
-
-    profile: str | None
-    variant: str | None
-    base_url: str | None
-    api_key: str | None
-    json_path: Path | None
-    compare_with: Path | None
-    gateway: str | None  # push the report here; None: no push
-    settings: SmokeSettings = SMOKE_DEFAULTS
-    evals: EvalRequest = EvalRequest()  # accuracy checks after the others; none by default
-    progress: EvalProgress | None = None  # the evals' progress lines, as they run
-    # The launched deployment (the gate's, decide's): its profile, variant, SLO and evals as
-    # they were launched; with it, `profile` and `variant` are not read and nothing is loaded.
-    deployment: Deployment | None = None
-
-
-@dataclass(frozen=True)
 class SmokeResult:
     report: SmokeReport
     path: Path
     pushed: Pushed | None
     error: OpsctlError | None  # what the CLI raises: exit 4 unreachable, 5 failed
-
-
-@dataclass(frozen=True)
-class SmokeTarget:
-    base_url: str
-    profile: str | None
-    variant: str | None
-    profile_alias: str | None
-    eval_config: EvalConfig | None = None  # the profile's `eval:` section
-    checkpoint: dict[str, Any] | None = None  # what the located server runs, as `up` recorded it
-    slo: Slo | None = None  # the profile's objectives: the one SLO meaning (deploy/sloconfig.py)
 
 
 @dataclass(frozen=True)
@@ -139,56 +131,41 @@ class BenchResult:
 
 
 def smoke(
-    request: SmokeRequest, *, locate: ServerLocator, push: PushReport,
-    client_factory: ClientFactory, load_dataset: DatasetLoader,
+    options: SmokeOptions, evals: EvalRequest, *, push: PushReport,
+    client_factory: ClientFactory, load_dataset: DatasetLoader, send: SmokeSender = run_smoke,
 ) -> SmokeResult:
-    """Resolve the target and the evals, run the checks, write the JSON, push if asked.
+    """Plan the evals asked for, run the checks, write the JSON, push if asked.
 
-    The eval datasets are read and checked against their pins before any request is sent.
+    The eval datasets are read and checked against their pins before any request is sent;
+    `send` runs the checks (opsctl.traffic.smoke.run_smoke; tests replace it).
     """
-    target = (launched_target(request.deployment, request.base_url)
-              if request.deployment is not None
-              else resolve_smoke_target(request.profile, request.variant, request.base_url,
-                                        locate))
-    evals = plan_evals(request.evals, target.eval_config, load_dataset)
-    settings = request.settings
-    options = SmokeOptions(
-        base_url=target.base_url, profile=target.profile, variant=target.variant,
-        profile_alias=target.profile_alias, api_key=request.api_key, model=settings.model,
-        api=settings.api, request_timeout_s=settings.request_timeout_s,
-        overall_timeout_s=settings.overall_timeout_s, eval_timeout_s=settings.eval_timeout_s,
-        compare_with=request.compare_with,
-        evals=evals, slo=target.slo, checkpoint=target.checkpoint,
-        progress=request.progress,
-    )
-    report = run_smoke(options, client_factory)
-    report.settings = settings
-    path = request.json_path or default_smoke_path()
+    planned = replace(options, evals=plan_evals(evals, options.eval_config, load_dataset))
+    report = send(planned, client_factory)
+    report.settings = options.settings
+    path = options.report_path or default_smoke_path()
     write_report(report, path)
-    pushed = _push(push, "smoke", report, request.gateway)
+    pushed = _push(push, "smoke", report, options.gateway)
     return SmokeResult(report=report, path=path, pushed=pushed, error=smoke_verdict(report, path))
 
 
-def launched_target(deployment: Deployment, base_url: str | None) -> SmokeTarget:
-    """The server the gate or decide launched, judged by the profile it was launched from."""
-    if base_url is None:
-        raise ValueError("a launched deployment is smoked at the URL its launch returned")
+def launched_smoke(deployment: Deployment, base_url: str) -> SmokeOptions:
+    """The server the gate or decide launched, judged by the profile it was launched from (its
+    alias, SLO and evals); nothing is loaded."""
     profile = deployment.profile
-    return SmokeTarget(base_url=base_url, profile=profile.name, variant=deployment.variant,
-                       profile_alias=profile.model.served_name, eval_config=profile.eval,
-                       slo=profile.slo)
+    return SmokeOptions(base_url=base_url, profile=profile.name, variant=deployment.variant,
+                        profile_alias=profile.model.served_name, eval_config=profile.eval,
+                        slo=profile.slo)
 
 
-def resolve_smoke_target(
+def smoke_target(
     profile: str | None, variant: str | None, base_url: str | None, locate: ServerLocator
-) -> SmokeTarget:
-    """`--base-url` wins; else the profile's running server, found by `locate`.
-
-    A profile given with `--base-url` still supplies the model alias, the SLO thresholds and
-    the `eval:` settings.
+) -> SmokeOptions:
+    """`opsctl smoke`'s server: `--base-url` wins; else the profile's running server, found by
+    `locate`. A profile given with `--base-url` still supplies the model alias, the SLO
+    thresholds and the `eval:` settings.
     """
     if base_url and not profile:
-        return SmokeTarget(base_url=base_url, profile=None, variant=variant, profile_alias=None)
+        return SmokeOptions(base_url=base_url, variant=variant)
     loaded = load_profile(profile)
     loaded.resolve(variant)  # UsageError when the profile has no such variant
     checkpoint = None
@@ -203,17 +180,63 @@ def resolve_smoke_target(
                 hint=f"smoke the running one (drop --variant), or run `opsctl up --profile "
                 f"{loaded.name} --variant {variant} --replace` first",
             )
-    return SmokeTarget(
+    return SmokeOptions(
         base_url=url, profile=loaded.name, variant=running,
         profile_alias=loaded.model.served_name,
         eval_config=loaded.eval, slo=loaded.slo, checkpoint=checkpoint,
     )
 
 
+def profile_evals(deployment: Deployment, *, skip: bool = False) -> EvalRequest:
+    """The evals the launched profile configures, as the gate and decide run them: GSM8K with
+    an eval.gsm8k section, the long-context probes when eval.long_context is set, the harness
+    with eval.lm_eval; none when skipped."""
+    config = deployment.profile.eval
+    if skip:
+        return EvalRequest()
+    return EvalRequest(gsm8k=config.gsm8k is not None,
+                       long_context="long_context" in config.model_fields_set,
+                       lm_eval=config.lm_eval.task if config.lm_eval is not None else None)
+
+
+def check_launched(deployment: Deployment, evals: EvalRequest, traffic: Traffic) -> None:
+    """Refuse, before anything is stopped, what smoke could not run: an eval dataset that is
+    not its pin (UsageError)."""
+    plan_evals(evals, deployment.profile.eval, traffic.load_dataset)
+
+
+def smoke_launched(deployment: Deployment, base_url: str, traffic: Traffic, *, report: Path,
+                   compare_with: Path | None, evals: EvalRequest,
+                   gateway: str | None) -> SmokeReport:
+    """The gate's and decide's smoke of the server they launched, `opsctl smoke`'s settings,
+    the report written to `report`."""
+    options = replace(launched_smoke(deployment, base_url), api_key=traffic.api_key,
+                      report_path=report, compare_with=compare_with, gateway=gateway,
+                      progress=traffic.eval_progress)
+    return smoke(options, evals, push=traffic.push, client_factory=traffic.client_factory,
+                 load_dataset=traffic.load_dataset, send=traffic.send_smoke).report
+
+
+def sweep_launched(deployment: Deployment, base_url: str, settings: BenchSettings, out: Path,
+                   traffic: Traffic) -> BenchReport:
+    """decide's sweep of the server it launched: bench with `settings`, its files (bench.json,
+    bench.md, plots) written into `out`, no push."""
+    request = BenchRequest(profile=None, variants=(), base_urls=(base_url,),
+                           api_key=traffic.api_key, out_dir=out, gateway=None,
+                           settings=settings, deployment=deployment)
+    return bench(request, launcher=_launched_already, push=traffic.push, plot=traffic.plot,
+                 client_factory=traffic.client_factory, progress=traffic.progress,
+                 send=traffic.send_bench).report
+
+
+def _launched_already(profile: Profile) -> Launcher:
+    raise ValueError(f"{profile.name}: a launched deployment's sweep launches nothing")
+
+
 def bench(
     request: BenchRequest, *, launcher: LauncherFactory, push: PushReport, plot: PlotWriter,
     client_factory: ClientFactory, progress: ProgressView | None = None,
-    driver: SweepDriver | None = None,
+    driver: SweepDriver | None = None, send: BenchSender = run_bench,
 ) -> BenchResult:
     """Resolve the targets, sweep each (launching profile variants), write the files, push.
     `driver` sends the load instead of opsctl's client (`--driver`, opsctl.traffic.bench.drivers)."""
@@ -227,7 +250,7 @@ def bench(
     )
     out = request.out_dir or default_bench_dir()
     with progress() if progress else nullcontext(None) as on_progress:
-        report = run_bench(targets, options, profile_name=loaded.name if loaded else None,
+        report = send(targets, options, profile_name=loaded.name if loaded else None,
                            launcher=active, progress=on_progress, client_factory=client_factory)
     if served_tokenizer is not None:
         _check_tokenizer(report, served_tokenizer)

@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -111,12 +112,11 @@ def test_smoke_runs_it_through_the_profile_and_gates_on_its_threshold(
     """The sim profile's 60 questions and threshold (0.9) fail a server a quarter wrong (exactly
     15 of 60): exit 5, one line."""
     url = sim(sim_server, **WRONG)
-    request = app.SmokeRequest(
-        profile="sim", variant=None, base_url=url, api_key="sk-secret-key",
-        json_path=tmp_path / "smoke.json", compare_with=None, gateway=None,
-        settings=SmokeSettings(request_timeout_s=30, overall_timeout_s=LM_EVAL_TIMEOUT_S + 60),
-        evals=eval_request("lm-eval:gsm8k"))
-    result = app.smoke(request, locate=lambda name: pytest.fail("no locator"),
+    options = replace(
+        app.smoke_target("sim", None, url, lambda name: pytest.fail("no locator")),
+        api_key="sk-secret-key", report_path=tmp_path / "smoke.json",
+        settings=SmokeSettings(request_timeout_s=30, overall_timeout_s=LM_EVAL_TIMEOUT_S + 60))
+    result = app.smoke(options, eval_request("lm-eval:gsm8k"),
                        push=lambda *args: pytest.fail("no push"), client_factory=make_client,
                        load_dataset=load_gsm8k)
     check = result.report.check("lm_eval")

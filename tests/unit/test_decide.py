@@ -34,7 +34,7 @@ from opsctl.core.errors import (
     UsageError,
 )
 from opsctl.decide import app as decide_app
-from opsctl.decide.app import BenchAsk, DecideRequest, DecideResult
+from opsctl.decide.app import DecideRequest, DecideResult
 from opsctl.decide.report import DecideReport, VariantRecord
 from opsctl.decide.settings import DecideSettings
 from opsctl.deploy.app import ImageFor
@@ -44,7 +44,7 @@ from opsctl.deploy.preflight import PreflightResult, run_preflight
 from opsctl.deploy.state import StateDir
 from opsctl.engine.api import ContainerInfo, RunSpec
 from opsctl.engine.api import Engine as EngineApi
-from opsctl.gate.gate import SmokeAsk
+from opsctl.traffic.app import Traffic
 from opsctl.traffic.bench.records import record_level
 from opsctl.traffic.bench.report import (
     BenchReport,
@@ -52,15 +52,15 @@ from opsctl.traffic.bench.report import (
     LevelResult,
     VariantResult,
 )
-from opsctl.traffic.bench.serving import write_report_files
 from opsctl.traffic.bench.stats import summarize
-from opsctl.traffic.bench.sweep import BenchOptions, request_files
+from opsctl.traffic.bench.sweep import BenchOptions, Target, request_files
 from opsctl.traffic.client import RequestResult
+from opsctl.traffic.evals.dataset import load_gsm8k
 from opsctl.traffic.evals.gsm8k import EvalResult
 from opsctl.traffic.evals.probes import ProbeResult
 from opsctl.traffic.evals.score import score
-from opsctl.traffic.settings import BenchSettings
-from opsctl.traffic.smoke_report import CheckResult, GenerationRecord, SmokeReport, write_report
+from opsctl.traffic.smoke import SmokeOptions
+from opsctl.traffic.smoke_report import CheckResult, GenerationRecord, SmokeReport
 from opsctl.verify.app import VerifyResult
 from opsctl.verify.checks import FieldCheck
 
@@ -102,21 +102,18 @@ class FakeVerify:
 
 
 class FakeSmoke:
-    """Same greedy outputs for every variant except `corrupting` ones; GSM8K and probes pass
-    unless the variant is in `failing`; `interrupt` comes back partial, stopped by Ctrl-C."""
+    """Sends smoke's checks (Traffic.send_smoke): the same greedy outputs for every variant
+    except `corrupting` ones; GSM8K and probes pass unless the variant is in `failing`;
+    `interrupt` comes back partial, stopped by Ctrl-C. `asks`: the plans it was given."""
 
     def __init__(self, failing: tuple[str, ...] = (), corrupting: tuple[str, ...] = (),
                  interrupt: str | None = None) -> None:
         self.failing, self.corrupting, self.interrupt = failing, corrupting, interrupt
-        self.checked: list[SmokeAsk] = []
-        self.asks: list[SmokeAsk] = []
+        self.asks: list[SmokeOptions] = []
 
-    def check(self, ask: SmokeAsk) -> None:
-        self.checked.append(ask)
-
-    def run(self, ask: SmokeAsk) -> SmokeReport:
+    def __call__(self, ask: SmokeOptions, client_factory: object) -> SmokeReport:
         self.asks.append(ask)
-        name = ask.deployment.variant
+        name = ask.variant or ""
         bad = name in self.failing
         text = "The answer is 42 because six times seven"
         generations = [GenerationRecord(prompt_id=p, prompt=f"prompt {p}", max_tokens=32,
@@ -136,7 +133,6 @@ class FakeSmoke:
                              base_url=ask.base_url, profile=PROFILE.name, variant=name,
                              checks=checks, generations=generations, gsm8k=gsm8k,
                              long_context=probes, passed=not bad)
-        write_report(report, ask.report)
         return report.record_stop(KeyboardInterrupt() if name == self.interrupt else None)
 
 
@@ -159,25 +155,46 @@ def _level(concurrency: int, tpot_ms: float, failed: int) -> LevelResult:
 
 
 class FakeBench:
-    """`sweeps[variant]` = {concurrency: (TPOT p50 ms, failed requests)}; writes bench.json."""
+    """Sends bench's sweep (Traffic.send_bench): `sweeps[variant]` = {concurrency: (TPOT p50
+    ms, failed requests)}; bench writes bench.json. `asks`: the variant swept, each time."""
 
     def __init__(self, sweeps: dict[str, dict[int, tuple[float, int]]]) -> None:
         self.sweeps = sweeps
-        self.asks: list[BenchAsk] = []
+        self.asks: list[str] = []
 
-    def __call__(self, ask: BenchAsk) -> BenchReport:
-        self.asks.append(ask)
-        sweep = self.sweeps.get(ask.deployment.variant, {c: (30.0, 0) for c in ask.concurrency})
-        levels = [_level(c, *sweep[c]) for c in ask.concurrency]
-        result = VariantResult(variant=ask.deployment.variant, base_url=ask.base_url,
+    def __call__(self, targets: list[Target], options: BenchOptions,
+                 **_: object) -> BenchReport:
+        (target,) = targets
+        levels_asked = options.settings.concurrency
+        self.asks.append(target.label)
+        sweep = self.sweeps.get(target.label, {c: (30.0, 0) for c in levels_asked})
+        levels = [_level(c, *sweep[c]) for c in levels_asked]
+        result = VariantResult(variant=target.label, base_url=target.base_url or "",
                                levels=levels)
         report = BenchReport(started_at="2026-11-29T11:00:00+00:00", duration_s=1.0,
-                             config=BenchOptions(BenchSettings(concurrency=ask.concurrency)).config(),
+                             config=options.config(),
                              client=ClientInfo(hostname="h", platform="p", python="3", cpu_count=1),
                              variants=[result], failed_requests=0, passed=True)
         report._requests = request_files(report.variants)
-        write_report_files(report, ask.out_dir)
         return report
+
+
+def no_client(*args: object, **kwargs: object) -> object:
+    raise AssertionError("the fakes send nothing")
+
+
+def traffic(smoke: object, bench: object, loaded: list[Path] | None = None) -> Traffic:
+    """The traffic room as decide calls it, its sending replaced; `loaded`: each eval dataset
+    read (checked against its pin)."""
+    def load(path: Path, sha256: str) -> object:
+        if loaded is not None:
+            loaded.append(path)
+        return load_gsm8k(path, sha256)
+
+    return Traffic(api_key=None, client_factory=no_client, push=no_client,
+                   load_dataset=load,  # type: ignore[arg-type]
+                   plot=lambda report, out: [], send_smoke=smoke,  # type: ignore[arg-type]
+                   send_bench=bench)
 
 
 class Run:
@@ -187,6 +204,7 @@ class Run:
         self.steps: list[str] = []
         self.progress: list[str] = []
         self.preflights: list[str] = []  # the variant of each preflight run
+        self.loaded: list[Path] = []  # each eval dataset read (checked against its pin)
 
     def decide(self, variants: tuple[str, ...], *, smoke: FakeSmoke | None = None,
                bench: FakeBench | None = None, verify: FakeVerify | None = None,
@@ -204,7 +222,8 @@ class Run:
                           verify=verify or FakeVerify(), state=state,
                           http=FakeSglang(PROFILE.model.served_name, ["ready"]).client,
                           clock=FakeClock(), preflight=preflight),
-            smoke=smoke or FakeSmoke(), bench=bench or FakeBench({}), on_step=self.steps.append,
+            traffic=traffic(smoke or FakeSmoke(), bench or FakeBench({}), self.loaded),
+            on_step=self.steps.append,
             on_progress=self.progress.append)
 
     def running(self) -> list[str]:
@@ -342,9 +361,9 @@ def test_failed_gates_disqualify_with_reason_and_evidence_and_the_run_goes_on(
     assert "CUDA out of memory" in (out / log).read_text()
     assert bf16kv.failed_gate == "smoke" and "gsm8k" in str(bf16kv.reason)
     assert "03-bf16kv/smoke.json" in bf16kv.evidence
-    assert [a.deployment.variant for a in smoke.asks] == ["bf16kv", "native"]
+    assert [a.variant for a in smoke.asks] == ["bf16kv", "native"]
     # Disqualified: no sweep, and not run again in the second repeat (smoke ran once).
-    assert [a.deployment.variant for a in bench.asks] == ["native", "native"]
+    assert bench.asks == ["native", "native"]
     assert run.engine.started.count("native") == 2 and run.engine.started.count("baseline") == 1
     assert result.report.winner == "native" and result.error is None
     assert "and the only one of 4 that was; 110 [110-110] output tok/s" in result.report.recommendation
@@ -384,7 +403,7 @@ def test_ctrl_c_removes_the_server_and_writes_a_partial_report(tmp_path: Path) -
     result = run.decide(("baseline", "gathercast", "native"),
                         smoke=FakeSmoke(interrupt="gathercast"), bench=bench)
     assert result.error is not None and result.error.exit_code == EXIT_INTERRUPTED
-    assert run.running() == [] and [a.deployment.variant for a in bench.asks] == ["baseline"]
+    assert run.running() == [] and bench.asks == ["baseline"]
     saved = DecideReport.model_validate_json((run.out / "decide.json").read_text())
     assert saved.partial and saved.winner is None
     assert [r.status for r in saved.variants] == ["qualified", "interrupted", "not run"]
@@ -434,11 +453,13 @@ def test_a_profile_busy_in_another_process_stops_decide_before_anything_is_touch
 
 def test_every_variant_of_the_profile_by_default_and_evals_as_the_profile_says(
         tmp_path: Path) -> None:
-    smoke = FakeSmoke()
-    result = Run(tmp_path).decide((), smoke=smoke)
+    smoke, run = FakeSmoke(), Run(tmp_path)
+    result = run.decide((), smoke=smoke)
     assert [r.variant for r in result.report.variants] == list(PROFILE.variants)
-    assert all(ask.gsm8k and ask.long_context and ask.compare_with is None for ask in smoke.asks)
-    assert smoke.checked and smoke.checked[0].deployment.variant == "baseline"
+    assert all(ask.evals.gsm8k and ask.evals.long_context and ask.compare_with is None
+               for ask in smoke.asks)
+    # The datasets were checked against their pins before the first launch, and per smoke.
+    assert len(run.loaded) == 2 * (1 + len(smoke.asks))
 
 
 @pytest.mark.parametrize("args, message", [
@@ -518,8 +539,8 @@ def test_a_teardown_that_cannot_remove_the_container_names_it(
     run = Run(tmp_path)
     lost = failure.message.startswith("the Docker engine stopped")
 
-    def bench(ask: BenchAsk) -> BenchReport:
-        report = FakeBench({})(ask)
+    def bench(targets: list[Target], options: BenchOptions, **_: object) -> BenchReport:
+        report = FakeBench({})(targets, options)
         # From here on the engine cannot remove (and, when lost, not even list) containers.
         run.engine.fail("stop", failure, times=100)
         if lost:
@@ -534,7 +555,7 @@ def test_a_teardown_that_cannot_remove_the_container_names_it(
             launch=Launch(engine=run.engine, image_for=lambda _: IMAGE, verify=FakeVerify(), state=None,
                           http=FakeSglang(PROFILE.model.served_name, ["ready"]).client,
                           clock=FakeClock()),
-            smoke=FakeSmoke(), bench=bench, on_step=run.steps.append)
+            traffic=traffic(FakeSmoke(), bench), on_step=run.steps.append)
     (container,) = run.engine.containers.values()
     named = f"{container.name} ({container.id[:12]}) is left"
     assert named in caught.value.message
@@ -545,14 +566,14 @@ def test_a_teardown_that_cannot_remove_the_container_names_it(
     assert named in (run.out / "decide.md").read_text()
 
 
-def _decide_with(run: Run, bench: Callable[[BenchAsk], BenchReport]) -> DecideResult:
+def _decide_with(run: Run, bench: Callable[..., BenchReport]) -> DecideResult:
     return decide_app.decide(
         PROFILE, DecideRequest(variants=("baseline", "gathercast"), out_dir=run.out,
                                settings=DecideSettings(concurrency=LEVELS, requests_per_level=4)),
         launch=Launch(engine=run.engine, image_for=lambda _: IMAGE, verify=FakeVerify(), state=None,
                       http=FakeSglang(PROFILE.model.served_name, ["ready"]).client,
                       clock=FakeClock()),
-        smoke=FakeSmoke(), bench=bench, on_step=run.steps.append)
+        traffic=traffic(FakeSmoke(), bench), on_step=run.steps.append)
 
 
 def test_a_teardown_that_fails_once_is_not_reported_as_leaving_the_container(
@@ -561,8 +582,8 @@ def test_a_teardown_that_fails_once_is_not_reported_as_leaving_the_container(
     run = Run(tmp_path)
     failure = DaemonUnreachable("the Docker engine failed mid-call (500: boom) while stopping")
 
-    def bench(ask: BenchAsk) -> BenchReport:
-        report = FakeBench({})(ask)
+    def bench(targets: list[Target], options: BenchOptions, **_: object) -> BenchReport:
+        report = FakeBench({})(targets, options)
         run.engine.fail("stop", failure, times=1)
         return report
 
@@ -582,7 +603,7 @@ def test_a_failing_teardown_never_replaces_a_ctrl_c_or_a_bug(tmp_path: Path,
     run = Run(tmp_path)
     failure = DaemonUnreachable("the Docker engine stopped answering (while stopping)")
 
-    def bench(ask: BenchAsk) -> BenchReport:
+    def bench(targets: list[Target], options: BenchOptions, **_: object) -> BenchReport:
         run.engine.fail("stop", failure, times=100)
         run.engine.fail("find", failure, times=100)
         raise cause

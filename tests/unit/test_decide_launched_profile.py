@@ -1,16 +1,16 @@
 """The launched profile is the judged profile: a `decide` whose profile file is edited between
 two variants smokes and sweeps every variant by the profile it launched (its SLO, its evals),
-never by the file as it is now. The real composition root and traffic room run; only the
+never by the file as it is now. The real composition root's traffic room runs; only the
 sending of requests is replaced (no server is reached).
 """
 
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from fakes import FakeClock, FakeEngine, FakeSglang
 
@@ -22,8 +22,6 @@ from opsctl.decide import app as decide_app
 from opsctl.decide.app import DecideRequest
 from opsctl.decide.settings import DecideSettings
 from opsctl.deploy.launch import Launch
-from opsctl.traffic import app as traffic_app
-from opsctl.traffic import view as traffic_view
 from opsctl.traffic.bench.records import record_level
 from opsctl.traffic.bench.report import BenchReport, ClientInfo, VariantResult
 from opsctl.traffic.bench.stats import summarize
@@ -88,7 +86,7 @@ def _edit(path: Path) -> None:
 
 
 def test_a_profile_edited_mid_decide_is_not_what_the_variants_are_judged_by(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     profile_file = tmp_path / "sim.yaml"
     shutil.copy(project_root() / "deploy" / "sim.yaml", profile_file)
     data = yaml.safe_load(profile_file.read_text())
@@ -97,19 +95,17 @@ def test_a_profile_edited_mid_decide_is_not_what_the_variants_are_judged_by(
     profile_file.write_text(yaml.safe_dump(data, sort_keys=False))
     profile = load_profile(str(profile_file))
     sent = Sent(profile_file)
-    monkeypatch.setattr(traffic_app, "run_smoke", sent.run_smoke)
-    monkeypatch.setattr(traffic_app, "run_bench", sent.run_bench)
-    monkeypatch.setattr(traffic_view, "write_plots", lambda report, out: [])
     engine = FakeEngine(images={IMAGE: {labels.PATCH_SHA256: "abc"}})
     launch = Launch(engine=engine, image_for=lambda _: IMAGE, verify=_verify, state=None,
                     http=FakeSglang(profile.model.served_name, ["ready"]).client,
                     clock=FakeClock(), preflight=None)
-    root = Root()
+    traffic = replace(Root().traffic(), send_smoke=sent.run_smoke, send_bench=sent.run_bench,
+                      plot=lambda report, out: [])
     result = decide_app.decide(
         profile, DecideRequest(variants=("baseline", "gathercast"), out_dir=tmp_path / "out",
                                settings=DecideSettings(concurrency=(1,), requests_per_level=4,
                                                        repeats=1)),
-        launch=launch, smoke=root.smoke(None), bench=root.sweep())
+        launch=launch, traffic=traffic)
     assert load_profile(str(profile_file)).slo.tpot.threshold_ms == 999  # the file did change
     assert [o.variant for o in sent.smoke] == ["baseline", "gathercast"]
     for options in sent.smoke:  # smoke's SLO and evals: the launched profile's

@@ -191,24 +191,19 @@ def test_scoring_the_thinking_comes_from_the_profile_and_the_command_line_wins(
         plan_evals(EvalRequest(score_thinking=True), None, _refuse)
 
 
-def test_the_gates_smoke_asks_for_the_profiles_lm_eval_task(tmp_path: Path) -> None:
+def test_the_gates_smoke_asks_for_the_profiles_lm_eval_task() -> None:
     """`up --gate` and `decide` run the harness when the profile has eval.lm_eval."""
-    from opsctl.cli.root import Root, TrafficSmoke
     from opsctl.config.evalconfig import LmEvalConfig
-    from opsctl.gate.gate import SmokeAsk
+    from opsctl.traffic.app import profile_evals
 
     profile = load_profile("sim")
     harness = profile.model_copy(update={"eval": profile.eval.model_copy(
         update={"lm_eval": LmEvalConfig()})})
     deployment = harness.resolve(next(iter(harness.variants)))
-    ask = SmokeAsk(deployment=deployment, base_url="http://127.0.0.1:1", report=tmp_path / "r",
-                   compare_with=None, gsm8k=True, long_context=False, lm_eval=True)
-    evals = TrafficSmoke(Root(), None)._request(ask).evals
+    evals = profile_evals(deployment)
     assert (evals.gsm8k, evals.lm_eval) == (True, "gsm8k")
-    off = TrafficSmoke(Root(), None)._request(SmokeAsk(
-        deployment=deployment, base_url="http://127.0.0.1:1", report=tmp_path / "r",
-        compare_with=None, gsm8k=False, long_context=False)).evals
-    assert off.lm_eval is None
+    assert profile_evals(deployment, skip=True) == EvalRequest()
+    assert profile_evals(profile.resolve(next(iter(profile.variants)))).lm_eval is None
 
 
 def test_lm_eval_needs_the_section_whose_files_it_reads() -> None:
