@@ -202,7 +202,12 @@ def bench(
     from opsctl.traffic import view
     from opsctl.traffic.bench.driver_sglang import SglangBench
     from opsctl.traffic.bench.drivers import SGLANG_BENCH, parse_driver
-    from opsctl.traffic.bench.sweep import parse_concurrency, parse_goodput, parse_variants
+    from opsctl.traffic.bench.sweep import (
+        BenchOptions,
+        parse_concurrency,
+        parse_goodput,
+        parse_variants,
+    )
     from opsctl.traffic.bench.workloads import parse_dataset_name
     from opsctl.traffic.client import parse_api
 
@@ -226,17 +231,17 @@ def bench(
         gsp_prompts_per_group=gsp_prompts_per_group, gsp_prefix_len=gsp_prefix_len,
         multi_turn=multi_turn, trace_scale=trace_scale,
     )
-    request = traffic.BenchRequest(
-        profile=profile, variants=parse_variants(variants), base_urls=tuple(base_url or ()),
-        api_key=api_key_from_env(), out_dir=Path(out) if out else None, gateway=gateway,
-        settings=settings, slo=parse_goodput(goodput or []), output_details=output_details,
-    )
     root = Root(image)
-    result = traffic.bench(request, launcher=root.variant_launcher, push=root.push,
+    options = BenchOptions(
+        settings, api_key=api_key_from_env(), profile=profile,
+        variants=parse_variants(variants), base_urls=tuple(base_url or ()),
+        out_dir=Path(out) if out else None, gateway=gateway, slo=parse_goodput(goodput or []),
+        output_details=output_details,
+        driver=SglangBench(root.serving_container) if chosen == SGLANG_BENCH else None,
+    )
+    result = traffic.bench(options, launcher=root.variant_launcher, push=root.push,
                            plot=view.write_plots, client_factory=root.client_factory,
-                           progress=lambda: view.live_progress(console),
-                           driver=SglangBench(root.serving_container) if chosen == SGLANG_BENCH
-                           else None)
+                           progress=lambda: view.live_progress(console))
     view.show_bench(result, console)
     if result.error is not None:
         raise result.error

@@ -24,7 +24,6 @@ from opsctl.core.errors import OpsctlError, UsageError
 from opsctl.core.files import check_output_path
 from opsctl.core.redact import redact_userinfo
 from opsctl.core.reports import default_bench_dir, default_smoke_path
-from opsctl.traffic.bench.drivers import SweepDriver
 from opsctl.traffic.bench.records import REQUESTS_DIR, rescore_report
 from opsctl.traffic.bench.records import load_report as load_bench_report
 from opsctl.traffic.bench.report import BenchReport
@@ -34,7 +33,7 @@ from opsctl.traffic.bench.sweep import BenchOptions, Launcher, Progress, Target,
 from opsctl.traffic.bench.workloads import Workload, WorkloadSpec, build
 from opsctl.traffic.client import ClientFactory
 from opsctl.traffic.served import local_tokenizer
-from opsctl.traffic.settings import BENCH_DEFAULTS, BenchSettings
+from opsctl.traffic.settings import BenchSettings
 from opsctl.traffic.smoke import SmokeOptions, run_smoke
 from opsctl.traffic.smoke_evals import DatasetLoader, EvalProgress, EvalRequest, plan_evals
 from opsctl.traffic.smoke_report import SmokeReport, write_report
@@ -101,24 +100,6 @@ class SmokeResult:
     path: Path
     pushed: Pushed | None
     error: OpsctlError | None  # what the CLI raises: exit 4 unreachable, 5 failed
-
-
-@dataclass(frozen=True)
-class BenchRequest:
-    """One bench run: the targets, where the files go, and its settings (one model)."""
-
-    profile: str | None
-    variants: tuple[str, ...]
-    base_urls: tuple[str, ...]
-    api_key: str | None
-    out_dir: Path | None
-    gateway: str | None  # push the report here; None: no push
-    settings: BenchSettings = BENCH_DEFAULTS  # every knob, the workload's too
-    slo: Slo | None = None  # --goodput thresholds; None: the profile's SLO
-    output_details: bool = False  # bench_serving.jsonl rows with the per-request arrays
-    # The launched deployment (decide's sweep): its profile and variant as launched, at
-    # `base_urls`; with it, `profile` and `variants` are not read and nothing is loaded.
-    deployment: Deployment | None = None
 
 
 @dataclass(frozen=True)
@@ -221,10 +202,9 @@ def sweep_launched(deployment: Deployment, base_url: str, settings: BenchSetting
                    traffic: Traffic) -> BenchReport:
     """decide's sweep of the server it launched: bench with `settings`, its files (bench.json,
     bench.md, plots) written into `out`, no push."""
-    request = BenchRequest(profile=None, variants=(), base_urls=(base_url,),
-                           api_key=traffic.api_key, out_dir=out, gateway=None,
-                           settings=settings, deployment=deployment)
-    return bench(request, launcher=_launched_already, push=traffic.push, plot=traffic.plot,
+    options = BenchOptions(settings, api_key=traffic.api_key, base_urls=(base_url,),
+                           deployment=deployment, out_dir=out)
+    return bench(options, launcher=_launched_already, push=traffic.push, plot=traffic.plot,
                  client_factory=traffic.client_factory, progress=traffic.progress,
                  send=traffic.send_bench).report
 
@@ -234,48 +214,42 @@ def _launched_already(profile: Profile) -> Launcher:
 
 
 def bench(
-    request: BenchRequest, *, launcher: LauncherFactory, push: PushReport, plot: PlotWriter,
+    options: BenchOptions, *, launcher: LauncherFactory, push: PushReport, plot: PlotWriter,
     client_factory: ClientFactory, progress: ProgressView | None = None,
-    driver: SweepDriver | None = None, send: BenchSender = run_bench,
+    send: BenchSender = run_bench,
 ) -> BenchResult:
-    """Resolve the targets, sweep each (launching profile variants), write the files, push.
-    `driver` sends the load instead of opsctl's client (`--driver`, opsctl.traffic.bench.drivers)."""
-    loaded, targets, active = _bench_plan(request, launcher)
-    settings, spec, workload, served_tokenizer = _bench_workload(request, loaded, driver)
-    options = BenchOptions(
-        settings, api_key=request.api_key,
-        profile_alias=loaded.model.served_name if loaded else None,
-        slo=request.slo or (loaded.slo if loaded else None), workload=workload, driver=driver,
-        arrival_seed=spec.seed,
-    )
-    out = request.out_dir or default_bench_dir()
+    """Resolve the targets and the workload, sweep each target (launching profile variants),
+    write the files, push. `options.driver` sends the load instead of opsctl's client
+    (`--driver`, opsctl.traffic.bench.drivers)."""
+    loaded, targets, active = _bench_plan(options, launcher)
+    options, served_tokenizer = _bench_workload(options, loaded)
+    out = options.out_dir or default_bench_dir()
     with progress() if progress else nullcontext(None) as on_progress:
         report = send(targets, options, profile_name=loaded.name if loaded else None,
-                           launcher=active, progress=on_progress, client_factory=client_factory)
+                      launcher=active, progress=on_progress, client_factory=client_factory)
     if served_tokenizer is not None:
         _check_tokenizer(report, served_tokenizer)
-    written = write_report_files(report, out, request.output_details) + plot(report, out)
-    pushed = _push(push, "bench", report, request.gateway)
+    written = write_report_files(report, out, options.output_details) + plot(report, out)
+    pushed = _push(push, "bench", report, options.gateway)
     return BenchResult(report=report, out_dir=out, written=written, pushed=pushed,
                        error=bench_verdict(report, out))
 
 
-def _bench_workload(request: BenchRequest, loaded: Profile | None,
-                    driver: SweepDriver | None,
-                    ) -> tuple[BenchSettings, WorkloadSpec, Workload, str | None]:
-    """The workload a sweep sends, the settings as it runs them and the served tokenizer
-    its prompts were counted with: a trace is replayed whole
-    per level unless --requests says otherwise, and a trace or multi-turn sessions are kept by
-    one client process. A bad dataset or tokenizer, or options a trace refuses: exit 2 before
-    any launch."""
-    settings = request.settings
+def _bench_workload(options: BenchOptions,
+                    loaded: Profile | None) -> tuple[BenchOptions, str | None]:
+    """The plan as the sweep runs it (the workload built, the settings as applied, the
+    profile's alias and SLO) and the served tokenizer its prompts were counted with: a trace
+    is replayed whole per level unless --requests says otherwise, and a trace or multi-turn
+    sessions are kept by one client process. A bad dataset or tokenizer, or options a trace
+    refuses: exit 2 before any launch."""
+    settings, driver = options.settings, options.driver
     # No dataset asked for (decide's sweep too): bench's own default, token-exact `random` when
     # a tokenizer is found, else words with the reason in the note.
     spec = WorkloadSpec.of(settings)
     served_tokenizer, unmapped = None, None
     if driver is None and loaded is not None and spec.name == "random" and spec.tokenizer is None:
-        served_tokenizer = _served_tokenizer(request.deployment or loaded.resolve(
-            request.variants[0] if request.variants else None))
+        served_tokenizer = _served_tokenizer(options.deployment or loaded.resolve(
+            options.variants[0] if options.variants else None))
         try:
             spec = replace(spec, tokenizer=local_tokenizer(served_tokenizer,
                                                            loaded.model.container_path,
@@ -295,7 +269,9 @@ def _bench_workload(request: BenchRequest, loaded: Profile | None,
     settings = settings.model_copy(update={
         "requests_per_level": per_level,
         "client_workers": 1 if one_process else settings.client_workers})
-    return settings, spec, workload, served_tokenizer
+    return replace(options, settings=settings, workload=workload, arrival_seed=spec.seed,
+                   profile_alias=loaded.model.served_name if loaded else None,
+                   slo=options.slo or (loaded.slo if loaded else None)), served_tokenizer
 
 
 def _note_workload(workload: Workload, spec: WorkloadSpec, unmapped: str | None,
@@ -395,7 +371,7 @@ def _check_tokenizer(report: BenchReport, served_tokenizer: str) -> None:
 
 
 def _bench_plan(
-    request: BenchRequest, launcher: LauncherFactory
+    request: BenchOptions, launcher: LauncherFactory
 ) -> tuple[Profile | None, list[Target], Launcher | None]:
     """The profile (when one applies), the targets in order, and what launches them."""
     if request.deployment is not None:  # launched already: its profile, never the file's now

@@ -17,7 +17,7 @@ from rich.console import Console
 from opsctl.config.profiles import Profile
 from opsctl.core.errors import OpsctlError
 from opsctl.traffic import app, view
-from opsctl.traffic.bench.sweep import Launcher
+from opsctl.traffic.bench.sweep import BenchOptions, Launcher
 from opsctl.traffic.client import make_client
 from opsctl.traffic.evals.dataset import load_gsm8k
 from opsctl.traffic.settings import BenchSettings, SmokeSettings
@@ -64,11 +64,10 @@ def test_reports_are_pushed_with_the_key_masked(sim_server: StartSim, tmp_path: 
                       client_factory=make_client, load_dataset=load_gsm8k)
     view.show_smoke(smoke, console)
     bench = app.bench(
-        app.BenchRequest(profile=None, variants=(), base_urls=(url,), api_key=KEY,
-                         out_dir=tmp_path / "bench", gateway=GATEWAY,
-                         settings=BenchSettings(concurrency=(1,), requests_per_level=2,
-                                                input_words=8, output_tokens=4,
-                                                request_timeout_s=10)),
+        BenchOptions(BenchSettings(concurrency=(1,), requests_per_level=2, input_words=8,
+                                   output_tokens=4, request_timeout_s=10),
+                     api_key=KEY, base_urls=(url,), out_dir=tmp_path / "bench",
+                     gateway=GATEWAY),
         launcher=_no_launcher,
         push=push, plot=_no_plots, client_factory=make_client,
     )

@@ -37,10 +37,12 @@ import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
 
+from opsctl.config.profiles import Deployment
 from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import LaunchError, OpsctlError, UsageError, stop_reason
 from opsctl.core.httpcap import answer_json, checked_base_url
@@ -92,13 +94,25 @@ class Target:
 
 @dataclass(frozen=True)
 class BenchOptions:
-    """One sweep's options: the user's settings (traffic.settings.BenchSettings, the one place
-    a setting's name, type and default are written) and only what the run resolved besides."""
+    """One bench run, the one plan `opsctl bench` and decide pass down: the user's settings
+    (traffic.settings.BenchSettings, the one place a knob's name, type, default and help are
+    written), the targets, where the files go, and what the run resolved besides (filled in by
+    traffic.app.bench before the first request)."""
 
     settings: BenchSettings = BENCH_DEFAULTS
     api_key: str | None = None
+    # The targets: `base_urls` ([NAME=]URL), named by `variants` in order; without URLs, the
+    # variants of `profile` (a name or a YAML path), each launched, swept and taken down;
+    # `deployment`: launched already (decide's), judged by its profile as launched.
+    profile: str | None = None
+    variants: tuple[str, ...] = ()
+    base_urls: tuple[str, ...] = ()
+    deployment: Deployment | None = None
+    out_dir: Path | None = None  # None: out/bench-<UTC time>/
+    gateway: str | None = None  # push the report here; None: no push
+    output_details: bool = False  # bench_serving.jsonl rows with the per-request arrays
     profile_alias: str | None = None
-    slo: Slo | None = None  # the profile's, or --goodput's; goodput is judged by it
+    slo: Slo | None = None  # --goodput's, else the profile's; goodput is judged by it
     # None: word prompts of settings.input_words, settings.output_tokens (seeded by
     # prompt_seed). A trace's workload also gives the arrival times (`arrival`).
     workload: Workload | None = None
