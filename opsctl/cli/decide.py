@@ -12,9 +12,25 @@ from typing import Annotated
 import typer
 
 from opsctl.cli.app import ProfileOpt, app, console, err_console, image_ref
-from opsctl.cli.knobs import knob
+from opsctl.cli.knobs import (
+    ApiOpt,
+    DatasetNameOpt,
+    DatasetPathOpt,
+    ExtraBodyOpt,
+    GspGroupsOpt,
+    GspPrefixOpt,
+    GspPromptsOpt,
+    InputWordsOpt,
+    MultiTurnOpt,
+    OutputTokensOpt,
+    SeedOpt,
+    TokenizerOpt,
+    TraceScaleOpt,
+    knob,
+    workload,
+)
 from opsctl.decide.settings import DECIDE_DEFAULTS as _D
-from opsctl.decide.settings import DecideSettings
+from opsctl.decide.settings import QUICK, DecideSettings
 
 
 def _decide(name: str, *flags: str) -> object:
@@ -23,6 +39,7 @@ def _decide(name: str, *flags: str) -> object:
 
 @app.command()
 def decide(
+    ctx: typer.Context,
     profile: ProfileOpt = None,
     variants: Annotated[str | None, typer.Option("--variants", help="Comma-separated variants, "
                         "run in this order (default: every variant of the profile).")] = None,
@@ -38,6 +55,20 @@ def decide(
                      "the ones `opsctl build` made (for variants that share one image).",
                      callback=image_ref)] = None,
     repeats: Annotated[int, _decide("repeats", "--repeats")] = _D.repeats,
+    quick: Annotated[bool, _decide("quick", "--quick")] = _D.quick,
+    input_words: InputWordsOpt = _D.input_words,
+    output_tokens: OutputTokensOpt = _D.output_tokens,
+    api: ApiOpt = _D.api,
+    dataset_name: DatasetNameOpt = None,
+    dataset_path: DatasetPathOpt = None,
+    tokenizer: TokenizerOpt = None,
+    seed: SeedOpt = _D.seed,
+    gsp_groups: GspGroupsOpt = _D.gsp_groups,
+    gsp_prompts_per_group: GspPromptsOpt = _D.gsp_prompts_per_group,
+    gsp_prefix_len: GspPrefixOpt = _D.gsp_prefix_len,
+    multi_turn: MultiTurnOpt = _D.multi_turn,
+    trace_scale: TraceScaleOpt = _D.trace_scale,
+    extra_request_body: ExtraBodyOpt = None,
     margin: Annotated[float | None, _decide("margin_percent", "--margin")] = None,
     rescore: Annotated[str | None, typer.Option("--rescore", help="Judge the decide run in this "
                        "directory again from its files (nothing is launched): by --goodput, else "
@@ -72,21 +103,33 @@ def decide(
     from opsctl.decide import app as decide_app
     from opsctl.decide import view
     from opsctl.deploy import view as deploy_view
+    from opsctl.traffic.app import check_sweep
     from opsctl.traffic.bench.sweep import parse_concurrency, parse_variants
 
     if rescore is not None:
         _rescore(Path(rescore), profile, goodput or [], None if margin is None else margin / 100.0)
         return
     check_output_path(Path(out) if out else REPORTS_DIR, "--out", directory=True)
+    given = {"concurrency": parse_concurrency(concurrency) if concurrency else _D.concurrency,
+             "requests_per_level": requests, "repeats": repeats, "output_tokens": output_tokens}
+    if quick:  # the quick values where the option was not given
+        given |= {name: value for name, value in QUICK.items()
+                  if _defaulted(ctx, {"requests_per_level": "requests"}.get(name, name))}
     settings = DecideSettings(
-        concurrency=parse_concurrency(concurrency) if concurrency else _D.concurrency,
-        requests_per_level=requests, skip_eval=skip_eval, timeout_s=timeout, repeats=repeats,
-        margin_percent=_D.margin_percent if margin is None else margin)
+        skip_eval=skip_eval, timeout_s=timeout, quick=quick,
+        margin_percent=_D.margin_percent if margin is None else margin,
+        **given, **{name: value for name, value in workload(dict(
+            input_words=input_words, output_tokens=output_tokens, api=api,
+            dataset_name=dataset_name, dataset_path=dataset_path, tokenizer=tokenizer, seed=seed,
+            gsp_groups=gsp_groups, gsp_prompts_per_group=gsp_prompts_per_group,
+            gsp_prefix_len=gsp_prefix_len, multi_turn=multi_turn, trace_scale=trace_scale,
+            extra_request_body=extra_request_body)).items() if name not in given})
     request = decide_app.DecideRequest(variants=parse_variants(variants),
                                        out_dir=Path(out) if out else default_decide_dir(),
                                        settings=settings)
     loaded = load_profile(profile)
-    decide_app.chosen(loaded, request.variants)  # bad usage exits 2 before the engine is asked
+    # Bad usage, and a workload the sweeps could not send, exit 2 before the engine is asked.
+    check_sweep(decide_app.chosen(loaded, request.variants)[0], settings.sweep())
     root = Root(image)
     result = decide_app.decide(
         loaded, request, launch=root.launch(), traffic=root.traffic(),
@@ -96,6 +139,12 @@ def decide(
     view.show_decide(console, result)
     if result.error is not None:
         raise result.error
+
+
+def _defaulted(ctx: typer.Context, param: str) -> bool:
+    """Whether the option `param` took its default (was not on the command line)."""
+    source = ctx.get_parameter_source(param)
+    return source is None or source.name == "DEFAULT"
 
 
 def _rescore(directory: Path, profile: str | None, goodput: list[str],

@@ -6,13 +6,14 @@ once); the command's signature gives the flag and reads the default from the sam
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Annotated, Any
 
 import annotated_types
 import typer
 from pydantic import BaseModel
 
 from opsctl.cli.app import within
+from opsctl.traffic.settings import BenchSettings
 
 
 def knob(model: type[BaseModel], name: str, *flags: str, **extra: Any) -> Any:
@@ -38,3 +39,48 @@ def knob(model: type[BaseModel], name: str, *flags: str, **extra: Any) -> Any:
 
 def _is_float(annotation: Any) -> bool:
     return annotation is float or "float" in str(annotation)
+
+
+# --- the workload's options, one definition for `bench` and `decide` ----------------------------
+
+def _bench(name: str, flag: str) -> Any:
+    return knob(BenchSettings, name, flag)
+
+
+InputWordsOpt = Annotated[int, _bench("input_words", "--input-words")]
+OutputTokensOpt = Annotated[int, _bench("output_tokens", "--output-tokens")]
+ApiOpt = Annotated[str, _bench("api", "--api")]
+DatasetNameOpt = Annotated[str | None, _bench("dataset", "--dataset-name")]
+DatasetPathOpt = Annotated[str | None, _bench("dataset_path", "--dataset-path")]
+TokenizerOpt = Annotated[str | None, _bench("tokenizer", "--tokenizer")]
+SeedOpt = Annotated[int, _bench("seed", "--seed")]
+GspGroupsOpt = Annotated[int, _bench("gsp_groups", "--gsp-groups")]
+GspPromptsOpt = Annotated[int, _bench("gsp_prompts_per_group", "--gsp-prompts-per-group")]
+GspPrefixOpt = Annotated[int, _bench("gsp_prefix_len", "--gsp-prefix-len")]
+MultiTurnOpt = Annotated[int, _bench("multi_turn", "--multi-turn")]
+TraceScaleOpt = Annotated[float, _bench("trace_scale", "--trace-scale")]
+ExtraBodyOpt = Annotated[str | None, _bench("extra_request_body", "--extra-request-body")]
+
+
+def workload(given: dict[str, Any]) -> dict[str, Any]:
+    """BenchSettings' workload fields (traffic.settings.WORKLOAD_KNOBS) from the values of the
+    options above, by parameter name: names and paths parsed, the request body checked (a bad
+    one is exit 2 here, before anything starts)."""
+    from pathlib import Path
+
+    from opsctl.traffic.bench.sweep import parse_request_body
+    from opsctl.traffic.bench.workloads import parse_dataset_name
+    from opsctl.traffic.client import parse_api
+
+    path, tokenizer = given["dataset_path"], given["tokenizer"]
+    return {
+        "input_words": given["input_words"], "output_tokens": given["output_tokens"],
+        "api": parse_api(given["api"]),
+        "dataset": parse_dataset_name(given["dataset_name"]) if given["dataset_name"] else None,
+        "dataset_path": Path(path) if path else None,
+        "tokenizer": Path(tokenizer) if tokenizer else None, "seed": given["seed"],
+        "gsp_groups": given["gsp_groups"], "gsp_prompts_per_group": given["gsp_prompts_per_group"],
+        "gsp_prefix_len": given["gsp_prefix_len"], "multi_turn": given["multi_turn"],
+        "trace_scale": given["trace_scale"],
+        "extra_request_body": parse_request_body(given["extra_request_body"]),
+    }

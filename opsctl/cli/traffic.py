@@ -12,7 +12,23 @@ from typing import Annotated
 import typer
 
 from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, err_console, image_ref, within
-from opsctl.cli.knobs import knob
+from opsctl.cli.knobs import (
+    ApiOpt,
+    DatasetNameOpt,
+    DatasetPathOpt,
+    ExtraBodyOpt,
+    GspGroupsOpt,
+    GspPrefixOpt,
+    GspPromptsOpt,
+    InputWordsOpt,
+    MultiTurnOpt,
+    OutputTokensOpt,
+    SeedOpt,
+    TokenizerOpt,
+    TraceScaleOpt,
+    knob,
+    workload,
+)
 from opsctl.cli.root import Root, gateway_from
 from opsctl.traffic.settings import BENCH_DEFAULTS as _B
 from opsctl.traffic.settings import SMOKE_DEFAULTS as _S
@@ -141,10 +157,10 @@ def bench(
                    "out/bench-<UTC time>/).")] = None,
     requests: Annotated[int | None, _bench("requests_per_level", "--requests")
                         ] = _B.requests_per_level,
-    input_words: Annotated[int, _bench("input_words", "--input-words")] = _B.input_words,
-    output_tokens: Annotated[int, _bench("output_tokens", "--output-tokens")] = _B.output_tokens,
+    input_words: InputWordsOpt = _B.input_words,
+    output_tokens: OutputTokensOpt = _B.output_tokens,
     model: Annotated[str | None, _bench("model", "--model")] = _B.model,
-    api: Annotated[str, _bench("api", "--api")] = _B.api,
+    api: ApiOpt = _B.api,
     request_timeout: Annotated[float, _bench("request_timeout_s", "--request-timeout")
                                ] = _B.request_timeout_s,
     deadline: Annotated[float | None, _bench("deadline_s", "--deadline")] = _B.deadline_s,
@@ -154,18 +170,16 @@ def bench(
     duration: Annotated[float | None, _bench("duration_s", "--duration")] = _B.duration_s,
     ignore_eos: Annotated[bool, _bench("ignore_eos", "--ignore-eos/--no-ignore-eos")
                           ] = _B.ignore_eos,
-    dataset_name: Annotated[str | None, _bench("dataset", "--dataset-name")] = _B.dataset,
-    dataset_path: Annotated[str | None, _bench("dataset_path", "--dataset-path")] = None,
-    multi_turn: Annotated[int, _bench("multi_turn", "--multi-turn")] = _B.multi_turn,
-    trace_scale: Annotated[float, _bench("trace_scale", "--trace-scale")] = _B.trace_scale,
-    tokenizer: Annotated[str | None, _bench("tokenizer", "--tokenizer")] = None,
-    seed: Annotated[int, _bench("seed", "--seed")] = _B.seed,
-    gsp_groups: Annotated[int, _bench("gsp_groups", "--gsp-groups")] = _B.gsp_groups,
-    gsp_prompts_per_group: Annotated[int, _bench("gsp_prompts_per_group",
-                                                 "--gsp-prompts-per-group")
-                                     ] = _B.gsp_prompts_per_group,
-    gsp_prefix_len: Annotated[int, _bench("gsp_prefix_len", "--gsp-prefix-len")
-                              ] = _B.gsp_prefix_len,
+    dataset_name: DatasetNameOpt = _B.dataset,
+    dataset_path: DatasetPathOpt = None,
+    multi_turn: MultiTurnOpt = _B.multi_turn,
+    trace_scale: TraceScaleOpt = _B.trace_scale,
+    tokenizer: TokenizerOpt = None,
+    seed: SeedOpt = _B.seed,
+    gsp_groups: GspGroupsOpt = _B.gsp_groups,
+    gsp_prompts_per_group: GspPromptsOpt = _B.gsp_prompts_per_group,
+    gsp_prefix_len: GspPrefixOpt = _B.gsp_prefix_len,
+    extra_request_body: ExtraBodyOpt = None,
     driver: Annotated[str, typer.Option(
         "--driver", help="What sends the load: opsctl (its own client) or sglang-bench "
         "(`python3 -m sglang.bench_serving` inside each target's opsctl container, tokenizer "
@@ -208,8 +222,6 @@ def bench(
         parse_goodput,
         parse_variants,
     )
-    from opsctl.traffic.bench.workloads import parse_dataset_name
-    from opsctl.traffic.client import parse_api
 
     if rescore is not None:
         rescored = traffic.rescore(Path(rescore), parse_goodput(goodput or []),
@@ -221,15 +233,15 @@ def bench(
     check_output_path(Path(out) if out else REPORTS_DIR, "--out", directory=True)
     settings = BenchSettings(
         concurrency=parse_concurrency(concurrency) if concurrency else _B.concurrency,
-        requests_per_level=requests, input_words=input_words, output_tokens=output_tokens,
-        api=parse_api(api), model=model, request_timeout_s=request_timeout, deadline_s=deadline,
-        ignore_eos=ignore_eos, request_rate=request_rate, duration_s=duration,
-        client_workers=client_workers,
-        dataset=parse_dataset_name(dataset_name) if dataset_name else None,
-        dataset_path=Path(dataset_path) if dataset_path else None,
-        tokenizer=Path(tokenizer) if tokenizer else None, seed=seed, gsp_groups=gsp_groups,
-        gsp_prompts_per_group=gsp_prompts_per_group, gsp_prefix_len=gsp_prefix_len,
-        multi_turn=multi_turn, trace_scale=trace_scale,
+        requests_per_level=requests, model=model, request_timeout_s=request_timeout,
+        deadline_s=deadline, ignore_eos=ignore_eos, request_rate=request_rate,
+        duration_s=duration, client_workers=client_workers,
+        **workload(dict(input_words=input_words, output_tokens=output_tokens, api=api,
+                        dataset_name=dataset_name, dataset_path=dataset_path,
+                        tokenizer=tokenizer, seed=seed, gsp_groups=gsp_groups,
+                        gsp_prompts_per_group=gsp_prompts_per_group,
+                        gsp_prefix_len=gsp_prefix_len, multi_turn=multi_turn,
+                        trace_scale=trace_scale, extra_request_body=extra_request_body)),
     )
     root = Root(image)
     options = BenchOptions(

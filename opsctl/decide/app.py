@@ -78,12 +78,12 @@ from opsctl.gate.gate import UpProgress, attention_kind
 from opsctl.traffic.app import (
     Traffic,
     check_launched,
+    check_sweep,
     profile_evals,
     smoke_launched,
     sweep_launched,
 )
 from opsctl.traffic.bench.report import BenchReport
-from opsctl.traffic.settings import BenchSettings
 from opsctl.traffic.smoke_report import SmokeReport
 from opsctl.traffic.smoke_report import verdict_error as smoke_verdict
 from opsctl.verify.app import VerifyResult
@@ -142,6 +142,7 @@ def decide(
     records = [_record(deployment, image, index)
                for index, (deployment, image) in enumerate(zip(deployments, images, strict=True))]
     check_launched(deployments[0], profile_evals(deployments[0], skip=asked.skip_eval), traffic)
+    check_sweep(deployments[0], asked.sweep())  # a dataset or lengths it cannot send: exit 2
     clock = launch.clock
     slo = profile.slo
     report = DecideReport(started_at=clock.now().isoformat(timespec="seconds"),
@@ -331,11 +332,8 @@ def _bench(ctx: _Ctx, deployment: Deployment, base_url: str, folder: Path,
     """One repeat's sweep into `folder`, recorded as a run of `record`."""
     out = ctx.request.out_dir
     ctx.ticker.phase("bench")
-    asked = ctx.request.settings
-    swept = sweep_launched(deployment, base_url,
-                           BenchSettings(concurrency=asked.concurrency,
-                                         requests_per_level=asked.requests_per_level),
-                           folder, ctx.traffic)
+    swept = sweep_launched(deployment, base_url, ctx.request.settings.sweep(), folder,
+                           ctx.traffic)
     _raise_stop(swept, "bench", folder / BENCH_JSON)
     path = _rel(out, folder / BENCH_JSON)
     if repeat == 1:

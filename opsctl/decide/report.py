@@ -8,6 +8,7 @@ written afresh, atomically; a run stopped by Ctrl-C is still written, marked par
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -255,6 +256,7 @@ def markdown(report: DecideReport) -> str:
               f"{', '.join(map(str, report.concurrency))}; "
               f"{report.requests_per_level or 'max(16, 4 x concurrency)'} measured requests "
               "per level" + ("; evals skipped (--skip-eval)" if report.skip_eval else "") + ".",
+              *_workload(report.settings),
               "", "Ranking by SLO goodput: among variants that passed every gate (start, verify, "
               "smoke with the profile's evals), the highest concurrency that meets the "
               f"profile's SLO ({_slo(report)}) without a failed request wins, then the higher "
@@ -315,6 +317,30 @@ def markdown(report: DecideReport) -> str:
               "sparse attention differ past index_topk tokens by design, so such pairs are "
               "not compared.", ""]
     return "\n".join(lines)
+
+
+def _workload(settings: DecideSettings | None) -> list[str]:
+    """The workload the verdict was judged on, as the sweeps were asked to send it (each
+    variant's bench.json `config` says what was sent, e.g. words where no tokenizer was
+    found)."""
+    if settings is None:
+        return []
+    named = settings.dataset or "random (token-exact with a tokenizer, else words)"
+    lengths = (f"{settings.input_words} prompt words or tokens, {settings.output_tokens} output "
+               "tokens" if settings.dataset in (None, "random", "words",
+                                                "generated-shared-prefix")
+               else f"lengths from {settings.dataset_path}")
+    parts = [f"dataset {named}", lengths, f"api {settings.api}"]
+    if settings.dataset == "generated-shared-prefix":
+        parts.append(f"{settings.gsp_groups} groups x {settings.gsp_prompts_per_group} prompts "
+                     f"sharing {settings.gsp_prefix_len}-token prefixes")
+    if settings.multi_turn > 1:
+        parts.append(f"{settings.multi_turn}-turn chat sessions")
+    if settings.extra_request_body:
+        parts.append("extra request body " + json.dumps(settings.extra_request_body))
+    if settings.quick:
+        parts.append("--quick")
+    return ["", "Workload: " + "; ".join(parts) + f" (seed {settings.seed})."]
 
 
 def _slo(report: DecideReport) -> str:

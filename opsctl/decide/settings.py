@@ -8,13 +8,20 @@ use (DecideReport.settings).
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from opsctl.config.profile_checks import MAX_READINESS_SECONDS
-from opsctl.traffic.settings import bench_knob
+from opsctl.traffic.client import Api
+from opsctl.traffic.settings import WORKLOAD_KNOBS, BenchSettings, DatasetName, bench_knob
 
 _CONCURRENCY = (1, 8, 32, 64)
 _MARGIN_PERCENT = 3.0
+# --quick: these knobs' values unless given (one repeat, two short levels, short answers).
+QUICK: dict[str, Any] = {"repeats": 1, "concurrency": (1, 8), "requests_per_level": 8,
+                         "output_tokens": 64}
 
 
 class DecideSettings(BaseModel):
@@ -36,6 +43,29 @@ class DecideSettings(BaseModel):
         "and smoke's own checks only."))
     timeout_s: float | None = Field(None, ge=0.01, le=MAX_READINESS_SECONDS, description=(
         "Readiness timeout per variant in seconds (default: the profile's)."))
+    quick: bool = Field(False, description=(
+        "A short run: " + ", ".join(f"{k} {v}" for k, v in QUICK.items()) + ", unless those "
+        "options are given (a decide on the simulator in minutes, not hours)."))
+    # The workload each sweep sends: bench's own knobs (traffic.settings.WORKLOAD_KNOBS).
+    input_words: int = bench_knob("input_words")
+    output_tokens: int = bench_knob("output_tokens")
+    api: Api = bench_knob("api")
+    dataset: DatasetName | None = bench_knob("dataset")
+    dataset_path: Path | None = bench_knob("dataset_path")
+    tokenizer: Path | None = bench_knob("tokenizer")
+    seed: int = bench_knob("seed")
+    gsp_groups: int = bench_knob("gsp_groups")
+    gsp_prompts_per_group: int = bench_knob("gsp_prompts_per_group")
+    gsp_prefix_len: int = bench_knob("gsp_prefix_len")
+    multi_turn: int = bench_knob("multi_turn")
+    trace_scale: float = bench_knob("trace_scale")
+    extra_request_body: dict[str, Any] | None = bench_knob("extra_request_body")
+
+    def sweep(self) -> BenchSettings:
+        """What each sweep runs with: the levels, the requests and the workload."""
+        return BenchSettings(concurrency=self.concurrency,
+                             requests_per_level=self.requests_per_level,
+                             **{name: getattr(self, name) for name in WORKLOAD_KNOBS})
 
     @property
     def margin(self) -> float:

@@ -9,6 +9,7 @@ the CLI raises for its verdict.
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from opsctl.config.profiles import Deployment, Profile, load_profile
 from opsctl.config.releases import flag_values
 from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import OpsctlError, UsageError
-from opsctl.core.files import check_output_path
+from opsctl.core.files import check_output_path, read_bounded
 from opsctl.core.redact import redact_userinfo
 from opsctl.core.reports import default_bench_dir, default_smoke_path
 from opsctl.traffic.bench.records import REQUESTS_DIR, rescore_report
@@ -207,6 +208,45 @@ def sweep_launched(deployment: Deployment, base_url: str, settings: BenchSetting
     return bench(options, launcher=_launched_already, push=traffic.push, plot=traffic.plot,
                  client_factory=traffic.client_factory, progress=traffic.progress,
                  send=traffic.send_bench).report
+
+
+def check_sweep(deployment: Deployment, settings: BenchSettings) -> None:
+    """Refuse, before anything is stopped, a workload decide's sweeps could not send: a dataset
+    file not in its format, a tokenizer that does not load, prompt and answer lengths beyond
+    the model's context (UsageError, exit 2). The workload is built as the sweep builds it."""
+    _check_context(deployment, settings)
+    _bench_workload(BenchOptions(settings, base_urls=("http://launched",),
+                                 deployment=deployment), deployment.profile)
+
+
+def _check_context(deployment: Deployment, settings: BenchSettings) -> None:
+    """Fixed lengths (words, random, shared prefix) against the server's --context-length, else
+    the model's own max_position_embeddings (its config.json on this host, when readable)."""
+    if settings.dataset in ("sharegpt", "mooncake-trace"):
+        return  # the data's own lengths
+    context, source = _context_length(deployment)
+    prefix = settings.gsp_prefix_len if settings.dataset == "generated-shared-prefix" else 0
+    wanted = prefix + settings.input_words + settings.output_tokens
+    if context is not None and wanted > context:
+        raise UsageError(f"the prompt and answer lengths ({wanted} tokens) exceed the model's "
+                         f"context of {context} tokens ({source})",
+                         hint="shorten --input-words/--output-tokens, or raise "
+                              "server.context_length in the profile")
+
+
+def _context_length(deployment: Deployment) -> tuple[int | None, str]:
+    if deployment.server.context_length is not None:
+        return deployment.server.context_length, "server.context_length"
+    host = deployment.profile.model.host_path
+    if host is None:
+        return None, ""
+    config = Path(host) / "config.json"
+    try:
+        value = json.loads(read_bounded(config, "model.host_path", 1 << 20)).get(
+            "max_position_embeddings")
+    except (OSError, ValueError, AttributeError, OpsctlError):
+        return None, ""
+    return (value, f"{config}: max_position_embeddings") if isinstance(value, int) else (None, "")
 
 
 def _launched_already(profile: Profile) -> Launcher:

@@ -106,6 +106,16 @@ class BenchSettings(_Settings):
         "prompts). 1: single requests."))
     trace_scale: float = Field(1.0, ge=1e-6, le=1e6, description=(
         "mooncake-trace: send each request at its timestamp x this (0.5: twice as fast)."))
+    extra_request_body: dict[str, Any] | None = Field(None, description=(
+        "A JSON object merged into every request's body, e.g. '{\"chat_template_kwargs\": "
+        "{\"enable_thinking\": false}}' (sglang.bench_serving's --extra-request-body; the "
+        "keys opsctl sets itself are refused)."))
+
+
+# The knobs of what a sweep sends (decide's sweep takes them too: one definition, bench's).
+WORKLOAD_KNOBS = ("input_words", "output_tokens", "api", "dataset", "dataset_path", "tokenizer",
+                  "seed", "gsp_groups", "gsp_prompts_per_group", "gsp_prefix_len", "multi_turn",
+                  "trace_scale", "extra_request_body")
 
 
 def bench_knob(name: str) -> Any:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 from fakes import Behaviour, FakeClock, FakeEngine, FakeSglang
 from typer.testing import CliRunner
 
@@ -33,6 +34,7 @@ from opsctl.core.errors import (
     OpsctlError,
     UsageError,
 )
+from opsctl.core.paths import project_root
 from opsctl.decide import app as decide_app
 from opsctl.decide.app import DecideRequest, DecideResult
 from opsctl.decide.report import DecideReport, VariantRecord
@@ -289,7 +291,12 @@ def test_the_variant_free_of_failures_at_the_highest_level_wins(tmp_path: Path) 
     # The settings the run was asked, defaults filled in, recorded once in decide.json.
     assert json.loads((run.out / "decide.json").read_text())["settings"] == {
         "repeats": 2, "margin_percent": 3.0, "concurrency": [1, 8], "requests_per_level": 4,
-        "skip_eval": False, "timeout_s": None}
+        "skip_eval": False, "timeout_s": None, "quick": False,
+        # the workload: bench's knobs and defaults
+        "input_words": 256, "output_tokens": 256, "api": "completions", "dataset": None,
+        "dataset_path": None, "tokenizer": None, "seed": 0, "gsp_groups": 8,
+        "gsp_prompts_per_group": 8, "gsp_prefix_len": 512, "multi_turn": 1,
+        "trace_scale": 1.0, "extra_request_body": None}
     page = (run.out / "decide.md").read_text()
     assert f"**{report.recommendation}**" in page
     assert "[smoke](01-baseline/smoke.json) [bench](01-baseline/bench.json)" in page
@@ -616,3 +623,88 @@ def test_a_failing_teardown_never_replaces_a_ctrl_c_or_a_bug(tmp_path: Path,
             _decide_with(run, bench)
     saved = json.loads((run.out / "decide.json").read_text())
     assert saved["partial"] is True and saved["left_behind"]
+
+
+def _sim_copy(tmp_path: Path, **server: object) -> str:
+    """deploy/sim.yaml with `server` settings changed, as a file."""
+    data = yaml.safe_load((project_root() / "deploy" / "sim.yaml").read_text())
+    data["server"].update(server)
+    path = tmp_path / "sim-copy.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--extra-request-body", "[1]"], "--extra-request-body: a JSON object is needed"),
+    (["--extra-request-body", "{\"stream\": false}"], "sets stream, which bench sets itself"),
+    (["--extra-request-body", "{not json"], "--extra-request-body: not JSON"),
+    (["--dataset-name", "mooncake-trace", "--dataset-path", "TRACE"], ":1: not JSON"),
+    (["--dataset-name", "nope"], "--dataset-name 'nope': choose one of"),
+    (["--input-words", "1000", "--output-tokens", "100"],
+     "(1100 tokens) exceed the model's context of 1024 tokens (server.context_length)"),
+], ids=["body-list", "body-own-key", "body-not-json", "trace-not-jsonl", "dataset", "context"])
+def test_a_workload_the_sweeps_cannot_send_is_exit_2_before_the_engine_is_asked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str) -> None:
+    """One line, exit 2, before anything starts: the engine is never connected."""
+    from opsctl.engine import dockerpy
+
+    monkeypatch.setattr(dockerpy, "connect", lambda *a, **k: pytest.fail("engine asked"))
+    trace = tmp_path / "trace.txt"
+    trace.write_text("timestamp,input_length\n0,10\n")
+    args = [str(trace) if arg == "TRACE" else arg for arg in args]
+    result = CliRunner().invoke(app, ["decide", "--profile",
+                                      _sim_copy(tmp_path, context_length=1024), *args])
+    assert isinstance(result.exception, OpsctlError), result.output
+    assert result.exception.exit_code == 2 and message in result.exception.message
+    assert "\n" not in result.exception.message
+
+
+def test_decide_sweeps_the_workload_it_was_given_and_says_so(tmp_path: Path) -> None:
+    """bench's workload options, one definition for both commands: decide's sweeps send them,
+    decide.json records them and decide.md states the workload judged on."""
+    bench = FakeBench({})
+    sent: list[BenchOptions] = []
+
+    def recording(targets: list[Target], options: BenchOptions, **_: object) -> BenchReport:
+        sent.append(options)
+        return bench(targets, options)
+
+    run = Run(tmp_path)
+    body = {"chat_template_kwargs": {"enable_thinking": False}}
+    result = decide_app.decide(
+        PROFILE, DecideRequest(variants=("baseline",), out_dir=run.out, settings=DecideSettings(
+            concurrency=LEVELS, requests_per_level=4, repeats=1, input_words=64,
+            output_tokens=32, dataset="words", extra_request_body=body)),
+        launch=Launch(engine=run.engine, image_for=lambda _: IMAGE, verify=FakeVerify(),
+                      state=None, http=FakeSglang(PROFILE.model.served_name, ["ready"]).client,
+                      clock=FakeClock()),
+        traffic=traffic(FakeSmoke(), recording))
+    assert result.error is None
+    (options,) = sent
+    asked = options.settings
+    assert (asked.input_words, asked.output_tokens, asked.dataset) == (64, 32, "words")
+    assert asked.extra_request_body == body and options.work().name == "words"
+    saved = json.loads((run.out / "decide.json").read_text())["settings"]
+    assert saved["extra_request_body"] == body and saved["input_words"] == 64
+    page = (run.out / "decide.md").read_text()
+    assert ("Workload: dataset words; 64 prompt words or tokens, 32 output tokens; api "
+            "completions; extra request body {\"chat_template_kwargs\": {\"enable_thinking\": "
+            "false}} (seed 0).") in page
+
+
+def test_quick_shortens_what_was_not_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--quick: one repeat, two short levels, short answers; an option given keeps its value."""
+    asked: list[DecideSettings] = []
+
+    def capture(profile: object, request: DecideRequest, **_: object) -> DecideResult:
+        asked.append(request.settings)
+        raise KeyboardInterrupt
+
+    from opsctl.engine import dockerpy
+
+    monkeypatch.setattr(dockerpy, "connect", lambda *a, **k: FakeEngine())
+    monkeypatch.setattr(decide_app, "decide", capture)
+    CliRunner().invoke(app, ["decide", "--profile", "sim", "--quick", "--repeats", "3"])
+    (settings,) = asked
+    assert (settings.quick, settings.repeats, settings.concurrency) == (True, 3, (1, 8))
+    assert (settings.requests_per_level, settings.output_tokens) == (8, 64)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import functools
+import json
 import math
 import os
 import platform
@@ -235,6 +236,31 @@ def parse_goodput(items: Sequence[str]) -> Slo | None:
                                for key, limit in thresholds.items()})
 
 
+# What bench's client sets itself: an extra body may not replace them (the figures need them).
+OWN_BODY_KEYS = frozenset({"model", "prompt", "messages", "max_tokens", "stream",
+                           "stream_options"})
+
+
+def parse_request_body(text: str | None) -> dict[str, Any] | None:
+    """`--extra-request-body JSON`: a JSON object, none of whose keys bench sets itself;
+    UsageError (exit 2) for anything else, before any request."""
+    if text is None:
+        return None
+    hint = "e.g. --extra-request-body '{\"chat_template_kwargs\": {\"enable_thinking\": false}}'"
+    try:
+        body = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"--extra-request-body: not JSON ({exc})", hint=hint) from None
+    if not isinstance(body, dict):
+        raise UsageError(f"--extra-request-body: a JSON object is needed, not "
+                         f"{type(body).__name__}", hint=hint)
+    taken = sorted(OWN_BODY_KEYS & set(body))
+    if taken:
+        raise UsageError(f"--extra-request-body sets {', '.join(taken)}, which bench sets "
+                         "itself", hint="use --output-tokens, --api and --model instead")
+    return body
+
+
 def parse_variants(text: str | None) -> tuple[str, ...]:
     """`--variants a,b`: the names in order, blanks dropped. Absent: () (every variant); given
     but naming none (`--variants ,`) is a UsageError, not a silent "run every variant"."""
@@ -330,7 +356,8 @@ async def sweep(
                 result.model = await resolve_model(client, options,
                                                      min(60.0, asked.request_timeout_s))
                 spec = RequestSpec(asked.api, result.model.served_name, options.temperature,
-                                   asked.ignore_eos, asked.request_timeout_s, options.work())
+                                   asked.ignore_eos, asked.request_timeout_s, options.work(),
+                                   extra_body=asked.extra_request_body)
                 local = InProcess(client, spec)
                 if max(workers.values()) > 1:
                     pool = WorkerPool(WorkerSetup(base_url, options.api_key,
