@@ -59,6 +59,7 @@ GspPromptsOpt = Annotated[int, _bench("gsp_prompts_per_group", "--gsp-prompts-pe
 GspPrefixOpt = Annotated[int, _bench("gsp_prefix_len", "--gsp-prefix-len")]
 MultiTurnOpt = Annotated[int, _bench("multi_turn", "--multi-turn")]
 TraceScaleOpt = Annotated[float, _bench("trace_scale", "--trace-scale")]
+RangeRatioOpt = Annotated[float, _bench("range_ratio", "--random-range-ratio")]
 ExtraBodyOpt = Annotated[str | None, _bench("extra_request_body", "--extra-request-body")]
 
 
@@ -81,6 +82,6 @@ def workload(given: dict[str, Any]) -> dict[str, Any]:
         "tokenizer": Path(tokenizer) if tokenizer else None, "seed": given["seed"],
         "gsp_groups": given["gsp_groups"], "gsp_prompts_per_group": given["gsp_prompts_per_group"],
         "gsp_prefix_len": given["gsp_prefix_len"], "multi_turn": given["multi_turn"],
-        "trace_scale": given["trace_scale"],
+        "trace_scale": given["trace_scale"], "range_ratio": given["random_range_ratio"],
         "extra_request_body": parse_request_body(given["extra_request_body"]),
     }

@@ -23,6 +23,7 @@ from opsctl.cli.knobs import (
     InputWordsOpt,
     MultiTurnOpt,
     OutputTokensOpt,
+    RangeRatioOpt,
     SeedOpt,
     TokenizerOpt,
     TraceScaleOpt,
@@ -179,6 +180,7 @@ def bench(
     gsp_groups: GspGroupsOpt = _B.gsp_groups,
     gsp_prompts_per_group: GspPromptsOpt = _B.gsp_prompts_per_group,
     gsp_prefix_len: GspPrefixOpt = _B.gsp_prefix_len,
+    random_range_ratio: RangeRatioOpt = _B.range_ratio,
     extra_request_body: ExtraBodyOpt = None,
     driver: Annotated[str, typer.Option(
         "--driver", help="What sends the load: opsctl (its own client) or sglang-bench "
@@ -241,7 +243,8 @@ def bench(
                         tokenizer=tokenizer, seed=seed, gsp_groups=gsp_groups,
                         gsp_prompts_per_group=gsp_prompts_per_group,
                         gsp_prefix_len=gsp_prefix_len, multi_turn=multi_turn,
-                        trace_scale=trace_scale, extra_request_body=extra_request_body)),
+                        trace_scale=trace_scale, random_range_ratio=random_range_ratio,
+                        extra_request_body=extra_request_body)),
     )
     root = Root(image)
     options = BenchOptions(

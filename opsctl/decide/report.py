@@ -334,6 +334,8 @@ def _workload(settings: DecideSettings | None) -> list[str]:
     if settings.dataset == "generated-shared-prefix":
         parts.append(f"{settings.gsp_groups} groups x {settings.gsp_prompts_per_group} prompts "
                      f"sharing {settings.gsp_prefix_len}-token prefixes")
+    if settings.range_ratio < 1:
+        parts.append(f"lengths drawn from [length x {settings.range_ratio:g}, length]")
     if settings.multi_turn > 1:
         parts.append(f"{settings.multi_turn}-turn chat sessions")
     if settings.extra_request_body:

@@ -59,6 +59,7 @@ class DecideSettings(BaseModel):
     gsp_prefix_len: int = bench_knob("gsp_prefix_len")
     multi_turn: int = bench_knob("multi_turn")
     trace_scale: float = bench_knob("trace_scale")
+    range_ratio: float = bench_knob("range_ratio")
     extra_request_body: dict[str, Any] | None = bench_knob("extra_request_body")
 
     def sweep(self) -> BenchSettings:

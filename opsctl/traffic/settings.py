@@ -106,6 +106,10 @@ class BenchSettings(_Settings):
         "prompts). 1: single requests."))
     trace_scale: float = Field(1.0, ge=1e-6, le=1e6, description=(
         "mooncake-trace: send each request at its timestamp x this (0.5: twice as fast)."))
+    range_ratio: float = Field(1.0, ge=0.0, le=1.0, description=(
+        "random and words: each prompt's and answer's length drawn (seeded) from [length x "
+        "ratio, length], as sglang.bench_serving's --random-range-ratio; 1: every length "
+        "exact."))
     extra_request_body: dict[str, Any] | None = Field(None, description=(
         "A JSON object merged into every request's body, e.g. '{\"chat_template_kwargs\": "
         "{\"enable_thinking\": false}}' (sglang.bench_serving's --extra-request-body; the "
@@ -115,7 +119,7 @@ class BenchSettings(_Settings):
 # The knobs of what a sweep sends (decide's sweep takes them too: one definition, bench's).
 WORKLOAD_KNOBS = ("input_words", "output_tokens", "api", "dataset", "dataset_path", "tokenizer",
                   "seed", "gsp_groups", "gsp_prompts_per_group", "gsp_prefix_len", "multi_turn",
-                  "trace_scale", "extra_request_body")
+                  "trace_scale", "range_ratio", "extra_request_body")
 
 
 def bench_knob(name: str) -> Any:

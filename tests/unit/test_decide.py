@@ -296,7 +296,7 @@ def test_the_variant_free_of_failures_at_the_highest_level_wins(tmp_path: Path) 
         "input_words": 256, "output_tokens": 256, "api": "completions", "dataset": None,
         "dataset_path": None, "tokenizer": None, "seed": 0, "gsp_groups": 8,
         "gsp_prompts_per_group": 8, "gsp_prefix_len": 512, "multi_turn": 1,
-        "trace_scale": 1.0, "extra_request_body": None}
+        "trace_scale": 1.0, "range_ratio": 1.0, "extra_request_body": None}
     page = (run.out / "decide.md").read_text()
     assert f"**{report.recommendation}**" in page
     assert "[smoke](01-baseline/smoke.json) [bench](01-baseline/bench.json)" in page

@@ -141,7 +141,8 @@ def bench_argv(options: BenchOptions, concurrency: int, *, served: str, tokenize
         argv += ["--extra-request-body", json.dumps(options.settings.extra_request_body)]
     if spec.name == "random":
         argv += ["--random-input-len", str(spec.input_len),
-                 "--random-output-len", str(spec.output_len), "--random-range-ratio", "1"]
+                 "--random-output-len", str(spec.output_len),
+                 "--random-range-ratio", f"{spec.range_ratio:g}"]
     elif spec.name == "sharegpt":
         argv += ["--dataset-path", str(spec.dataset_path)]
     else:

@@ -180,7 +180,7 @@ def random_args(work: Workload) -> dict[str, int | float | None]:
     fixed = work.spec.name in ("words", "random")
     return {"random_input_len": work.spec.input_len if fixed else None,
             "random_output_len": work.spec.output_len if fixed else None,
-            "random_range_ratio": 1.0 if fixed else None}
+            "random_range_ratio": work.spec.range_ratio if fixed else None}
 
 
 # Progress callback: (variant label, concurrency, requests done, requests total).

@@ -79,6 +79,7 @@ class WorkloadSpec:
     # or the profile's model mount), else `words` with a note saying why; never an error.
     defaulted: bool = False
     trace_scale: float = _B.trace_scale
+    range_ratio: float = _B.range_ratio  # words, random: lengths in [len x ratio, len]
     # Multi-turn chat: sessions of `turns` requests, each sending the session's whole history
     # (its earlier prompts and the server's answers) before its next prompt; `session_width`
     # sessions side by side (each bench phase sets it to its own concurrency: `for_phase`).
@@ -96,7 +97,16 @@ class WorkloadSpec:
                    dataset_path=settings.dataset_path, groups=settings.gsp_groups,
                    prompts_per_group=settings.gsp_prompts_per_group,
                    prefix_len=settings.gsp_prefix_len, trace_scale=settings.trace_scale,
-                   turns=settings.multi_turn)
+                   turns=settings.multi_turn, range_ratio=settings.range_ratio)
+
+    def lengths(self, index: int) -> tuple[int, int]:
+        """Request `index`'s prompt and answer lengths: exact, or with a range ratio below 1
+        drawn from [length x ratio, length] (seeded by the index, as sglang draws them)."""
+        if self.range_ratio >= 1:
+            return self.input_len, self.output_len
+        rng = random.Random(f"{self.seed}:lengths:{index}")
+        return (rng.randint(max(int(self.input_len * self.range_ratio), 1), self.input_len),
+                rng.randint(max(int(self.output_len * self.range_ratio), 1), self.output_len))
 
 
 class Workload:
@@ -131,8 +141,8 @@ class Workload:
 
     def item(self, index: int) -> WorkItem:
         if self.items is None:
-            return WorkItem(make_prompt(index, self.spec.input_len, self.spec.seed),
-                            self.spec.output_len)
+            prompt_len, answer_len = self.spec.lengths(index)
+            return WorkItem(make_prompt(index, prompt_len, self.spec.seed), answer_len)
         return self.items[index % len(self.items)]
 
 
@@ -176,6 +186,10 @@ def _tokens(spec: WorkloadSpec) -> tuple[Tokens | None, str | None]:
 
 
 def build(spec: WorkloadSpec) -> Workload:
+    if spec.range_ratio < 1 and spec.name not in ("words", "random"):
+        raise UsageError(f"--random-range-ratio {spec.range_ratio:g} with --dataset-name "
+                         f"{spec.name}: the data sets its lengths",
+                         hint="drop --random-range-ratio, or use --dataset-name random")
     tokens, unusable = _tokens(spec)
     if spec.name == "sharegpt":
         return _sharegpt(spec, tokens)
@@ -186,7 +200,8 @@ def build(spec: WorkloadSpec) -> Workload:
     if spec.name == "random" and tokens is not None:
         rng = random.Random(spec.seed)
         count = max(64, spec.groups * spec.prompts_per_group)
-        items = [_exact(tokens, spec.input_len, rng, spec.output_len) for _ in range(count)]
+        items = [_exact(tokens, spec.lengths(i)[0], rng, spec.lengths(i)[1])
+                 for i in range(count)]
         return Workload("random", items, spec)
     note = ("no --tokenizer: word prompts, about one token per word" if spec.name == "random"
             else None)
