@@ -1,5 +1,5 @@
 """A copy of deploy/sim.yaml for bench tests that need a profile without a container: optionally
-with a model directory on this host (model.host_path), and a BenchRequest against a URL."""
+with a model directory on this host (model.host_path), and a bench plan (BenchOptions) against a URL."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from typing import Any
 import yaml
 
 from opsctl.core.paths import project_root
-from opsctl.traffic import app as traffic
-from opsctl.traffic.bench.workloads import WorkloadSpec
+from opsctl.traffic.bench.sweep import BenchOptions
 from opsctl.traffic.settings import BenchSettings
 
 
@@ -24,13 +23,12 @@ def sim_profile(tmp_path: Path, host_path: Path | None) -> str:
     return str(path)
 
 
-def bench_request(profile: str, url: str, **changes: Any) -> traffic.BenchRequest:
+def bench_request(profile: str, url: str, **changes: Any) -> BenchOptions:
     """One level of two requests with token-exact random prompts, unless `changes` say else."""
     values: dict[str, Any] = dict(
         profile=profile, variants=(), base_urls=(url,), concurrency=(1,), requests_per_level=2,
         input_words=4, output_tokens=2, model=None, api="completions", api_key=None,
-        request_timeout_s=5.0, out_dir=None, gateway=None,
-        workload=WorkloadSpec(name="random", input_len=4, output_len=2))
+        request_timeout_s=5.0, out_dir=None, gateway=None, dataset="random")
     values.update(changes)
     settings = {name: values.pop(name) for name in list(values) if name in BenchSettings.model_fields}
-    return traffic.BenchRequest(**values, settings=BenchSettings(**settings))
+    return BenchOptions(BenchSettings(**settings), **values)

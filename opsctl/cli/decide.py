@@ -11,41 +11,67 @@ from typing import Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, app, console, err_console, image_ref, within
-from opsctl.config.profile_checks import MAX_READINESS_SECONDS
+from opsctl.cli.app import ProfileOpt, app, console, err_console, image_ref
+from opsctl.cli.knobs import (
+    ApiOpt,
+    DatasetNameOpt,
+    DatasetPathOpt,
+    ExtraBodyOpt,
+    GspGroupsOpt,
+    GspPrefixOpt,
+    GspPromptsOpt,
+    InputWordsOpt,
+    MultiTurnOpt,
+    OutputTokensOpt,
+    RangeRatioOpt,
+    SeedOpt,
+    TokenizerOpt,
+    TraceScaleOpt,
+    knob,
+    workload,
+)
 from opsctl.decide.settings import DECIDE_DEFAULTS as _D
+from opsctl.decide.settings import QUICK, DecideSettings
+
+
+def _decide(name: str, *flags: str) -> object:
+    return knob(DecideSettings, name, *flags)
 
 
 @app.command()
 def decide(
+    ctx: typer.Context,
     profile: ProfileOpt = None,
     variants: Annotated[str | None, typer.Option("--variants", help="Comma-separated variants, "
                         "run in this order (default: every variant of the profile).")] = None,
-    concurrency: Annotated[str | None, typer.Option("--concurrency", help="Comma-separated "
-                           f"bench levels (default {','.join(map(str, _D.concurrency))}).")
-                           ] = None,
-    requests: Annotated[int | None, typer.Option("--requests", min=1, max=1_000_000,
-                        help="Measured requests per level (default max(16, 4 x "
-                        "concurrency)).")] = _D.requests_per_level,
+    concurrency: Annotated[str | None, _decide("concurrency", "--concurrency")] = None,
+    requests: Annotated[int | None, _decide("requests_per_level", "--requests")
+                        ] = _D.requests_per_level,
     out: Annotated[str | None, typer.Option("--out", help="Run directory (default "
                    "out/decide-<UTC time>/): decide.json, decide.md and one folder of evidence "
                    "per variant.")] = None,
-    skip_eval: Annotated[bool, typer.Option("--skip-eval", help="Smoke without GSM8K and the "
-                         "long-context probes: the gates are then start, verify and smoke's "
-                         "own checks only.")] = _D.skip_eval,
-    timeout: Annotated[float | None, typer.Option(
-        help="Readiness timeout per variant in seconds (default: the profile's).",
-        callback=within(0.01, MAX_READINESS_SECONDS))] = _D.timeout_s,
+    skip_eval: Annotated[bool, _decide("skip_eval", "--skip-eval")] = _D.skip_eval,
+    timeout: Annotated[float | None, _decide("timeout_s", "--timeout")] = _D.timeout_s,
     image: Annotated[str | None, typer.Option(help="Run every variant on this image instead of "
                      "the ones `opsctl build` made (for variants that share one image).",
                      callback=image_ref)] = None,
-    repeats: Annotated[int, typer.Option("--repeats", min=1, max=20, help="Sweeps per variant, "
-                       "interleaved A B A B ... (each a fresh up -> bench -> down; the gates "
-                       "run in the first).")] = _D.repeats,
-    margin: Annotated[float | None, typer.Option("--margin", min=0.0, max=50.0, help="Percent: "
-                      "throughputs closer than this (or whose ratio's 95% interval holds 1) "
-                      f"are a tie (default {_D.margin_percent:g}; with --rescore, the run's "
-                      "own).")] = None,
+    repeats: Annotated[int, _decide("repeats", "--repeats")] = _D.repeats,
+    quick: Annotated[bool, _decide("quick", "--quick")] = _D.quick,
+    input_words: InputWordsOpt = _D.input_words,
+    output_tokens: OutputTokensOpt = _D.output_tokens,
+    api: ApiOpt = _D.api,
+    dataset_name: DatasetNameOpt = None,
+    dataset_path: DatasetPathOpt = None,
+    tokenizer: TokenizerOpt = None,
+    seed: SeedOpt = _D.seed,
+    gsp_groups: GspGroupsOpt = _D.gsp_groups,
+    gsp_prompts_per_group: GspPromptsOpt = _D.gsp_prompts_per_group,
+    gsp_prefix_len: GspPrefixOpt = _D.gsp_prefix_len,
+    multi_turn: MultiTurnOpt = _D.multi_turn,
+    trace_scale: TraceScaleOpt = _D.trace_scale,
+    random_range_ratio: RangeRatioOpt = _D.range_ratio,
+    extra_request_body: ExtraBodyOpt = None,
+    margin: Annotated[float | None, _decide("margin_percent", "--margin")] = None,
     rescore: Annotated[str | None, typer.Option("--rescore", help="Judge the decide run in this "
                        "directory again from its files (nothing is launched): by --goodput, else "
                        "the profile's SLO, and --margin; writes decide-rescored.json/.md "
@@ -78,32 +104,50 @@ def decide(
     from opsctl.core.reports import REPORTS_DIR, default_decide_dir
     from opsctl.decide import app as decide_app
     from opsctl.decide import view
-    from opsctl.decide.settings import DecideSettings
     from opsctl.deploy import view as deploy_view
+    from opsctl.traffic.app import check_sweep
     from opsctl.traffic.bench.sweep import parse_concurrency, parse_variants
 
     if rescore is not None:
         _rescore(Path(rescore), profile, goodput or [], None if margin is None else margin / 100.0)
         return
     check_output_path(Path(out) if out else REPORTS_DIR, "--out", directory=True)
+    given = {"concurrency": parse_concurrency(concurrency) if concurrency else _D.concurrency,
+             "requests_per_level": requests, "repeats": repeats, "output_tokens": output_tokens}
+    if quick:  # the quick values where the option was not given
+        given |= {name: value for name, value in QUICK.items()
+                  if _defaulted(ctx, {"requests_per_level": "requests"}.get(name, name))}
     settings = DecideSettings(
-        concurrency=parse_concurrency(concurrency) if concurrency else _D.concurrency,
-        requests_per_level=requests, skip_eval=skip_eval, timeout_s=timeout, repeats=repeats,
-        margin_percent=_D.margin_percent if margin is None else margin)
+        skip_eval=skip_eval, timeout_s=timeout, quick=quick,
+        margin_percent=_D.margin_percent if margin is None else margin,
+        **given, **{name: value for name, value in workload(dict(
+            input_words=input_words, output_tokens=output_tokens, api=api,
+            dataset_name=dataset_name, dataset_path=dataset_path, tokenizer=tokenizer, seed=seed,
+            gsp_groups=gsp_groups, gsp_prompts_per_group=gsp_prompts_per_group,
+            gsp_prefix_len=gsp_prefix_len, multi_turn=multi_turn, trace_scale=trace_scale,
+            random_range_ratio=random_range_ratio,
+            extra_request_body=extra_request_body)).items() if name not in given})
     request = decide_app.DecideRequest(variants=parse_variants(variants),
                                        out_dir=Path(out) if out else default_decide_dir(),
                                        settings=settings)
     loaded = load_profile(profile)
-    decide_app.chosen(loaded, request.variants)  # bad usage exits 2 before the engine is asked
+    # Bad usage, and a workload the sweeps could not send, exit 2 before the engine is asked.
+    check_sweep(decide_app.chosen(loaded, request.variants)[0], settings.sweep())
     root = Root(image)
     result = decide_app.decide(
-        loaded, request, launch=root.launch(), smoke=root.smoke(profile, None),
-        bench=root.sweep(profile), progress=lambda shown: deploy_view.up_progress(console, shown),
+        loaded, request, launch=root.launch(), traffic=root.traffic(),
+        progress=lambda shown: deploy_view.up_progress(console, shown),
         on_step=view.decide_step(console), on_progress=view.decide_progress(err_console),
     )
     view.show_decide(console, result)
     if result.error is not None:
         raise result.error
+
+
+def _defaulted(ctx: typer.Context, param: str) -> bool:
+    """Whether the option `param` took its default (was not on the command line)."""
+    source = ctx.get_parameter_source(param)
+    return source is None or source.name == "DEFAULT"
 
 
 def _rescore(directory: Path, profile: str | None, goodput: list[str],

@@ -224,7 +224,7 @@ def up(
     view.print_warnings(err_console, summary(deployment))
     launch = root.launch(verify=not no_verify, preflight=not skip_preflight)
     if gate:
-        _run_gate(root, launch, deployment, profile, timeout, gateway_from(pushgateway))
+        _run_gate(root, launch, deployment, timeout, gateway_from(pushgateway))
         return
     with view.up_progress(console, deployment) as on_progress:
         result = launch.up(deployment, timeout_seconds=timeout, replace=replace,
@@ -232,14 +232,14 @@ def up(
     view.print_up(console, result)
 
 
-def _run_gate(root: Root, launch: Launch, deployment: Deployment, profile: str | None,
+def _run_gate(root: Root, launch: Launch, deployment: Deployment,
               timeout: float | None, gateway: str | None) -> None:
     from opsctl.deploy import view
     from opsctl.gate import gate
     from opsctl.gate import view as gate_view
 
     result = gate.gate(
-        deployment, launch=launch, smoke=root.smoke(profile, gateway), timeout_seconds=timeout,
+        deployment, launch=launch, traffic=root.traffic(), timeout_seconds=timeout,
         progress=lambda shown: view.up_progress(console, shown),
         on_step=gate_view.gate_step(console), push=root.push, gateway=gateway,
     )

@@ -5,8 +5,8 @@ The engine (connected on first use, then kept: one connection per command), the 
 directory, the clock, how the image is named (`--image`, else the tag `opsctl build` makes),
 the verify room's check, the HTTP client factories (readiness and the traffic client) and the
 metrics push. `launch()` is the one verified, locked launch (deploy.launch.Launch) that `up`,
-`up --gate`, `decide`, `tune` and `bench --variants` start servers through; `smoke()` and
-`sweep()` are the traffic room's smoke and bench in the shapes the gate and decide ask for them.
+`up --gate`, `decide`, `tune` and `bench --variants` start servers through; `traffic()` is what
+the traffic room's smoke and bench take from outside it, which the gate and decide call directly.
 """
 
 from __future__ import annotations
@@ -21,16 +21,12 @@ if TYPE_CHECKING:
     import httpx
 
     from opsctl.config.profiles import Deployment, Profile
-    from opsctl.decide.app import BenchAsk
     from opsctl.deploy.launch import Launch, VariantLauncher
     from opsctl.deploy.state import StateDir
     from opsctl.engine.api import Engine
-    from opsctl.gate.gate import SmokeAsk
-    from opsctl.traffic.app import LocatedServer, SmokeRequest
+    from opsctl.traffic.app import LocatedServer, Traffic
     from opsctl.traffic.bench.driver_sglang import ServingContainer
-    from opsctl.traffic.bench.report import BenchReport
     from opsctl.traffic.client import ClientFactory
-    from opsctl.traffic.smoke_report import SmokeReport
     from opsctl.verify.app import VerifyResult
 
 PUSHGATEWAY_ENV = "OPSCTL_PUSHGATEWAY"
@@ -157,79 +153,17 @@ class Root:
             run=lambda command, env, timeout_s, max_bytes: engine.exec(
                 info.id, command, env=env, timeout_seconds=timeout_s, max_output_bytes=max_bytes))
 
-    def smoke(self, profile: str | None, gateway: str | None) -> TrafficSmoke:
-        """The traffic room's smoke as the gate and decide ask for it."""
-        return TrafficSmoke(self, profile, gateway)
-
-    def sweep(self, profile: str | None) -> TrafficSweep:
-        """The traffic room's bench sweep as decide asks for it."""
-        return TrafficSweep(self, profile)
-
-
-class TrafficSmoke:
-    """The traffic room's smoke (gate.GateSmoke): the server by URL, the evals the profile
-    configures, the last good report as the reference, `opsctl smoke`'s default settings."""
-
-    def __init__(self, root: Root, profile: str | None, gateway: str | None) -> None:
-        self.root = root
-        self.profile = profile  # as given (a name or a YAML path): smoke loads it the same way
-        self.gateway = gateway
-
-    def _request(self, ask: SmokeAsk) -> SmokeRequest:
-        from opsctl.cli.app import err_console
+    def traffic(self) -> Traffic:
+        """The traffic room's smoke and bench as the gate and decide call them: the API key
+        from $OPSCTL_API_KEY, the client factory, the push, the pinned eval datasets, the
+        plots and the progress views on the CLI's consoles."""
+        from opsctl.cli.app import console, err_console
         from opsctl.core.redact import api_key_from_env
-        from opsctl.traffic.app import SmokeRequest
-        from opsctl.traffic.smoke_evals import eval_request
-        from opsctl.traffic.view import eval_progress
-
-        evals = eval_request("gsm8k" if ask.gsm8k else None, long_context=ask.long_context)
-        return SmokeRequest(
-            profile=self.profile or ask.deployment.profile.name, variant=ask.deployment.variant,
-            base_url=ask.base_url, api_key=api_key_from_env(), json_path=ask.report,
-            compare_with=ask.compare_with, gateway=self.gateway, evals=evals,
-            progress=eval_progress(err_console),
-        )
-
-    def check(self, ask: SmokeAsk) -> None:
-        from opsctl.traffic.evals.dataset import load_gsm8k
-        from opsctl.traffic.smoke_evals import plan_evals
-
-        plan_evals(self._request(ask).evals, ask.deployment.profile.eval, load_gsm8k)
-
-    def run(self, ask: SmokeAsk) -> SmokeReport:
-        from opsctl.traffic import app as traffic
-        from opsctl.traffic.evals.dataset import load_gsm8k
-
-        result = traffic.smoke(self._request(ask), locate=self.root.locate_server,
-                               push=self.root.push, client_factory=self.root.client_factory,
-                               load_dataset=load_gsm8k)
-        return result.report
-
-
-class TrafficSweep:
-    """The traffic room's bench as decide runs it: the ready server by URL, bench's defaults
-    for prompt and output length and timeouts, its files (bench.json, bench.md, plots) written
-    into the variant's folder, no push."""
-
-    def __init__(self, root: Root, profile: str | None) -> None:
-        self.root = root
-        self.profile = profile  # as given (a name or a YAML path): bench loads it the same way
-
-    def __call__(self, ask: BenchAsk) -> BenchReport:
-        from opsctl.cli.app import console
-        from opsctl.core.redact import api_key_from_env
-        from opsctl.traffic import app as traffic
         from opsctl.traffic import view
-        from opsctl.traffic.settings import BenchSettings
+        from opsctl.traffic.app import Traffic
+        from opsctl.traffic.evals.dataset import load_gsm8k
 
-        request = traffic.BenchRequest(
-            profile=self.profile or ask.deployment.profile.name,
-            variants=(ask.deployment.variant,), base_urls=(ask.base_url,),
-            api_key=api_key_from_env(), out_dir=ask.out_dir, gateway=None,
-            settings=BenchSettings(concurrency=ask.concurrency,
-                                   requests_per_level=ask.requests_per_level),
-        )
-        result = traffic.bench(request, launcher=self.root.variant_launcher, push=self.root.push,
-                               plot=view.write_plots, client_factory=self.root.client_factory,
-                               progress=lambda: view.live_progress(console))
-        return result.report
+        return Traffic(api_key=api_key_from_env(), client_factory=self.client_factory,
+                       push=self.push, load_dataset=load_gsm8k, plot=view.write_plots,
+                       progress=lambda: view.live_progress(console),
+                       eval_progress=view.eval_progress(err_console))

@@ -12,20 +12,41 @@ from typing import Annotated
 import typer
 
 from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, err_console, image_ref, within
+from opsctl.cli.knobs import (
+    ApiOpt,
+    DatasetNameOpt,
+    DatasetPathOpt,
+    ExtraBodyOpt,
+    GspGroupsOpt,
+    GspPrefixOpt,
+    GspPromptsOpt,
+    InputWordsOpt,
+    MultiTurnOpt,
+    OutputTokensOpt,
+    RangeRatioOpt,
+    SeedOpt,
+    TokenizerOpt,
+    TraceScaleOpt,
+    knob,
+    workload,
+)
 from opsctl.cli.root import Root, gateway_from
-from opsctl.traffic.settings import BENCH_DEFAULTS, DEADLINE_CAP_S, SMOKE_DEFAULTS
+from opsctl.traffic.settings import BENCH_DEFAULTS as _B
+from opsctl.traffic.settings import SMOKE_DEFAULTS as _S
+from opsctl.traffic.settings import BenchSettings, SmokeSettings
 
-ApiOpt = Annotated[
-    str, typer.Option("--api", help="OpenAI endpoint to exercise: 'completions' or 'chat'.")
-]
 PushOpt = Annotated[
     str | None, typer.Option("--pushgateway", help="Push results to this Pushgateway URL "
                              "(default: $OPSCTL_PUSHGATEWAY; unset: no push).")
 ]
-ModelOpt = Annotated[
-    str | None, typer.Option("--model", help="Served model name to use when /v1/models lists "
-                             "several and none is the profile's (never guessed otherwise).")
-]
+
+
+def _bench(name: str, *flags: str) -> object:
+    return knob(BenchSettings, name, *flags)
+
+
+def _smoke(name: str, *flags: str) -> object:
+    return knob(SmokeSettings, name, *flags)
 
 
 @app.command()
@@ -41,23 +62,17 @@ def smoke(
         help="A smoke JSON report of another variant; fail if any greedy output differs, and "
         "say where the first one does.",
     )] = None,
-    model: ModelOpt = None,
-    api: ApiOpt = SMOKE_DEFAULTS.api,
-    request_timeout: Annotated[float, typer.Option(
-        help="Seconds per request.", callback=within(0.01, 86400))
-    ] = SMOKE_DEFAULTS.request_timeout_s,
-    timeout: Annotated[float, typer.Option(
-        help="Seconds for the checks (readiness to compare); each eval has --eval-timeout of "
-        "its own.", callback=within(0.01, 86400))
-    ] = SMOKE_DEFAULTS.overall_timeout_s,
-    eval_timeout: Annotated[float, typer.Option(
-        "--eval-timeout", help="Seconds for each eval asked for (GSM8K, the long-context "
-        "probes), after the checks.", callback=within(0.01, 86400))
-    ] = SMOKE_DEFAULTS.eval_timeout_s,
+    model: Annotated[str | None, _smoke("model", "--model")] = _S.model,
+    api: Annotated[str, _smoke("api", "--api")] = _S.api,
+    request_timeout: Annotated[float, _smoke("request_timeout_s", "--request-timeout")
+                               ] = _S.request_timeout_s,
+    timeout: Annotated[float, _smoke("overall_timeout_s", "--timeout")] = _S.overall_timeout_s,
+    eval_timeout: Annotated[float, _smoke("eval_timeout_s", "--eval-timeout")
+                            ] = _S.eval_timeout_s,
     pushgateway: PushOpt = None,
     eval_name: Annotated[str | None, typer.Option(
         "--eval", help="After the checks, run this accuracy eval ('gsm8k': few-shot, greedy, "
-        "on the profile's pinned local dataset); below its threshold exits 5.")] = None,
+        "on the profile's pinned dataset); below its threshold exits 5.")] = None,
     eval_questions: Annotated[int | None, typer.Option(
         "--eval-questions", min=1, max=1_000_000, help="Ask the first N questions (default: the profile's).",
     )] = None,
@@ -87,6 +102,7 @@ def smoke(
     (unreachable, or no model list), 5 a check, the SLO, the accuracy threshold or a probe
     failed.
     """
+    from dataclasses import replace
     from pathlib import Path
 
     from opsctl.core.files import check_output_path
@@ -97,7 +113,6 @@ def smoke(
     from opsctl.traffic import view
     from opsctl.traffic.client import parse_api
     from opsctl.traffic.evals.dataset import load_gsm8k
-    from opsctl.traffic.settings import SmokeSettings
     from opsctl.traffic.smoke_evals import eval_request
 
     if base_url is not None:
@@ -114,16 +129,16 @@ def smoke(
     settings = SmokeSettings(api=parse_api(api), model=model,
                              request_timeout_s=request_timeout, overall_timeout_s=timeout,
                              eval_timeout_s=eval_timeout)
-    request = traffic.SmokeRequest(
-        profile=profile, variant=variant, base_url=base_url, api_key=api_key_from_env(),
-        json_path=Path(json_path) if json_path else None,
-        compare_with=Path(compare_with) if compare_with else None,
-        gateway=gateway, settings=settings, evals=evals,
-        progress=view.eval_progress(err_console),
-    )
     root = Root()
-    result = traffic.smoke(request, locate=root.locate_server, push=root.push,
-                           client_factory=root.client_factory, load_dataset=load_gsm8k)
+    options = replace(
+        traffic.smoke_target(profile, variant, base_url, root.locate_server),
+        api_key=api_key_from_env(), settings=settings,
+        report_path=Path(json_path) if json_path else None,
+        compare_with=Path(compare_with) if compare_with else None,
+        gateway=gateway, progress=view.eval_progress(err_console),
+    )
+    result = traffic.smoke(options, evals, push=root.push, client_factory=root.client_factory,
+                           load_dataset=load_gsm8k)
     view.show_smoke(result, console)
     if result.error is not None:
         raise result.error
@@ -135,77 +150,43 @@ def bench(
     variants: Annotated[str | None, typer.Option("--variants", help="Comma-separated variants: "
                         "each is brought up, swept and taken down (or names the --base-url "
                         "targets in order).")] = None,
-    concurrency: Annotated[str | None, typer.Option("--concurrency", help="Comma-separated "
-                           "levels (default "
-                           f"{','.join(map(str, BENCH_DEFAULTS.concurrency))}).")] = None,
+    concurrency: Annotated[str | None, _bench("concurrency", "--concurrency")] = None,
     base_url: Annotated[list[str] | None, typer.Option("--base-url", help="[NAME=]URL of a "
                         "running server; repeat for several.")] = None,
     out: Annotated[str | None, typer.Option("--out", help="Report directory (default "
                    "out/bench-<UTC time>/).")] = None,
-    requests: Annotated[int | None, typer.Option("--requests", min=1, max=1_000_000, help="Measured requests "
-                        "per level (default max(16, 4 x concurrency)).")] = None,
-    input_words: Annotated[int, typer.Option(min=1, max=1_000_000, help="Prompt length in words "
-                           "(about one token each).")] = BENCH_DEFAULTS.input_words,
-    output_tokens: Annotated[int, typer.Option(min=2, max=1_000_000,
-                                               help="Output tokens per request.")
-                             ] = BENCH_DEFAULTS.output_tokens,
-    model: ModelOpt = None,
-    api: ApiOpt = BENCH_DEFAULTS.api,
-    request_timeout: Annotated[float, typer.Option(
-        help="Seconds per request.", callback=within(0.01, 86400))
-    ] = BENCH_DEFAULTS.request_timeout_s,
-    deadline: Annotated[float | None, typer.Option("--deadline", callback=within(1, 7 * 86400),
-                        help="Seconds each "
-                        "target's sweep may take (default: the most its levels could take at "
-                        f"the request timeout, at most {DEADLINE_CAP_S:.0f}).")] = None,
+    requests: Annotated[int | None, _bench("requests_per_level", "--requests")
+                        ] = _B.requests_per_level,
+    input_words: InputWordsOpt = _B.input_words,
+    output_tokens: OutputTokensOpt = _B.output_tokens,
+    model: Annotated[str | None, _bench("model", "--model")] = _B.model,
+    api: ApiOpt = _B.api,
+    request_timeout: Annotated[float, _bench("request_timeout_s", "--request-timeout")
+                               ] = _B.request_timeout_s,
+    deadline: Annotated[float | None, _bench("deadline_s", "--deadline")] = _B.deadline_s,
     pushgateway: PushOpt = None,
-    request_rate: Annotated[float | None, typer.Option(
-        "--request-rate", callback=within(1e-6, 1e9), help="Poisson arrivals per second "
-        "(seeded), with each --concurrency level as the cap; default: a closed loop.")] = None,
-    duration: Annotated[float | None, typer.Option(
-        "--duration", callback=within(0.01, 7 * 86400), help="Seconds of measured load per "
-        "level (instead of --requests, which then caps it).")] = None,
-    ignore_eos: Annotated[bool, typer.Option(
-        "--ignore-eos/--no-ignore-eos", help="Send sglang/vLLM's ignore_eos so every answer is "
-        "--output-tokens long (--no-ignore-eos for servers that refuse it).")
-    ] = BENCH_DEFAULTS.ignore_eos,
-    dataset_name: Annotated[str | None, typer.Option(
-        "--dataset-name", help="words | random (token-exact with --tokenizer or the profile's "
-        "model mount) | sharegpt (--dataset-path) | generated-shared-prefix | mooncake-trace "
-        "(--dataset-path: replayed at its timestamps, prompts sharing its hash_ids' 512-token "
-        "blocks). Default: random, "
-        "token-exact whenever a tokenizer is found, else words (the report's note says why).")
-    ] = None,
-    dataset_path: Annotated[str | None, typer.Option(
-        "--dataset-path", help="ShareGPT-format JSON file, or a Mooncake trace JSONL for "
-        "--dataset-name mooncake-trace (local).")] = None,
-    multi_turn: Annotated[int, typer.Option(
-        "--multi-turn", min=1, max=1000, help="Chat sessions of N turns (--api chat): each "
-        "turn sends the session's history, its earlier prompts and the server's answers, "
-        "before its own prompt (seeded like the prompts). 1: single requests.")] = 1,
-    trace_scale: Annotated[float, typer.Option(
-        "--trace-scale", callback=within(1e-6, 1e6), help="mooncake-trace: send each request "
-        "at its timestamp x this (0.5: twice as fast).")] = 1.0,
-    tokenizer: Annotated[str | None, typer.Option(
-        "--tokenizer", help="Host path of the served model's tokenizer.json or model "
-        "directory (where /model_info's tokenizer path lives on this host).")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of prompts and arrivals.")] = 0,
-    gsp_groups: Annotated[int, typer.Option("--gsp-groups", min=1, max=100_000,
-                          help="generated-shared-prefix: prefix groups.")] = 8,
-    gsp_prompts_per_group: Annotated[int, typer.Option(
-        "--gsp-prompts-per-group", min=1, max=100_000, help="generated-shared-prefix: prompts "
-        "per group.")] = 8,
-    gsp_prefix_len: Annotated[int, typer.Option(
-        "--gsp-prefix-len", min=1, max=1_000_000, help="generated-shared-prefix: tokens of "
-        "each shared prefix (the question is --input-words long).")] = 512,
+    request_rate: Annotated[float | None, _bench("request_rate", "--request-rate")
+                            ] = _B.request_rate,
+    duration: Annotated[float | None, _bench("duration_s", "--duration")] = _B.duration_s,
+    ignore_eos: Annotated[bool, _bench("ignore_eos", "--ignore-eos/--no-ignore-eos")
+                          ] = _B.ignore_eos,
+    dataset_name: DatasetNameOpt = _B.dataset,
+    dataset_path: DatasetPathOpt = None,
+    multi_turn: MultiTurnOpt = _B.multi_turn,
+    trace_scale: TraceScaleOpt = _B.trace_scale,
+    tokenizer: TokenizerOpt = None,
+    seed: SeedOpt = _B.seed,
+    gsp_groups: GspGroupsOpt = _B.gsp_groups,
+    gsp_prompts_per_group: GspPromptsOpt = _B.gsp_prompts_per_group,
+    gsp_prefix_len: GspPrefixOpt = _B.gsp_prefix_len,
+    random_range_ratio: RangeRatioOpt = _B.range_ratio,
+    extra_request_body: ExtraBodyOpt = None,
     driver: Annotated[str, typer.Option(
         "--driver", help="What sends the load: opsctl (its own client) or sglang-bench "
         "(`python3 -m sglang.bench_serving` inside each target's opsctl container, tokenizer "
         "and dataset paths as the container sees them).")] = "opsctl",
-    client_workers: Annotated[int | None, typer.Option(
-        "--client-workers", min=1, max=1024, help="Client processes sending each level, each "
-        "with its own event loop (never more than the level's concurrency). Default: one per "
-        "64 concurrent streams, at most the usable cores less one.")] = None,
+    client_workers: Annotated[int | None, _bench("client_workers", "--client-workers")
+                              ] = _B.client_workers,
     goodput: Annotated[list[str] | None, typer.Option(
         "--goodput", help="A good request's limit, ttft:MS or tpot:MS (repeatable; "
         "sglang.bench_serving's keys). Default: the profile's SLO; neither: no goodput.")] = None,
@@ -236,10 +217,12 @@ def bench(
     from opsctl.traffic import view
     from opsctl.traffic.bench.driver_sglang import SglangBench
     from opsctl.traffic.bench.drivers import SGLANG_BENCH, parse_driver
-    from opsctl.traffic.bench.sweep import parse_concurrency, parse_goodput, parse_variants
-    from opsctl.traffic.bench.workloads import WorkloadSpec, parse_dataset_name
-    from opsctl.traffic.client import parse_api
-    from opsctl.traffic.settings import DEFAULT_CONCURRENCY, BenchSettings
+    from opsctl.traffic.bench.sweep import (
+        BenchOptions,
+        parse_concurrency,
+        parse_goodput,
+        parse_variants,
+    )
 
     if rescore is not None:
         rescored = traffic.rescore(Path(rescore), parse_goodput(goodput or []),
@@ -249,35 +232,30 @@ def bench(
     chosen = parse_driver(driver)
     gateway = gateway_from(pushgateway)
     check_output_path(Path(out) if out else REPORTS_DIR, "--out", directory=True)
-    workload = WorkloadSpec(
-        name=parse_dataset_name(dataset_name or "random"),
-        # only the default may fall back to words: a named dataset or --tokenizer must work
-        defaulted=dataset_name is None and tokenizer is None,
-        input_len=input_words, output_len=output_tokens,
-        seed=seed, tokenizer=Path(tokenizer) if tokenizer else None,
-        dataset_path=Path(dataset_path) if dataset_path else None, groups=gsp_groups,
-        prompts_per_group=gsp_prompts_per_group, prefix_len=gsp_prefix_len,
-        trace_scale=trace_scale, turns=multi_turn,
-    )
     settings = BenchSettings(
-        concurrency=parse_concurrency(concurrency) if concurrency else DEFAULT_CONCURRENCY,
-        requests_per_level=requests, input_words=input_words, output_tokens=output_tokens,
-        api=parse_api(api), model=model, request_timeout_s=request_timeout, deadline_s=deadline,
-        ignore_eos=ignore_eos, request_rate=request_rate, duration_s=duration,
-        client_workers=client_workers,
-    )
-    request = traffic.BenchRequest(
-        profile=profile, variants=parse_variants(variants), base_urls=tuple(base_url or ()),
-        api_key=api_key_from_env(), out_dir=Path(out) if out else None, gateway=gateway,
-        settings=settings, workload=workload, slo=parse_goodput(goodput or []),
-        output_details=output_details,
+        concurrency=parse_concurrency(concurrency) if concurrency else _B.concurrency,
+        requests_per_level=requests, model=model, request_timeout_s=request_timeout,
+        deadline_s=deadline, ignore_eos=ignore_eos, request_rate=request_rate,
+        duration_s=duration, client_workers=client_workers,
+        **workload(dict(input_words=input_words, output_tokens=output_tokens, api=api,
+                        dataset_name=dataset_name, dataset_path=dataset_path,
+                        tokenizer=tokenizer, seed=seed, gsp_groups=gsp_groups,
+                        gsp_prompts_per_group=gsp_prompts_per_group,
+                        gsp_prefix_len=gsp_prefix_len, multi_turn=multi_turn,
+                        trace_scale=trace_scale, random_range_ratio=random_range_ratio,
+                        extra_request_body=extra_request_body)),
     )
     root = Root(image)
-    result = traffic.bench(request, launcher=root.variant_launcher, push=root.push,
+    options = BenchOptions(
+        settings, api_key=api_key_from_env(), profile=profile,
+        variants=parse_variants(variants), base_urls=tuple(base_url or ()),
+        out_dir=Path(out) if out else None, gateway=gateway, slo=parse_goodput(goodput or []),
+        output_details=output_details,
+        driver=SglangBench(root.serving_container) if chosen == SGLANG_BENCH else None,
+    )
+    result = traffic.bench(options, launcher=root.variant_launcher, push=root.push,
                            plot=view.write_plots, client_factory=root.client_factory,
-                           progress=lambda: view.live_progress(console),
-                           driver=SglangBench(root.serving_container) if chosen == SGLANG_BENCH
-                           else None)
+                           progress=lambda: view.live_progress(console))
     view.show_bench(result, console)
     if result.error is not None:
         raise result.error

@@ -11,8 +11,14 @@ from typing import Annotated
 
 import typer
 
-from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, image_ref, within
+from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, image_ref
+from opsctl.cli.knobs import knob
 from opsctl.tune.settings import TUNE_DEFAULTS as _D
+from opsctl.tune.settings import TuneSettings
+
+
+def _tune(name: str, *flags: str, **extra: str) -> object:
+    return knob(TuneSettings, name, *flags, **extra)
 
 
 @app.command()
@@ -22,20 +28,13 @@ def tune(
     param: Annotated[list[str], typer.Option("--param", help="NAME=v1,v2: a server setting "
                      "(a typed profile field, e.g. cuda_graph_max_bs) and its values; repeat "
                      "for several knobs (the grid is every combination).")] = [],  # noqa: B006
-    budget: Annotated[float | None, typer.Option("--budget", callback=within(0.1, 7 * 24 * 60),
-                      help="Minutes for the "
-                      "whole search; when the grid does not fit, successive halving "
-                      "(docs/trace-and-tune.md); 0.1 to 10080 (a week).")] = _D.budget_minutes,
-    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Concurrency of "
-                           "each point's bench (the load you serve).")] = _D.concurrency,
-    requests: Annotated[int, typer.Option("--requests", min=4, help="Measured requests per "
-                        "point (halving rungs use fewer).")] = _D.requests,
-    input_words: Annotated[int, typer.Option(min=1, help="Prompt length in words.")
-                           ] = _D.input_words,
-    output_tokens: Annotated[int, typer.Option(min=2, help="Output tokens per request.")
-                             ] = _D.output_tokens,
-    request_timeout: Annotated[float, typer.Option(help="Seconds per request.",
-                                                   callback=within(0.01, 86400))
+    budget: Annotated[float | None, _tune("budget_minutes", "--budget")] = _D.budget_minutes,
+    concurrency: Annotated[int, _tune("concurrency", "--concurrency")] = _D.concurrency,
+    requests: Annotated[int, _tune("requests", "--requests")] = _D.requests,
+    input_words: Annotated[int, _tune("input_words", "--input-words",
+                                      help="Prompt length in words.")] = _D.input_words,
+    output_tokens: Annotated[int, _tune("output_tokens", "--output-tokens")] = _D.output_tokens,
+    request_timeout: Annotated[float, _tune("request_timeout_s", "--request-timeout")
                                ] = _D.request_timeout_s,
     out: Annotated[str | None, typer.Option("--out", help="Run directory (default "
                    "out/tune-<UTC time>/): tune-state.json, tune.md, tpot.png, "
@@ -61,7 +60,6 @@ def tune(
     from opsctl.tune import app as tune_app
     from opsctl.tune import view
     from opsctl.tune.runner import DeployRunner
-    from opsctl.tune.settings import TuneSettings
     from opsctl.tune.state import TUNE_DIR_PREFIX, latest_run
 
     if not param:

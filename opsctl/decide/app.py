@@ -19,8 +19,9 @@ interval holds 1, are a tie (opsctl.decide.verdict), and the verdict says what w
 them.
 
 Collaborators come in as arguments, in the shapes `up --gate` gets them (the launch: engine,
-image naming, the verify room's check, state, HTTP, clock; the traffic room's smoke) plus the
-bench sweep.
+image naming, the verify room's check, state, HTTP, clock; what the traffic room's smoke and
+bench take from outside it); decide calls the traffic room's smoke and bench itself, with the
+Deployment it launched: nothing reads the profile file again after the launch.
 """
 
 from __future__ import annotations
@@ -73,7 +74,15 @@ from opsctl.decide.settings import DECIDE_DEFAULTS, DecideSettings
 from opsctl.decide.verdict import compare_pairs, recommend
 from opsctl.deploy.app import Progress, left_line
 from opsctl.deploy.launch import Launch
-from opsctl.gate.gate import GateSmoke, SmokeAsk, UpProgress
+from opsctl.gate.gate import UpProgress
+from opsctl.traffic.app import (
+    Traffic,
+    check_launched,
+    check_sweep,
+    profile_evals,
+    smoke_launched,
+    sweep_launched,
+)
 from opsctl.traffic.bench.report import BenchReport
 from opsctl.traffic.smoke_report import SmokeReport
 from opsctl.traffic.smoke_report import verdict_error as smoke_verdict
@@ -94,21 +103,6 @@ class DecideRequest:
 
 
 @dataclass(frozen=True)
-class BenchAsk:
-    """What decide asks of bench: sweep this server at the levels, write the files into out_dir."""
-
-    deployment: Deployment
-    base_url: str
-    concurrency: tuple[int, ...]
-    requests_per_level: int | None
-    out_dir: Path
-
-
-# The traffic room's sweep, as the CLI wires it; returns the report it wrote to ask.out_dir.
-BenchRun = Callable[[BenchAsk], BenchReport]
-
-
-@dataclass(frozen=True)
 class DecideResult:
     report: DecideReport
     out_dir: Path
@@ -119,8 +113,7 @@ class DecideResult:
 @dataclass(frozen=True)
 class _Ctx:
     launch: Launch
-    smoke: GateSmoke
-    bench: BenchRun
+    traffic: Traffic  # smoke and bench of each launched variant, by its profile as launched
     progress: UpProgress
     on_step: Callable[[str], None]
     request: DecideRequest
@@ -132,8 +125,8 @@ def _up_quietly(_: Deployment) -> AbstractContextManager[Callable[[Progress], No
 
 
 def decide(
-    profile: Profile, request: DecideRequest, *, launch: Launch, smoke: GateSmoke,
-    bench: BenchRun, progress: UpProgress | None = None,
+    profile: Profile, request: DecideRequest, *, launch: Launch, traffic: Traffic,
+    progress: UpProgress | None = None,
     on_step: Callable[[str], None] = lambda line: None,
     on_progress: Callable[[str], None] = lambda line: None,
 ) -> DecideResult:
@@ -148,7 +141,8 @@ def decide(
     out = request.out_dir
     records = [_record(deployment, image, index)
                for index, (deployment, image) in enumerate(zip(deployments, images, strict=True))]
-    smoke.check(_ask(deployments[0], "", out / records[0].directory, asked.skip_eval))
+    check_launched(deployments[0], profile_evals(deployments[0], skip=asked.skip_eval), traffic)
+    check_sweep(deployments[0], asked.sweep())  # a dataset or lengths it cannot send: exit 2
     clock = launch.clock
     slo = profile.slo
     report = DecideReport(started_at=clock.now().isoformat(timespec="seconds"),
@@ -161,7 +155,7 @@ def decide(
     began = clock.monotonic()
     ticker = Ticker(clock, began, len(records) * asked.repeats, len(records), asked.repeats,
                     on_progress)
-    ctx = _Ctx(launch, smoke, bench, progress or _up_quietly, on_step, request, ticker)
+    ctx = _Ctx(launch, traffic, progress or _up_quietly, on_step, request, ticker)
     smoked: dict[str, SmokeReport] = {}
     # One lock for the whole run, taken before anything is touched (each up/down re-enters it):
     # between two variants no other opsctl run may start a server on this profile and skew the
@@ -217,15 +211,6 @@ def _record(deployment: Deployment, image: str, index: int) -> VariantRecord:
         attention=attention_kind(deployment), kv_cache_dtype=deployment.server.kv_cache_dtype,
         directory=f"{index + 1:02d}-{_UNSAFE.sub('_', deployment.variant)}",
     )
-
-
-def _ask(deployment: Deployment, base_url: str, folder: Path, skip_eval: bool) -> SmokeAsk:
-    """Smoke as the gate asks it, with the profile's evals (unless skipped) and no reference:
-    decide compares the variants with each other afterwards, never as a smoke verdict."""
-    evals = deployment.profile.eval
-    return SmokeAsk(deployment=deployment, base_url=base_url, report=folder / SMOKE_FILE,
-                    compare_with=None, gsm8k=not skip_eval and evals.gsm8k is not None,
-                    long_context=not skip_eval and "long_context" in evals.model_fields_set)
 
 
 def _run_variant(ctx: _Ctx, deployment: Deployment, image: str,
@@ -316,18 +301,21 @@ def _teardown(ctx: _Ctx, deployment: Deployment, folder: Path, record: VariantRe
 
 def _smoke_and_bench(ctx: _Ctx, deployment: Deployment, base_url: str, folder: Path,
                      record: VariantRecord) -> SmokeReport:
-    out = ctx.request.out_dir
-    ask = _ask(deployment, base_url, folder, ctx.request.settings.skip_eval)
-    ctx.ticker.phase("smoke" + ("" if ctx.request.settings.skip_eval else " (with evals)"))
-    report = ctx.smoke.run(ask)
-    _raise_stop(report, "smoke", ask.report)
-    record.smoke_report = _rel(out, ask.report)
+    out, skip_eval = ctx.request.out_dir, ctx.request.settings.skip_eval
+    path = folder / SMOKE_FILE
+    ctx.ticker.phase("smoke" + ("" if skip_eval else " (with evals)"))
+    # No reference: decide compares the variants with each other afterwards, never as a
+    # smoke verdict.
+    report = smoke_launched(deployment, base_url, ctx.traffic, report=path, compare_with=None,
+                            evals=profile_evals(deployment, skip=skip_eval), gateway=None)
+    _raise_stop(report, "smoke", path)
+    record.smoke_report = _rel(out, path)
     record.evidence.append(record.smoke_report)
     if report.gsm8k is not None:
         record.accuracy = report.gsm8k.score
     record.probes = [Probe(name=p.name, passed=p.passed, detail=p.detail)
                      for p in report.long_context or []]
-    failed = smoke_verdict(report, ask.report)
+    failed = smoke_verdict(report, path)
     if failed is not None:
         _disqualify(ctx, record, "smoke", failed.message, [], None)
         return report
@@ -343,8 +331,8 @@ def _bench(ctx: _Ctx, deployment: Deployment, base_url: str, folder: Path,
     """One repeat's sweep into `folder`, recorded as a run of `record`."""
     out = ctx.request.out_dir
     ctx.ticker.phase("bench")
-    swept = ctx.bench(BenchAsk(deployment, base_url, ctx.request.settings.concurrency,
-                               ctx.request.settings.requests_per_level, folder))
+    swept = sweep_launched(deployment, base_url, ctx.request.settings.sweep(), folder,
+                           ctx.traffic)
     _raise_stop(swept, "bench", folder / BENCH_JSON)
     path = _rel(out, folder / BENCH_JSON)
     if repeat == 1:

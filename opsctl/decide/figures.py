@@ -43,6 +43,7 @@ def run_level(level: LevelResult) -> Level:
     return Level(concurrency=level.concurrency, tpot_p50_ms=level.tpot_ms.p50,
                  tpot_p90_ms=level.tpot_ms.p90,
                  output_tokens_per_s=level.output_tokens_per_s if level.completed else None,
+                 input_tokens_per_s=level.input_tokens_per_s if level.completed else None,
                  failures=level.failed + level.warmup_failed, aborted=level.aborted,
                  accept_length=round(accept.mean, 3) if accept else None,
                  requests=level.requests, note=level.requests_note)
@@ -103,11 +104,13 @@ def pool(entry: Pooled, slo: Slo | None) -> Level:
     first = run_level(entry.levels[0])
     tpots = _values(entry.repeats, "tpot_s")
     throughput = _mean([lv.output_tokens_per_s if lv.completed else None for lv in entry.levels])
+    inputs = _mean([run_level(lv).input_tokens_per_s for lv in entry.levels])
     level = Level(
         concurrency=entry.concurrency,
         tpot_p50_ms=round(percentile(tpots, 50) * 1000, 4) if tpots else first.tpot_p50_ms,
         tpot_p90_ms=round(percentile(tpots, 90) * 1000, 4) if tpots else first.tpot_p90_ms,
         output_tokens_per_s=None if throughput is None else round(throughput, 3),
+        input_tokens_per_s=None if inputs is None else round(inputs, 3),
         failures=sum(lv.failed + lv.warmup_failed for lv in entry.levels),
         aborted=next((lv.aborted for lv in entry.levels if lv.aborted), None),
         accept_length=_mean([run_level(lv).accept_length for lv in entry.levels]),

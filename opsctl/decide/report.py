@@ -8,6 +8,7 @@ written afresh, atomically; a run stopped by Ctrl-C is still written, marked par
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -49,6 +50,7 @@ class Level(BaseModel):
     tpot_p50_ms: float | None
     tpot_p90_ms: float | None
     output_tokens_per_s: float | None  # pooled: the mean over repeats
+    input_tokens_per_s: float | None = None  # server-counted prompt tokens; pooled: the mean
     failures: int  # measured and warm-up requests that failed (pooled: over every repeat)
     aborted: str | None = None  # why the level stopped early
     # Tokens per speculative verify step, from the server's sglang:spec_accept_length (MTP only).
@@ -254,6 +256,7 @@ def markdown(report: DecideReport) -> str:
               f"{', '.join(map(str, report.concurrency))}; "
               f"{report.requests_per_level or 'max(16, 4 x concurrency)'} measured requests "
               "per level" + ("; evals skipped (--skip-eval)" if report.skip_eval else "") + ".",
+              *_workload(report.settings),
               "", "Ranking by SLO goodput: among variants that passed every gate (start, verify, "
               "smoke with the profile's evals), the highest concurrency that meets the "
               f"profile's SLO ({_slo(report)}) without a failed request wins, then the higher "
@@ -285,9 +288,9 @@ def markdown(report: DecideReport) -> str:
               "three); accept length is the server's own `sglang:spec_accept_length` (MTP "
               "variants; `-` without speculation).", "",
               "| variant | concurrency | repeats | requests | TPOT p50 (ms) [95% CI] | TPOT p90 (ms) "
-              "| output tok/s [95% CI] | SLO goodput req/s [95% CI] | meets SLO | accept length "
-              "| failures |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+              "| input tok/s | output tok/s [95% CI] | SLO goodput req/s [95% CI] | meets SLO "
+              "| accept length | failures |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for r in report.variants:
         for lv in r.levels:
             failures = str(lv.failures) + (f" ({lv.aborted})" if lv.aborted else "") + (
@@ -296,12 +299,13 @@ def markdown(report: DecideReport) -> str:
             lines.append(f"| {_cell(r.variant)} | {lv.concurrency} | {lv.repeats} | "
                          f"{lv.requests} | {_with_ci(lv.tpot_p50_ms, lv.tpot_p50_ci_ms, '{:.2f}')} "
                          f"| {fmt(lv.tpot_p90_ms, '{:.2f}')} | "
+                         f"{fmt(lv.input_tokens_per_s, '{:.1f}')} | "
                          f"{_with_ci(lv.output_tokens_per_s, lv.output_tokens_per_s_ci, '{:.1f}')}"
                          f" | {_with_ci(lv.goodput_per_s, lv.goodput_ci, '{:.3f}')} | {meets} | "
                          f"{'-' if lv.accept_length is None else f'{lv.accept_length:.2f}'} | "
                          f"{_cell(failures)} |")
         if r.bench_note:
-            lines.append(f"| {_cell(r.variant)} | - | - | - | - | - | - | - | - | - | "
+            lines.append(f"| {_cell(r.variant)} | - | - | - | - | - | - | - | - | - | - | "
                          f"{_cell(r.bench_note)} |")
     lines += _runs_lines(report)
     lines += ["", "## Greedy outputs, variant against variant", ""]
@@ -313,6 +317,32 @@ def markdown(report: DecideReport) -> str:
               "sparse attention differ past index_topk tokens by design, so such pairs are "
               "not compared.", ""]
     return "\n".join(lines)
+
+
+def _workload(settings: DecideSettings | None) -> list[str]:
+    """The workload the verdict was judged on, as the sweeps were asked to send it (each
+    variant's bench.json `config` says what was sent, e.g. words where no tokenizer was
+    found)."""
+    if settings is None:
+        return []
+    named = settings.dataset or "random (token-exact with a tokenizer, else words)"
+    lengths = (f"{settings.input_words} prompt words or tokens, {settings.output_tokens} output "
+               "tokens" if settings.dataset in (None, "random", "words",
+                                                "generated-shared-prefix")
+               else f"lengths from {settings.dataset_path}")
+    parts = [f"dataset {named}", lengths, f"api {settings.api}"]
+    if settings.dataset == "generated-shared-prefix":
+        parts.append(f"{settings.gsp_groups} groups x {settings.gsp_prompts_per_group} prompts "
+                     f"sharing {settings.gsp_prefix_len}-token prefixes")
+    if settings.range_ratio < 1:
+        parts.append(f"lengths drawn from [length x {settings.range_ratio:g}, length]")
+    if settings.multi_turn > 1:
+        parts.append(f"{settings.multi_turn}-turn chat sessions")
+    if settings.extra_request_body:
+        parts.append("extra request body " + json.dumps(settings.extra_request_body))
+    if settings.quick:
+        parts.append("--quick")
+    return ["", "Workload: " + "; ".join(parts) + f" (seed {settings.seed})."]
 
 
 def _slo(report: DecideReport) -> str:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal
 
 from opsctl.config.profiles import Deployment, Profile
 from opsctl.config.review import attention_kind
@@ -41,10 +41,9 @@ from opsctl.deploy.app import Progress, find_servers
 from opsctl.deploy.launch import Launch
 from opsctl.deploy.state import LastGood, StateDir, Verdict, host_checkpoint
 from opsctl.engine.api import Engine
+from opsctl.traffic.app import Traffic, check_launched, profile_evals, smoke_launched
+from opsctl.traffic.smoke_evals import EvalRequest
 from opsctl.verify.app import VerifyMismatch
-
-if TYPE_CHECKING:
-    from opsctl.traffic.smoke_report import SmokeReport
 
 # observe.metrics.GATE_OUTCOMES lists the same values (a unit test compares them).
 Outcome = Literal["passed", "failed", "interrupted"]
@@ -55,29 +54,6 @@ _GATE_OF_CHECK = {"compare": "compare", "gsm8k": "eval gsm8k", "long_context": "
 
 class GateFailed(SmokeError):
     """A gate failed: the variant was removed and the last good one brought back (exit 5)."""
-
-
-@dataclass(frozen=True)
-class SmokeAsk:
-    """What the gate asks of smoke: the server, where the report goes, what to compare with."""
-
-    deployment: Deployment
-    base_url: str
-    report: Path
-    compare_with: Path | None
-    gsm8k: bool  # the profile has an eval.gsm8k section
-    long_context: bool  # the profile sets eval.long_context
-
-
-class GateSmoke(Protocol):
-    """The traffic room's smoke, as the CLI wires it."""
-
-    def check(self, ask: SmokeAsk) -> None:
-        """Raise, before anything is stopped, when smoke cannot run as asked (a dataset that is
-        not its pin)."""
-
-    def run(self, ask: SmokeAsk) -> SmokeReport:
-        """Smoke the server at `ask.base_url`; the report is written to `ask.report`."""
 
 
 # Opens the readiness display of one `up` and yields its callback.
@@ -113,9 +89,11 @@ class GateResult:
 class _Ctx:
     launch: Launch
     state: StateDir
+    traffic: Traffic  # smoke of the launched variant, judged by its profile as launched
     progress: UpProgress
     on_step: Callable[[str], None]
     timeout_seconds: float | None  # readiness; None: the profile's
+    gateway: str | None  # the gate's outcome and its smoke report are pushed here
 
 
 def _no_progress(_: Deployment) -> AbstractContextManager[Callable[[Progress], None]]:
@@ -123,7 +101,7 @@ def _no_progress(_: Deployment) -> AbstractContextManager[Callable[[Progress], N
 
 
 def gate(
-    deployment: Deployment, *, launch: Launch, smoke: GateSmoke,
+    deployment: Deployment, *, launch: Launch, traffic: Traffic,
     progress: UpProgress = _no_progress, on_step: Callable[[str], None] = lambda line: None,
     push: Push | None = None, gateway: str | None = None, timeout_seconds: float | None = None,
 ) -> GateResult:
@@ -131,12 +109,13 @@ def gate(
     X's preflight runs before anything is stopped: a checkpoint X cannot load leaves what runs.
     The launch must verify and keep state (its last good variant); its lock is held throughout:
     the down, up and rollback are one change of the profile."""
-    ctx = _Ctx(launch, launch.kept_state("the gate"), progress, on_step, timeout_seconds)
+    ctx = _Ctx(launch, launch.kept_state("the gate"), traffic, progress, on_step,
+               timeout_seconds, gateway)
     with launch.locked([deployment.profile.name], "up --gate"):
-        return _gate(ctx, deployment, smoke, push, gateway)
+        return _gate(ctx, deployment, push, gateway)
 
 
-def _gate(ctx: _Ctx, deployment: Deployment, smoke: GateSmoke, push: Push | None,
+def _gate(ctx: _Ctx, deployment: Deployment, push: Push | None,
           gateway: str | None) -> GateResult:
     launch, state, on_step = ctx.launch, ctx.state, ctx.on_step
     profile, variant, engine, clock = (deployment.profile, deployment.variant, launch.engine,
@@ -147,12 +126,9 @@ def _gate(ctx: _Ctx, deployment: Deployment, smoke: GateSmoke, push: Push | None
     if launch.preflight is not None:
         on_step(launch.preflight(deployment, engine, image).summary())
     compare_with, comparison = _comparison(deployment, last, back)
-    eval_config = profile.eval
-    ask = SmokeAsk(deployment=deployment, base_url=base_url(deployment),
-                   report=state.gate_report_path(profile.name, variant, clock.now()),
-                   compare_with=compare_with, gsm8k=eval_config.gsm8k is not None,
-                   long_context="long_context" in eval_config.model_fields_set)
-    smoke.check(ask)
+    evals = profile_evals(deployment)
+    check_launched(deployment, evals, ctx.traffic)  # a dataset off its pin: refused here
+    path = state.gate_report_path(profile.name, variant, clock.now())
     if last is None:
         on_step(f"no last good variant recorded: a failed gate brings back {_what(back)}"
                 if back is not None else
@@ -165,7 +141,7 @@ def _gate(ctx: _Ctx, deployment: Deployment, smoke: GateSmoke, push: Push | None
         stopped = launch.down(profile.name).removed
         on_step(f"stopped {', '.join(stopped)}" if stopped else "nothing was running")
         on_step(comparison)
-        failed, verdict, report = _attempt(ctx, deployment, image, ask, smoke)
+        failed, verdict, report = _attempt(ctx, deployment, image, path, compare_with, evals)
     except BaseException as exc:
         outcome: Outcome = ("interrupted" if is_ctrl_c(exc) or isinstance(exc, Interrupted)
                             else "failed")
@@ -175,7 +151,7 @@ def _gate(ctx: _Ctx, deployment: Deployment, smoke: GateSmoke, push: Push | None
         raise
     if not failed:
         record = LastGood(profile=profile.name, variant=variant, image=image,
-                          config_hash=deployment.config_hash(), report=str(ask.report),
+                          config_hash=deployment.config_hash(), report=str(path),
                           at=clock.now().isoformat(timespec="seconds"),
                           checkpoint=verdict.checkpoint if verdict else None)
         state.write_last_good(record)
@@ -296,8 +272,9 @@ def _launch(ctx: _Ctx, deployment: Deployment, image: str) -> Verdict | None:
     return started.verdict
 
 
-def _attempt(ctx: _Ctx, deployment: Deployment, image: str, ask: SmokeAsk,
-             smoke: GateSmoke) -> tuple[list[str], Verdict | None, Path | None]:
+def _attempt(ctx: _Ctx, deployment: Deployment, image: str, path: Path,
+             compare_with: Path | None,
+             evals: EvalRequest) -> tuple[list[str], Verdict | None, Path | None]:
     """Start, verify and smoke X: the failed gates (none when it passed), its verdict and the
     smoke report (None when smoke did not run)."""
     ctx.on_step(f"starting {deployment.variant!r} ({image})")
@@ -308,17 +285,18 @@ def _attempt(ctx: _Ctx, deployment: Deployment, image: str, ask: SmokeAsk,
     except LaunchError as exc:
         return [_named("launch", exc.message)], None, None
     ctx.on_step(f"ready, {verdict.summary() if verdict else 'not verified'}; smoke")
-    report = smoke.run(ask)
+    report = smoke_launched(deployment, base_url(deployment), ctx.traffic, report=path,
+                            compare_with=compare_with, evals=evals, gateway=ctx.gateway)
     if report.partial:  # smoke catches Ctrl-C and returns what it had: never a pass
-        stopped = report.stop_error("the gate's smoke", ask.report)
+        stopped = report.stop_error("the gate's smoke", path)
         if stopped is not None:
             raise stopped
-        return [_named("smoke", f"partial report: {report.partial_reason}")], verdict, ask.report
+        return [_named("smoke", f"partial report: {report.partial_reason}")], verdict, path
     failed = [_named(_GATE_OF_CHECK.get(check.name, f"smoke {check.name}"), check.detail)
               for check in report.checks if check.status == "fail"]
     if not failed and not report.passed:
         failed = [_named("smoke", "the report is not a pass")]
-    return failed, verdict, ask.report
+    return failed, verdict, path
 
 
 def _named(gate_name: str, detail: str) -> str:

@@ -9,6 +9,7 @@ the CLI raises for its verdict.
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 from collections.abc import Callable
@@ -17,15 +18,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from opsctl.config.evalconfig import EvalConfig
-from opsctl.config.profiles import Profile, load_profile
+from opsctl.config.profiles import Deployment, Profile, load_profile
 from opsctl.config.releases import flag_values
 from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import OpsctlError, UsageError
-from opsctl.core.files import check_output_path
+from opsctl.core.files import check_output_path, read_bounded
 from opsctl.core.redact import redact_userinfo
 from opsctl.core.reports import default_bench_dir, default_smoke_path
-from opsctl.traffic.bench.drivers import SweepDriver
 from opsctl.traffic.bench.records import REQUESTS_DIR, rescore_report
 from opsctl.traffic.bench.records import load_report as load_bench_report
 from opsctl.traffic.bench.report import BenchReport
@@ -35,7 +34,7 @@ from opsctl.traffic.bench.sweep import BenchOptions, Launcher, Progress, Target,
 from opsctl.traffic.bench.workloads import Workload, WorkloadSpec, build
 from opsctl.traffic.client import ClientFactory
 from opsctl.traffic.served import local_tokenizer
-from opsctl.traffic.settings import BENCH_DEFAULTS, SMOKE_DEFAULTS, BenchSettings, SmokeSettings
+from opsctl.traffic.settings import BenchSettings
 from opsctl.traffic.smoke import SmokeOptions, run_smoke
 from opsctl.traffic.smoke_evals import DatasetLoader, EvalProgress, EvalRequest, plan_evals
 from opsctl.traffic.smoke_report import SmokeReport, write_report
@@ -64,6 +63,29 @@ PlotWriter = Callable[[BenchReport, Path], list[Path]]
 ProgressView = Callable[[], AbstractContextManager[Progress]]
 
 
+# Sends smoke's checks (opsctl.traffic.smoke.run_smoke) and bench's sweep (run_bench).
+SmokeSender = Callable[[SmokeOptions, ClientFactory], SmokeReport]
+BenchSender = Callable[..., BenchReport]
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What the traffic room's smoke and bench take from outside it, as the composition root
+    builds them for the gate and decide: the API key ($OPSCTL_API_KEY), the client factory, the
+    metrics push, the eval datasets' loader, the plot writer, the progress views, and what
+    sends the load (the real senders; fakes in tests)."""
+
+    api_key: str | None
+    client_factory: ClientFactory
+    push: PushReport
+    load_dataset: DatasetLoader
+    plot: PlotWriter
+    progress: ProgressView | None = None
+    eval_progress: EvalProgress | None = None
+    send_smoke: SmokeSender = run_smoke
+    send_bench: BenchSender = run_bench
+
+
 @dataclass(frozen=True)
 class Pushed:
     """A metrics push: `error` is the failure's message (a warning, not a verdict), or None."""
@@ -74,55 +96,11 @@ class Pushed:
 
 
 @dataclass(frozen=True)
-class SmokeRequest:
-    """One smoke run: where, what to write and compare, and its settings (one model)."""
-
-    profile: str | None
-    variant: str | None
-    base_url: str | None
-    api_key: str | None
-    json_path: Path | None
-    compare_with: Path | None
-    gateway: str | None  # push the report here; None: no push
-    settings: SmokeSettings = SMOKE_DEFAULTS
-    evals: EvalRequest = EvalRequest()  # accuracy checks after the others; none by default
-    progress: EvalProgress | None = None  # the evals' progress lines, as they run
-
-
-@dataclass(frozen=True)
 class SmokeResult:
     report: SmokeReport
     path: Path
     pushed: Pushed | None
     error: OpsctlError | None  # what the CLI raises: exit 4 unreachable, 5 failed
-
-
-@dataclass(frozen=True)
-class SmokeTarget:
-    base_url: str
-    profile: str | None
-    variant: str | None
-    profile_alias: str | None
-    eval_config: EvalConfig | None = None  # the profile's `eval:` section
-    checkpoint: dict[str, Any] | None = None  # what the located server runs, as `up` recorded it
-    slo: Slo | None = None  # the profile's objectives: the one SLO meaning (deploy/sloconfig.py)
-
-
-@dataclass(frozen=True)
-class BenchRequest:
-    """One bench run: the targets, where the files go, and its settings (one model)."""
-
-    profile: str | None
-    variants: tuple[str, ...]
-    base_urls: tuple[str, ...]
-    api_key: str | None
-    out_dir: Path | None
-    gateway: str | None  # push the report here; None: no push
-    settings: BenchSettings = BENCH_DEFAULTS
-    # None: the default, token-exact random if a tokenizer is found, else words
-    workload: WorkloadSpec | None = None
-    slo: Slo | None = None  # --goodput thresholds; None: the profile's SLO
-    output_details: bool = False  # bench_serving.jsonl rows with the per-request arrays
 
 
 @dataclass(frozen=True)
@@ -135,43 +113,41 @@ class BenchResult:
 
 
 def smoke(
-    request: SmokeRequest, *, locate: ServerLocator, push: PushReport,
-    client_factory: ClientFactory, load_dataset: DatasetLoader,
+    options: SmokeOptions, evals: EvalRequest, *, push: PushReport,
+    client_factory: ClientFactory, load_dataset: DatasetLoader, send: SmokeSender = run_smoke,
 ) -> SmokeResult:
-    """Resolve the target and the evals, run the checks, write the JSON, push if asked.
+    """Plan the evals asked for, run the checks, write the JSON, push if asked.
 
-    The eval datasets are read and checked against their pins before any request is sent.
+    The eval datasets are read and checked against their pins before any request is sent;
+    `send` runs the checks (opsctl.traffic.smoke.run_smoke; tests replace it).
     """
-    target = resolve_smoke_target(request.profile, request.variant, request.base_url, locate)
-    evals = plan_evals(request.evals, target.eval_config, load_dataset)
-    settings = request.settings
-    options = SmokeOptions(
-        base_url=target.base_url, profile=target.profile, variant=target.variant,
-        profile_alias=target.profile_alias, api_key=request.api_key, model=settings.model,
-        api=settings.api, request_timeout_s=settings.request_timeout_s,
-        overall_timeout_s=settings.overall_timeout_s, eval_timeout_s=settings.eval_timeout_s,
-        compare_with=request.compare_with,
-        evals=evals, slo=target.slo, checkpoint=target.checkpoint,
-        progress=request.progress,
-    )
-    report = run_smoke(options, client_factory)
-    report.settings = settings
-    path = request.json_path or default_smoke_path()
+    planned = replace(options, evals=plan_evals(evals, options.eval_config, load_dataset))
+    report = send(planned, client_factory)
+    report.settings = options.settings
+    path = options.report_path or default_smoke_path()
     write_report(report, path)
-    pushed = _push(push, "smoke", report, request.gateway)
+    pushed = _push(push, "smoke", report, options.gateway)
     return SmokeResult(report=report, path=path, pushed=pushed, error=smoke_verdict(report, path))
 
 
-def resolve_smoke_target(
-    profile: str | None, variant: str | None, base_url: str | None, locate: ServerLocator
-) -> SmokeTarget:
-    """`--base-url` wins; else the profile's running server, found by `locate`.
+def launched_smoke(deployment: Deployment, base_url: str) -> SmokeOptions:
+    """The server the gate or decide launched, judged by the profile it was launched from (its
+    alias, SLO and evals); nothing is loaded."""
+    profile = deployment.profile
+    return SmokeOptions(base_url=base_url, profile=profile.name, variant=deployment.variant,
+                        profile_alias=deployment.model.served_name, eval_config=profile.eval,
+                        slo=profile.slo)
 
-    A profile given with `--base-url` still supplies the model alias, the SLO thresholds and
-    the `eval:` settings.
+
+def smoke_target(
+    profile: str | None, variant: str | None, base_url: str | None, locate: ServerLocator
+) -> SmokeOptions:
+    """`opsctl smoke`'s server: `--base-url` wins; else the profile's running server, found by
+    `locate`. A profile given with `--base-url` still supplies the model alias, the SLO
+    thresholds and the `eval:` settings.
     """
     if base_url and not profile:
-        return SmokeTarget(base_url=base_url, profile=None, variant=variant, profile_alias=None)
+        return SmokeOptions(base_url=base_url, variant=variant)
     loaded = load_profile(profile)
     loaded.resolve(variant)  # UsageError when the profile has no such variant
     checkpoint = None
@@ -186,57 +162,133 @@ def resolve_smoke_target(
                 hint=f"smoke the running one (drop --variant), or run `opsctl up --profile "
                 f"{loaded.name} --variant {variant} --replace` first",
             )
-    return SmokeTarget(
+    return SmokeOptions(
         base_url=url, profile=loaded.name, variant=running,
         profile_alias=loaded.model.served_name,
         eval_config=loaded.eval, slo=loaded.slo, checkpoint=checkpoint,
     )
 
 
+def profile_evals(deployment: Deployment, *, skip: bool = False) -> EvalRequest:
+    """The evals the launched profile configures, as the gate and decide run them: GSM8K with
+    an eval.gsm8k section, the long-context probes when eval.long_context is set; none when
+    skipped."""
+    config = deployment.profile.eval
+    if skip:
+        return EvalRequest()
+    return EvalRequest(gsm8k=config.gsm8k is not None,
+                       long_context="long_context" in config.model_fields_set)
+
+
+def check_launched(deployment: Deployment, evals: EvalRequest, traffic: Traffic) -> None:
+    """Refuse, before anything is stopped, what smoke could not run: an eval dataset that is
+    not its pin (UsageError)."""
+    plan_evals(evals, deployment.profile.eval, traffic.load_dataset)
+
+
+def smoke_launched(deployment: Deployment, base_url: str, traffic: Traffic, *, report: Path,
+                   compare_with: Path | None, evals: EvalRequest,
+                   gateway: str | None) -> SmokeReport:
+    """The gate's and decide's smoke of the server they launched, `opsctl smoke`'s settings,
+    the report written to `report`."""
+    options = replace(launched_smoke(deployment, base_url), api_key=traffic.api_key,
+                      report_path=report, compare_with=compare_with, gateway=gateway,
+                      progress=traffic.eval_progress)
+    return smoke(options, evals, push=traffic.push, client_factory=traffic.client_factory,
+                 load_dataset=traffic.load_dataset, send=traffic.send_smoke).report
+
+
+def sweep_launched(deployment: Deployment, base_url: str, settings: BenchSettings, out: Path,
+                   traffic: Traffic) -> BenchReport:
+    """decide's sweep of the server it launched: bench with `settings`, its files (bench.json,
+    bench.md, plots) written into `out`, no push."""
+    options = BenchOptions(settings, api_key=traffic.api_key, base_urls=(base_url,),
+                           deployment=deployment, out_dir=out)
+    return bench(options, launcher=_launched_already, push=traffic.push, plot=traffic.plot,
+                 client_factory=traffic.client_factory, progress=traffic.progress,
+                 send=traffic.send_bench).report
+
+
+def check_sweep(deployment: Deployment, settings: BenchSettings) -> None:
+    """Refuse, before anything is stopped, a workload decide's sweeps could not send: a dataset
+    file not in its format, a tokenizer that does not load, prompt and answer lengths beyond
+    the model's context (UsageError, exit 2). The workload is built as the sweep builds it."""
+    _check_context(deployment, settings)
+    _bench_workload(BenchOptions(settings, base_urls=("http://launched",),
+                                 deployment=deployment), deployment.profile)
+
+
+def _check_context(deployment: Deployment, settings: BenchSettings) -> None:
+    """Fixed lengths (words, random, shared prefix) against the server's --context-length, else
+    the model's own max_position_embeddings (its config.json on this host, when readable)."""
+    if settings.dataset in ("sharegpt", "mooncake-trace"):
+        return  # the data's own lengths
+    context, source = _context_length(deployment)
+    prefix = settings.gsp_prefix_len if settings.dataset == "generated-shared-prefix" else 0
+    wanted = prefix + settings.input_words + settings.output_tokens
+    if context is not None and wanted > context:
+        raise UsageError(f"the prompt and answer lengths ({wanted} tokens) exceed the model's "
+                         f"context of {context} tokens ({source})",
+                         hint="shorten --input-words/--output-tokens, or raise "
+                              "server.context_length in the profile")
+
+
+def _context_length(deployment: Deployment) -> tuple[int | None, str]:
+    if deployment.server.context_length is not None:
+        return deployment.server.context_length, "server.context_length"
+    host = deployment.model.host_path
+    if host is None:
+        return None, ""
+    config = Path(host) / "config.json"
+    try:
+        value = json.loads(read_bounded(config, "model.host_path", 1 << 20)).get(
+            "max_position_embeddings")
+    except (OSError, ValueError, AttributeError, OpsctlError):
+        return None, ""
+    return (value, f"{config}: max_position_embeddings") if isinstance(value, int) else (None, "")
+
+
+def _launched_already(profile: Profile) -> Launcher:
+    raise ValueError(f"{profile.name}: a launched deployment's sweep launches nothing")
+
+
 def bench(
-    request: BenchRequest, *, launcher: LauncherFactory, push: PushReport, plot: PlotWriter,
+    options: BenchOptions, *, launcher: LauncherFactory, push: PushReport, plot: PlotWriter,
     client_factory: ClientFactory, progress: ProgressView | None = None,
-    driver: SweepDriver | None = None,
+    send: BenchSender = run_bench,
 ) -> BenchResult:
-    """Resolve the targets, sweep each (launching profile variants), write the files, push.
-    `driver` sends the load instead of opsctl's client (`--driver`, opsctl.traffic.bench.drivers)."""
-    loaded, targets, active = _bench_plan(request, launcher)
-    settings, spec, workload, served_tokenizer = _bench_workload(request, loaded, driver)
-    options = BenchOptions(
-        settings, api_key=request.api_key,
-        profile_alias=loaded.model.served_name if loaded else None,
-        slo=request.slo or (loaded.slo if loaded else None), workload=workload, driver=driver,
-        arrival_seed=spec.seed,
-    )
-    out = request.out_dir or default_bench_dir()
+    """Resolve the targets and the workload, sweep each target (launching profile variants),
+    write the files, push. `options.driver` sends the load instead of opsctl's client
+    (`--driver`, opsctl.traffic.bench.drivers)."""
+    loaded, targets, active = _bench_plan(options, launcher)
+    options, served_tokenizer = _bench_workload(options, loaded)
+    out = options.out_dir or default_bench_dir()
     with progress() if progress else nullcontext(None) as on_progress:
-        report = run_bench(targets, options, profile_name=loaded.name if loaded else None,
-                           launcher=active, progress=on_progress, client_factory=client_factory)
+        report = send(targets, options, profile_name=loaded.name if loaded else None,
+                      launcher=active, progress=on_progress, client_factory=client_factory)
     if served_tokenizer is not None:
         _check_tokenizer(report, served_tokenizer)
-    written = write_report_files(report, out, request.output_details) + plot(report, out)
-    pushed = _push(push, "bench", report, request.gateway)
+    written = write_report_files(report, out, options.output_details) + plot(report, out)
+    pushed = _push(push, "bench", report, options.gateway)
     return BenchResult(report=report, out_dir=out, written=written, pushed=pushed,
                        error=bench_verdict(report, out))
 
 
-def _bench_workload(request: BenchRequest, loaded: Profile | None,
-                    driver: SweepDriver | None,
-                    ) -> tuple[BenchSettings, WorkloadSpec, Workload, str | None]:
-    """The workload a sweep sends, the settings as it runs them and the served tokenizer
-    its prompts were counted with: a trace is replayed whole
-    per level unless --requests says otherwise, and a trace or multi-turn sessions are kept by
-    one client process. A bad dataset or tokenizer, or options a trace refuses: exit 2 before
-    any launch."""
-    settings = request.settings
-    # No workload asked for (decide's sweep): bench's own default, token-exact `random` when a
-    # tokenizer is found, else words with the reason in the note.
-    spec = request.workload or WorkloadSpec(name="random", defaulted=True,
-                                            input_len=settings.input_words,
-                                            output_len=settings.output_tokens)
+def _bench_workload(options: BenchOptions,
+                    loaded: Profile | None) -> tuple[BenchOptions, str | None]:
+    """The plan as the sweep runs it (the workload built, the settings as applied, the
+    profile's alias and SLO) and the served tokenizer its prompts were counted with: a trace
+    is replayed whole per level unless --requests says otherwise, and a trace or multi-turn
+    sessions are kept by one client process. A bad dataset or tokenizer, or options a trace
+    refuses: exit 2 before any launch."""
+    settings, driver = options.settings, options.driver
+    # No dataset asked for (decide's sweep too): bench's own default, token-exact `random` when
+    # a tokenizer is found, else words with the reason in the note.
+    spec = WorkloadSpec.of(settings)
     served_tokenizer, unmapped = None, None
     if driver is None and loaded is not None and spec.name == "random" and spec.tokenizer is None:
-        served_tokenizer = _served_tokenizer(loaded, request.variants)
+        served_tokenizer = _served_tokenizer(options.deployment or loaded.resolve(
+            options.variants[0] if options.variants else None))
         try:
             spec = replace(spec, tokenizer=local_tokenizer(served_tokenizer,
                                                            loaded.model.container_path,
@@ -256,7 +308,9 @@ def _bench_workload(request: BenchRequest, loaded: Profile | None,
     settings = settings.model_copy(update={
         "requests_per_level": per_level,
         "client_workers": 1 if one_process else settings.client_workers})
-    return settings, spec, workload, served_tokenizer
+    return replace(options, settings=settings, workload=workload, arrival_seed=spec.seed,
+                   profile_alias=loaded.model.served_name if loaded else None,
+                   slo=options.slo or (loaded.slo if loaded else None)), served_tokenizer
 
 
 def _note_workload(workload: Workload, spec: WorkloadSpec, unmapped: str | None,
@@ -337,13 +391,12 @@ def _profile_slo(asked: str | None, recorded: str | None) -> Slo | None:
     return slo if slo is not None and (slo.ttft or slo.tpot) else None
 
 
-def _served_tokenizer(profile: Profile, variants: tuple[str, ...]) -> str:
-    """The tokenizer path the profile's server loads, as /model_info will report it: the
+def _served_tokenizer(deployment: Deployment) -> str:
+    """The tokenizer path the variant's server loads, as /model_info will report it: the
     `--tokenizer-path` of its argv, else the model path (sglang's default: 0.5.23
     arg_groups/serving_hook.py:636)."""
-    deployment = profile.resolve(variants[0] if variants else None)
-    return flag_values(deployment.server.extra_args).get("--tokenizer-path",
-                                                         deployment.model.container_path)
+    return flag_values(deployment.server.extra_args).get(
+        "--tokenizer-path", deployment.model.container_path)
 
 
 def _check_tokenizer(report: BenchReport, served_tokenizer: str) -> None:
@@ -357,9 +410,12 @@ def _check_tokenizer(report: BenchReport, served_tokenizer: str) -> None:
 
 
 def _bench_plan(
-    request: BenchRequest, launcher: LauncherFactory
+    request: BenchOptions, launcher: LauncherFactory
 ) -> tuple[Profile | None, list[Target], Launcher | None]:
     """The profile (when one applies), the targets in order, and what launches them."""
+    if request.deployment is not None:  # launched already: its profile, never the file's now
+        variants = (request.deployment.variant,) * len(request.base_urls)
+        return request.deployment.profile, parse_targets(request.base_urls, variants), None
     if request.base_urls and not request.profile:
         return None, parse_targets(request.base_urls, request.variants), None
     loaded = load_profile(request.profile)

@@ -23,12 +23,12 @@ from typing import Any
 import httpx
 
 from opsctl.argspec.spec import VERSION_RE
+from opsctl.config.evalconfig import EvalConfig
 from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import ServerUnreachable
 from opsctl.core.httpcap import answer_json
 from opsctl.core.redact import API_KEY_ENV, mask_secret, redact, redact_model
 from opsctl.traffic.client import (
-    Api,
     ClientFactory,
     RequestResult,
     TrafficClient,
@@ -49,7 +49,7 @@ from opsctl.traffic.served import (
     resolve_served_name,
     tokenizer_from_model_info,
 )
-from opsctl.traffic.settings import SMOKE_DEFAULTS
+from opsctl.traffic.settings import SMOKE_DEFAULTS, SmokeSettings
 from opsctl.traffic.sglang_metrics import expected_series, missing_series
 from opsctl.traffic.smoke_evals import (
     EvalPlan,
@@ -86,24 +86,28 @@ STREAM_PROMPT = "Write a short paragraph about the history of the printing press
 
 @dataclass(frozen=True)
 class SmokeOptions:
+    """One smoke run, resolved (the one plan `opsctl smoke`, the gate and decide pass down):
+    the server, what judges it (the profile's alias, SLO, `eval:` section, the checkpoint `up`
+    recorded), the settings (every knob: traffic.settings.SmokeSettings), the evals planned,
+    the reference, and where the report goes."""
+
     base_url: str
     profile: str | None = None
     variant: str | None = None
     profile_alias: str | None = None
     api_key: str | None = None
-    model: str | None = None
-    api: Api = SMOKE_DEFAULTS.api
-    request_timeout_s: float = SMOKE_DEFAULTS.request_timeout_s
-    overall_timeout_s: float = SMOKE_DEFAULTS.overall_timeout_s
-    eval_timeout_s: float = SMOKE_DEFAULTS.eval_timeout_s  # each eval's own, after the checks
+    settings: SmokeSettings = SMOKE_DEFAULTS
     max_tokens: int = 32
     stream_max_tokens: int = 64
     stream_requests: int = 3
     compare_with: Path | None = None
     evals: EvalPlan = EvalPlan()
+    eval_config: EvalConfig | None = None  # the profile's `eval:` section the evals read
     checkpoint: dict[str, Any] | None = None  # what the server runs, as `up` recorded it
     slo: Slo | None = None  # when given, judged as the alerts and bench's goodput judge it
     progress: EvalProgress | None = None  # the evals' progress lines (GSM8K, probes)
+    report_path: Path | None = None  # None: out/smoke-<UTC time>.json
+    gateway: str | None = None  # push the report here; None: no push
 
 
 class _Run:
@@ -111,7 +115,7 @@ class _Run:
 
     def __init__(self, options: SmokeOptions) -> None:
         self.options = options
-        self.deadline = time.monotonic() + options.overall_timeout_s
+        self.deadline = time.monotonic() + options.settings.overall_timeout_s
         self.checks: list[CheckResult] = []
         self.server_kind: ServerKind = "unknown"
         self.reachable = True
@@ -128,7 +132,7 @@ class _Run:
 
     def budget(self) -> float:
         """Per-request timeout, never past the overall deadline."""
-        return min(self.options.request_timeout_s, self.remaining())
+        return min(self.options.settings.request_timeout_s, self.remaining())
 
     def add(self, name: str, status: CheckStatus, seconds: float, detail: str,
             sglang_only: bool = False) -> None:
@@ -176,7 +180,7 @@ def run_smoke(options: SmokeOptions, client_factory: ClientFactory = make_client
         base_url=options.base_url,
         profile=options.profile,
         variant=options.variant,
-        api=options.api,
+        api=options.settings.api,
         api_key=mask_secret(options.api_key),
         server_kind=run.server_kind,
         reachable=run.reachable,
@@ -203,7 +207,7 @@ async def _run_stages(
 ) -> None:
     options = run.options
     async with client_factory(options.base_url, options.api_key,
-                              timeout_s=options.request_timeout_s) as client:
+                              timeout_s=options.settings.request_timeout_s) as client:
         await run.stage("readiness", lambda: _readiness(run, client))
         await run.stage("model_listed", lambda: _model_listed(run, client))
         await run.stage("model_info", lambda: _model_info(run, client), sglang_only=True)
@@ -245,7 +249,7 @@ async def _readiness(run: _Run, client: httpx.AsyncClient) -> tuple[CheckStatus,
 async def _model_listed(run: _Run, client: httpx.AsyncClient) -> tuple[CheckStatus, str]:
     options = run.options
     try:
-        run.model = await resolve_served_name(client, run.budget(), options.model,
+        run.model = await resolve_served_name(client, run.budget(), options.settings.model,
                                               options.profile_alias)
     except ModelsUnlisted as exc:
         # Ready means /v1/models lists the model: a server that gives no list (no whole
@@ -287,8 +291,8 @@ async def _auth(run: _Run, client: httpx.AsyncClient) -> tuple[CheckStatus, str]
     if not run.options.api_key:
         return "skip", f"no API key (${API_KEY_ENV} unset): nothing to enforce"
     model = run.model.served_name if run.model else "unknown"
-    body = request_body(run.options.api, model, "auth probe", max_tokens=1, stream=False)
-    path = endpoint(run.options.api)
+    body = request_body(run.options.settings.api, model, "auth probe", max_tokens=1, stream=False)
+    path = endpoint(run.options.settings.api)
     timeout = run.budget()
     try:
         async with asyncio.timeout(timeout):
@@ -306,9 +310,9 @@ async def _generations(run: _Run, client: TrafficClient) -> tuple[CheckStatus, s
     options = run.options
     problems: list[str] = []
     for prompt_id, prompt in GREEDY_PROMPTS:
-        body = request_body(options.api, run.model.served_name, prompt,
+        body = request_body(options.settings.api, run.model.served_name, prompt,
                             max_tokens=options.max_tokens, stream=False, temperature=0.0)
-        result = await generate(client, options.api, body, timeout_s=run.budget())
+        result = await generate(client, options.settings.api, body, timeout_s=run.budget())
         problem = result.error if not result.ok else _usage_problem(result, options.max_tokens)
         run.generations.append(GenerationRecord(
             prompt_id=prompt_id, prompt=prompt, max_tokens=options.max_tokens,
@@ -342,9 +346,10 @@ async def _streaming(run: _Run, client: TrafficClient) -> tuple[CheckStatus, str
     options = run.options
     results: list[RequestResult] = []
     for _ in range(options.stream_requests):
-        body = request_body(options.api, run.model.served_name, STREAM_PROMPT,
+        body = request_body(options.settings.api, run.model.served_name, STREAM_PROMPT,
                             max_tokens=options.stream_max_tokens, stream=True, temperature=0.0)
-        results.append(await stream_generate(client, options.api, body, timeout_s=run.budget()))
+        results.append(await stream_generate(client, options.settings.api, body,
+                                             timeout_s=run.budget()))
     run.stream = stream_record(results, options.stream_max_tokens, options.api_key)
     return stream_verdict(run.stream)
 
@@ -399,9 +404,9 @@ async def _gsm8k(run: _Run, client: TrafficClient, plan: Gsm8kPlan
     if run.model is None:
         return "skip", "no model name: cannot send requests"
     status, detail, run.gsm8k = await gsm8k_check(
-        client, plan, model=run.model.served_name, api=run.options.api,
-        request_timeout_s=run.options.request_timeout_s, remaining_s=run.options.eval_timeout_s,
-        progress=run.options.progress)
+        client, plan, model=run.model.served_name, api=run.options.settings.api,
+        request_timeout_s=run.options.settings.request_timeout_s,
+        remaining_s=run.options.settings.eval_timeout_s, progress=run.options.progress)
     return status, detail
 
 
@@ -410,8 +415,8 @@ async def _long_context(run: _Run, client: TrafficClient, plan: LongContextPlan
     if run.model is None:
         return "skip", "no model name: cannot send requests"
     status, detail, run.probes = await long_context_check(
-        client, plan, model=run.model.served_name, api=run.options.api,
-        request_timeout_s=run.options.request_timeout_s, remaining_s=run.options.eval_timeout_s,
-        progress=run.options.progress)
+        client, plan, model=run.model.served_name, api=run.options.settings.api,
+        request_timeout_s=run.options.settings.request_timeout_s,
+        remaining_s=run.options.settings.eval_timeout_s, progress=run.options.progress)
     return status, detail
 

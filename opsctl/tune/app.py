@@ -51,7 +51,10 @@ class PointRunner(Protocol):
         """Replace what runs with `deployment`, wait until it is ready and verified; its URL."""
         ...
 
-    def bench(self, base_url: str, concurrency: int, requests: int) -> Measure: ...
+    def bench(self, deployment: Deployment, base_url: str, concurrency: int,
+              requests: int) -> Measure:
+        """Sweep the launched `deployment` at `base_url`, judged by its profile as launched."""
+        ...
 
     def down(self, deployment: Deployment) -> None: ...
 
@@ -131,7 +134,8 @@ class _Search:
         try:
             url = self.runner.up(deployment)
             record.up_s = self.clock.monotonic() - started
-            measured = self.runner.bench(url, self.state.question.concurrency, requests)
+            measured = self.runner.bench(deployment, url, self.state.question.concurrency,
+                                         requests)
             record.bench_s = self.clock.monotonic() - started - record.up_s
             record.tpot_p50_ms, record.ttft_p50_ms = measured.tpot_p50_ms, measured.ttft_p50_ms
             record.output_tokens_per_s = measured.output_tokens_per_s

@@ -31,13 +31,18 @@ class DeployRunner:
         started = self.launch.up(deployment, replace=True)
         return started.base_url
 
-    def bench(self, base_url: str, concurrency: int, requests: int) -> Measure:
+    def bench(self, deployment: Deployment, base_url: str, concurrency: int,
+              requests: int) -> Measure:
+        """One level against the point just launched, with its profile as launched (the model
+        alias, the SLO): nothing is read from the profile file again."""
         asked = self.settings
+        profile = deployment.profile
         options = BenchOptions(BenchSettings(concurrency=(concurrency,), requests_per_level=requests,
                                              input_words=asked.input_words,
                                              output_tokens=asked.output_tokens,
                                              request_timeout_s=asked.request_timeout_s),
-                               api_key=self.api_key)
+                               api_key=self.api_key, profile_alias=profile.model.served_name,
+                               slo=profile.slo)
         report = run_bench([Target(label=LABEL, base_url=base_url)], options,
                            client_factory=self.client_factory)
         stopped = report.stop_error("bench", "tune")

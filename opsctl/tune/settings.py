@@ -1,6 +1,7 @@
 """The settings of `tune`, one model, its defaults written here only.
 
-The CLI's option defaults, TuneRequest and the point runner read them from TUNE_DEFAULTS, and
+The CLI's options (help, bounds, defaults: cli/knobs.py), TuneRequest and the point runner read
+them from these fields and TUNE_DEFAULTS, and
 the state file and tune.md record the settings a run used (TuneState.settings). Tune's points
 are short benches under their own defaults (one level, fewer requests, shorter outputs than
 `bench`'s); what is the same as bench's (prompt length, the per-request timeout) is bench's
@@ -9,9 +10,9 @@ value, read from BenchSettings, not written again.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from opsctl.traffic.settings import BENCH_DEFAULTS
+from opsctl.traffic.settings import bench_knob
 
 
 class TuneSettings(BaseModel):
@@ -19,12 +20,16 @@ class TuneSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    concurrency: int = 8  # each point's bench level (the load you serve)
-    requests: int = 32  # measured requests per full point (halving rungs use fewer)
-    input_words: int = BENCH_DEFAULTS.input_words
-    output_tokens: int = 128
-    request_timeout_s: float = BENCH_DEFAULTS.request_timeout_s
-    budget_minutes: float | None = None  # the whole search; None: the full grid, no halving
+    concurrency: int = Field(8, ge=1, description=(
+        "Concurrency of each point's bench (the load you serve)."))
+    requests: int = Field(32, ge=4, description=(
+        "Measured requests per point (halving rungs use fewer)."))
+    input_words: int = bench_knob("input_words")
+    output_tokens: int = Field(128, ge=2, le=1_000_000, description="Output tokens per request.")
+    request_timeout_s: float = bench_knob("request_timeout_s")
+    budget_minutes: float | None = Field(None, ge=0.1, le=7 * 24 * 60, description=(
+        "Minutes for the whole search; when the grid does not fit, successive halving "
+        "(docs/trace-and-tune.md); 0.1 to 10080 (a week)."))  # None: the full grid
 
 
 TUNE_DEFAULTS = TuneSettings()

@@ -323,9 +323,8 @@ def test_the_default_through_bench_uses_the_profiles_tokenizer_when_it_is_mounte
     weights = build_tiny_tokenizer(tmp_path / "weights") if mounted else None
     url = sim_server(env={"OPSCTL_SIM_TTFT_MS": "1", "OPSCTL_SIM_ITL_MS": "1"},
                      args=["--served-model-name", "glm-5"]).url
-    spec = WorkloadSpec(name="random", defaulted=True, input_len=7, output_len=2)
     request = bench_request(sim_profile(tmp_path, weights), url, out_dir=tmp_path / "out",
-                            workload=spec)
+                            input_words=7, dataset=None)  # the default: random or words
     result = traffic.bench(request, launcher=lambda profile: None,  # type: ignore[arg-type,return-value]
                            push=lambda *a: None, plot=lambda report, out: [],
                            client_factory=make_client)

@@ -15,7 +15,6 @@ from tinymodel import build_tiny_tokenizer
 
 from opsctl.traffic import app as traffic
 from opsctl.traffic.bench.server_sampler import NO_METRICS, ServerFigures, sample_level
-from opsctl.traffic.bench.workloads import WorkloadSpec
 from opsctl.traffic.client import make_client
 
 StartSim = Callable[..., SimServer]
@@ -80,7 +79,7 @@ def test_random_prompts_use_the_tokenizer_of_the_profiles_model_mount(
         args += ["--tokenizer-path", served_tokenizer]  # the server is not the profile's
     url = sim_server(env={"OPSCTL_SIM_TTFT_MS": "1", "OPSCTL_SIM_ITL_MS": "1"}, args=args).url
     request = bench_request(sim_profile(tmp_path, weights), url, out_dir=tmp_path / "out",
-                            workload=WorkloadSpec(name="random", input_len=7, output_len=2))
+                            input_words=7)
     result = traffic.bench(request, launcher=lambda profile: None,  # type: ignore[arg-type,return-value]
                            push=lambda *a: None, plot=lambda report, out: [],
                            client_factory=make_client)

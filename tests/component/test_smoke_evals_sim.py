@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -51,11 +52,10 @@ def _no_push(kind: str, report: dict[str, Any], gateway: str) -> None:
 
 def smoke(url: str, tmp_path: Path, evals: EvalRequest, compare_with: Path | None = None,
           name: str = "smoke.json", **factory: Any) -> app.SmokeResult:
-    request = app.SmokeRequest(
-        profile="sim", variant=None, base_url=url, api_key=None, json_path=tmp_path / name,
-        compare_with=compare_with, gateway=None,
-        settings=SmokeSettings(request_timeout_s=30, overall_timeout_s=120), evals=evals)
-    return app.smoke(request, locate=_no_locator, push=_no_push,
+    options = replace(app.smoke_target("sim", None, url, _no_locator), report_path=tmp_path / name,
+                      compare_with=compare_with,
+                      settings=SmokeSettings(request_timeout_s=30, overall_timeout_s=120))
+    return app.smoke(options, evals, push=_no_push,
                      client_factory=factory.get("client_factory", make_client),
                      load_dataset=load_gsm8k)
 
@@ -165,13 +165,12 @@ def test_each_eval_has_a_budget_of_its_own_after_the_checks(
 
     monkeypatch.setattr(smoke_module, "gsm8k_check", gsm8k)
     monkeypatch.setattr(smoke_module, "long_context_check", probes)
-    request = app.SmokeRequest(
-        profile="sim", variant=None, base_url=sim(sim_server, **KEY), api_key=None,
-        json_path=tmp_path / "smoke.json", compare_with=None, gateway=None,
-        settings=SmokeSettings(request_timeout_s=30, overall_timeout_s=60, eval_timeout_s=300),
-        evals=eval_request("gsm8k", long_context=True))
-    report = app.smoke(request, locate=_no_locator, push=_no_push, client_factory=make_client,
-                       load_dataset=load_gsm8k).report
+    options = replace(
+        app.smoke_target("sim", None, sim(sim_server, **KEY), _no_locator),
+        report_path=tmp_path / "smoke.json",
+        settings=SmokeSettings(request_timeout_s=30, overall_timeout_s=60, eval_timeout_s=300))
+    report = app.smoke(options, eval_request("gsm8k", long_context=True), push=_no_push,
+                       client_factory=make_client, load_dataset=load_gsm8k).report
     assert given == {"gsm8k": 300, "long_context": 300}
     assert status(report, "gsm8k") == status(report, "long_context") == "pass", report.checks
     assert report.settings is not None and report.settings.eval_timeout_s == 300
@@ -182,7 +181,8 @@ def test_an_eval_runs_when_the_checks_budget_is_spent() -> None:
 
     from opsctl.traffic.smoke import _Run
 
-    run = _Run(SmokeOptions(base_url="http://127.0.0.1:9", overall_timeout_s=0.0))
+    run = _Run(SmokeOptions(base_url="http://127.0.0.1:9",
+                            settings=SmokeSettings.model_construct(overall_timeout_s=0.0)))
     ran: list[str] = []
 
     async def body(name: str) -> tuple[Any, str]:
@@ -213,7 +213,8 @@ def test_view_shows_accuracy_with_its_interval_and_the_probes(
 
 
 def _recorded(sim_url: str, tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
-    report = run_smoke(SmokeOptions(base_url=sim_url, request_timeout_s=10.0))
+    report = run_smoke(SmokeOptions(base_url=sim_url,
+                                    settings=SmokeSettings(request_timeout_s=10.0)))
     data = report.model_dump(mode="json")
     edit(data)
     path = tmp_path / "reference.json"

@@ -17,10 +17,12 @@ from rich.console import Console
 from opsctl.config.profiles import Profile
 from opsctl.core.errors import OpsctlError
 from opsctl.traffic import app, view
-from opsctl.traffic.bench.sweep import Launcher
+from opsctl.traffic.bench.sweep import BenchOptions, Launcher
 from opsctl.traffic.client import make_client
 from opsctl.traffic.evals.dataset import load_gsm8k
 from opsctl.traffic.settings import BenchSettings, SmokeSettings
+from opsctl.traffic.smoke import SmokeOptions
+from opsctl.traffic.smoke_evals import EvalRequest
 
 StartSim = Callable[..., SimServer]
 KEY = "sk-push-sentinel-key-5150"
@@ -32,11 +34,10 @@ def _sim(start: StartSim) -> str:
                  args=["--served-model-name", "glm-5", "--enable-metrics", "--api-key", KEY]).url
 
 
-def _smoke_request(url: str, tmp_path: Path, gateway: str | None) -> app.SmokeRequest:
-    return app.SmokeRequest(profile=None, variant=None, base_url=url, api_key=KEY,
-                            json_path=tmp_path / "smoke.json", compare_with=None,
-                            gateway=gateway,
-                            settings=SmokeSettings(request_timeout_s=10, overall_timeout_s=60))
+def _smoke_request(url: str, tmp_path: Path, gateway: str | None) -> SmokeOptions:
+    return SmokeOptions(base_url=url, api_key=KEY, report_path=tmp_path / "smoke.json",
+                        gateway=gateway,
+                        settings=SmokeSettings(request_timeout_s=10, overall_timeout_s=60))
 
 
 def _no_locator(profile_name: str) -> app.LocatedServer:
@@ -59,15 +60,14 @@ def test_reports_are_pushed_with_the_key_masked(sim_server: StartSim, tmp_path: 
 
     url = _sim(sim_server)
     console = Console(record=True, width=200)
-    smoke = app.smoke(_smoke_request(url, tmp_path, GATEWAY), locate=_no_locator, push=push,
+    smoke = app.smoke(_smoke_request(url, tmp_path, GATEWAY), EvalRequest(), push=push,
                       client_factory=make_client, load_dataset=load_gsm8k)
     view.show_smoke(smoke, console)
     bench = app.bench(
-        app.BenchRequest(profile=None, variants=(), base_urls=(url,), api_key=KEY,
-                         out_dir=tmp_path / "bench", gateway=GATEWAY,
-                         settings=BenchSettings(concurrency=(1,), requests_per_level=2,
-                                                input_words=8, output_tokens=4,
-                                                request_timeout_s=10)),
+        BenchOptions(BenchSettings(concurrency=(1,), requests_per_level=2, input_words=8,
+                                   output_tokens=4, request_timeout_s=10),
+                     api_key=KEY, base_urls=(url,), out_dir=tmp_path / "bench",
+                     gateway=GATEWAY),
         launcher=_no_launcher,
         push=push, plot=_no_plots, client_factory=make_client,
     )
@@ -87,7 +87,7 @@ def test_no_gateway_means_no_push(sim_server: StartSim, tmp_path: Path) -> None:
     def push(kind: str, report: dict[str, Any], gateway: str) -> None:
         raise AssertionError("no gateway: nothing to push")
 
-    result = app.smoke(_smoke_request(_sim(sim_server), tmp_path, None), locate=_no_locator,
+    result = app.smoke(_smoke_request(_sim(sim_server), tmp_path, None), EvalRequest(),
                        push=push, client_factory=make_client, load_dataset=load_gsm8k)
     assert result.pushed is None and result.error is None
 
@@ -96,7 +96,7 @@ def test_a_failed_push_is_recorded_not_raised(sim_server: StartSim, tmp_path: Pa
     def push(kind: str, report: dict[str, Any], gateway: str) -> None:
         raise OpsctlError(f"Pushgateway {gateway} refused the {kind} metrics")
 
-    result = app.smoke(_smoke_request(_sim(sim_server), tmp_path, GATEWAY), locate=_no_locator,
+    result = app.smoke(_smoke_request(_sim(sim_server), tmp_path, GATEWAY), EvalRequest(),
                        push=push, client_factory=make_client, load_dataset=load_gsm8k)
     assert result.error is None and result.report.passed
     assert result.pushed is not None and "refused the smoke metrics" in (result.pushed.error or "")

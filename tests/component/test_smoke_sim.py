@@ -18,6 +18,7 @@ from conftest import SimServer
 
 from opsctl.config.sloconfig import Objective, Slo
 from opsctl.core.errors import EXIT_LAUNCH, EXIT_SMOKE
+from opsctl.traffic.settings import SmokeSettings
 from opsctl.traffic.smoke import SmokeOptions, run_smoke
 from opsctl.traffic.smoke_report import SmokeReport, verdict_error, write_report
 
@@ -39,9 +40,12 @@ def detail(report: SmokeReport, name: str) -> str:
 
 
 def smoke(url: str, **overrides: object) -> SmokeReport:
-    options = {"base_url": url, "request_timeout_s": 10.0, "overall_timeout_s": 60.0}
-    options.update(overrides)
-    return run_smoke(SmokeOptions(**options))  # type: ignore[arg-type]
+    """run_smoke at `url`: settings' fields (SmokeSettings) and the plan's own overridden."""
+    settings = {"request_timeout_s": 10.0, "overall_timeout_s": 60.0}
+    settings.update({k: v for k, v in overrides.items() if k in SmokeSettings.model_fields})
+    options = {k: v for k, v in overrides.items() if k not in SmokeSettings.model_fields}
+    return run_smoke(SmokeOptions(base_url=url, settings=SmokeSettings(**settings),  # type: ignore[arg-type]
+                                  **options))  # type: ignore[arg-type]
 
 
 def sim(start: StartSim, *args: str, **env: str) -> str:

@@ -40,7 +40,7 @@ from opsctl.observe.promnames import slo_rules
 from opsctl.observe.report import QUERY_TIMEOUT_SECONDS, with_variant
 from opsctl.observe.view import plot_decode_latency
 from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
-from opsctl.traffic.settings import BenchSettings
+from opsctl.traffic.settings import BenchSettings, SmokeSettings
 from opsctl.traffic.smoke import SmokeOptions, run_smoke
 
 pytestmark = pytest.mark.prometheus
@@ -216,7 +216,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         for variant, url in sims.items():
             report = run_smoke(SmokeOptions(base_url=url, profile="sim", variant=variant,
                                             slo=Slo(tpot=Objective(quantile=0.5, threshold_ms=60)),
-                                            overall_timeout_s=120))
+                                            settings=SmokeSettings(overall_timeout_s=120)))
             smoke_reports[variant] = report.model_dump(mode="json")
             push_report("smoke", smoke_reports[variant], pushgateway)
         yield Stack(prometheus, pushgateway, sims, root, smoke_reports)

@@ -64,6 +64,7 @@ def test_a_real_059_row_becomes_a_level_with_what_it_holds_and_nothing_else() ->
     assert "p90_ttft_ms" in level.notes[1] and "max_itl_ms" in level.notes[1]
     assert "p95_itl_ms" not in level.notes[1]
     assert level.input_tokens == row["total_input_tokens"] and level.prompt_tokens_mean == 32.0
+    assert level.input_tokens_per_s == round(row["input_throughput"], 3)
     assert level.requests_per_s == round(row["request_throughput"], 4)
     assert level.duration_s == round(row["duration"], 4)
 
@@ -319,3 +320,32 @@ def test_the_container_is_the_opsctl_server_publishing_the_urls_port() -> None:
             server_for_url(engine, url)
 
 
+
+
+def test_an_extra_request_body_reaches_bench_serving_and_opsctls_requests(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--extra-request-body: bench_serving's own flag for the sglang-bench driver; merged into
+    every body opsctl's client sends."""
+    import asyncio
+
+    from opsctl.traffic.bench import levels
+    from opsctl.traffic.bench.workloads import build
+    from opsctl.traffic.client import RequestResult
+
+    body = {"chat_template_kwargs": {"enable_thinking": False}}
+    argv = _argv(_options(extra_request_body=body))
+    assert argv[argv.index("--extra-request-body") + 1] == json.dumps(body)
+    assert "--extra-request-body" not in _argv(_options())
+    sent: list[dict[str, Any]] = []
+
+    async def capture(client: object, api: str, request: dict[str, Any],
+                      **_: object) -> RequestResult:
+        sent.append(request)
+        return RequestResult(ok=True)
+
+    monkeypatch.setattr(levels, "stream_generate", capture)
+    spec = levels.RequestSpec("chat", "glm-5", 0.0, True, 10.0, build(WorkloadSpec()),
+                              extra_body=body)
+    asyncio.run(spec.send(None, 0))  # type: ignore[arg-type]
+    assert sent[0]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert sent[0]["model"] == "glm-5" and sent[0]["stream"] is True

@@ -125,6 +125,13 @@ def test_the_config_records_the_settings_model_itself(tmp_path: Path) -> None:
     assert data["schema_version"] == SCHEMA_VERSION == 2
     assert data["config"]["settings"] == settings.model_dump(mode="json")
     assert load_report(tmp_path).config == config
+    # Every knob, the workload's too, with the value the sweep ran with.
+    assert set(data["config"]["settings"]) == set(BenchSettings.model_fields)
+    assert {key: data["config"]["settings"][key] for key in (
+        "dataset", "seed", "gsp_groups", "gsp_prompts_per_group", "gsp_prefix_len",
+        "multi_turn", "trace_scale")} == {"dataset": None, "seed": 0, "gsp_groups": 8,
+                                          "gsp_prompts_per_group": 8, "gsp_prefix_len": 512,
+                                          "multi_turn": 1, "trace_scale": 1.0}
 
 
 def test_a_report_of_another_schema_version_is_refused_in_one_line(tmp_path: Path) -> None:

@@ -133,3 +133,21 @@ def test_a_shared_prefix_workload_past_the_memory_cap_is_refused_before_it_is_bu
                         prefix_len=100, input_len=1)
     with pytest.raises(UsageError, match="--gsp-groups"):
         build(spec)
+
+
+def test_a_range_ratio_draws_each_length_from_its_range_and_one_keeps_them_exact() -> None:
+    """sglang.bench_serving's --random-range-ratio: prompt and answer lengths of request i
+    drawn, seeded, from [length x ratio, length]; 1 (the default) every length exact; a
+    dataset whose data sets the lengths refuses it (exit 2)."""
+    varied = build(WorkloadSpec(name="words", input_len=100, output_len=40, range_ratio=0.5))
+    items = [varied.item(i) for i in range(200)]
+    prompts = [len(item.prompt.split()) for item in items]
+    answers = [item.output_tokens for item in items]
+    assert min(prompts) >= 50 and max(prompts) <= 100 and len(set(prompts)) > 10
+    assert min(answers) >= 20 and max(answers) <= 40 and len(set(answers)) > 5
+    again = build(WorkloadSpec(name="words", input_len=100, output_len=40, range_ratio=0.5))
+    assert [again.item(i) for i in range(200)] == items  # seeded
+    exact = build(WorkloadSpec(name="words", input_len=100, output_len=40))
+    assert {exact.item(i).output_tokens for i in range(50)} == {40}
+    with pytest.raises(UsageError, match="the data sets its lengths"):
+        build(WorkloadSpec(name="sharegpt", range_ratio=0.5))

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 from fakes import Behaviour, FakeClock, FakeEngine, FakeSglang
 from typer.testing import CliRunner
 
@@ -33,8 +34,9 @@ from opsctl.core.errors import (
     OpsctlError,
     UsageError,
 )
+from opsctl.core.paths import project_root
 from opsctl.decide import app as decide_app
-from opsctl.decide.app import BenchAsk, DecideRequest, DecideResult
+from opsctl.decide.app import DecideRequest, DecideResult
 from opsctl.decide.report import DecideReport, VariantRecord
 from opsctl.decide.settings import DecideSettings
 from opsctl.deploy.app import ImageFor
@@ -44,7 +46,7 @@ from opsctl.deploy.preflight import PreflightResult, run_preflight
 from opsctl.deploy.state import StateDir
 from opsctl.engine.api import ContainerInfo, RunSpec
 from opsctl.engine.api import Engine as EngineApi
-from opsctl.gate.gate import SmokeAsk
+from opsctl.traffic.app import Traffic
 from opsctl.traffic.bench.records import record_level
 from opsctl.traffic.bench.report import (
     BenchReport,
@@ -52,15 +54,15 @@ from opsctl.traffic.bench.report import (
     LevelResult,
     VariantResult,
 )
-from opsctl.traffic.bench.serving import write_report_files
 from opsctl.traffic.bench.stats import summarize
-from opsctl.traffic.bench.sweep import BenchOptions, request_files
+from opsctl.traffic.bench.sweep import BenchOptions, Target, request_files
 from opsctl.traffic.client import RequestResult
+from opsctl.traffic.evals.dataset import load_gsm8k
 from opsctl.traffic.evals.gsm8k import EvalResult
 from opsctl.traffic.evals.probes import ProbeResult
 from opsctl.traffic.evals.score import score
-from opsctl.traffic.settings import BenchSettings
-from opsctl.traffic.smoke_report import CheckResult, GenerationRecord, SmokeReport, write_report
+from opsctl.traffic.smoke import SmokeOptions
+from opsctl.traffic.smoke_report import CheckResult, GenerationRecord, SmokeReport
 from opsctl.verify.app import VerifyResult
 from opsctl.verify.checks import FieldCheck
 
@@ -102,21 +104,18 @@ class FakeVerify:
 
 
 class FakeSmoke:
-    """Same greedy outputs for every variant except `corrupting` ones; GSM8K and probes pass
-    unless the variant is in `failing`; `interrupt` comes back partial, stopped by Ctrl-C."""
+    """Sends smoke's checks (Traffic.send_smoke): the same greedy outputs for every variant
+    except `corrupting` ones; GSM8K and probes pass unless the variant is in `failing`;
+    `interrupt` comes back partial, stopped by Ctrl-C. `asks`: the plans it was given."""
 
     def __init__(self, failing: tuple[str, ...] = (), corrupting: tuple[str, ...] = (),
                  interrupt: str | None = None) -> None:
         self.failing, self.corrupting, self.interrupt = failing, corrupting, interrupt
-        self.checked: list[SmokeAsk] = []
-        self.asks: list[SmokeAsk] = []
+        self.asks: list[SmokeOptions] = []
 
-    def check(self, ask: SmokeAsk) -> None:
-        self.checked.append(ask)
-
-    def run(self, ask: SmokeAsk) -> SmokeReport:
+    def __call__(self, ask: SmokeOptions, client_factory: object) -> SmokeReport:
         self.asks.append(ask)
-        name = ask.deployment.variant
+        name = ask.variant or ""
         bad = name in self.failing
         text = "The answer is 42 because six times seven"
         generations = [GenerationRecord(prompt_id=p, prompt=f"prompt {p}", max_tokens=32,
@@ -136,7 +135,6 @@ class FakeSmoke:
                              base_url=ask.base_url, profile=PROFILE.name, variant=name,
                              checks=checks, generations=generations, gsm8k=gsm8k,
                              long_context=probes, passed=not bad)
-        write_report(report, ask.report)
         return report.record_stop(KeyboardInterrupt() if name == self.interrupt else None)
 
 
@@ -149,7 +147,7 @@ def _level(concurrency: int, tpot_ms: float, failed: int) -> LevelResult:
         step = itl * (1 + 0.002 * (index - 1.5))
         return RequestResult(ok=True, ttft_s=0.1, e2e_s=0.1 + 10 * step, output_tokens=11,
                              itl_s=[step] * 10, token_source="usage", finish_reason="length",
-                             started=0.0)
+                             started=0.0, prompt_tokens=100)
 
     results = [ok(i) for i in range(4)] + [
         RequestResult(ok=False, error_kind="timeout", error="x")] * failed
@@ -159,25 +157,46 @@ def _level(concurrency: int, tpot_ms: float, failed: int) -> LevelResult:
 
 
 class FakeBench:
-    """`sweeps[variant]` = {concurrency: (TPOT p50 ms, failed requests)}; writes bench.json."""
+    """Sends bench's sweep (Traffic.send_bench): `sweeps[variant]` = {concurrency: (TPOT p50
+    ms, failed requests)}; bench writes bench.json. `asks`: the variant swept, each time."""
 
     def __init__(self, sweeps: dict[str, dict[int, tuple[float, int]]]) -> None:
         self.sweeps = sweeps
-        self.asks: list[BenchAsk] = []
+        self.asks: list[str] = []
 
-    def __call__(self, ask: BenchAsk) -> BenchReport:
-        self.asks.append(ask)
-        sweep = self.sweeps.get(ask.deployment.variant, {c: (30.0, 0) for c in ask.concurrency})
-        levels = [_level(c, *sweep[c]) for c in ask.concurrency]
-        result = VariantResult(variant=ask.deployment.variant, base_url=ask.base_url,
+    def __call__(self, targets: list[Target], options: BenchOptions,
+                 **_: object) -> BenchReport:
+        (target,) = targets
+        levels_asked = options.settings.concurrency
+        self.asks.append(target.label)
+        sweep = self.sweeps.get(target.label, {c: (30.0, 0) for c in levels_asked})
+        levels = [_level(c, *sweep[c]) for c in levels_asked]
+        result = VariantResult(variant=target.label, base_url=target.base_url or "",
                                levels=levels)
         report = BenchReport(started_at="2026-11-29T11:00:00+00:00", duration_s=1.0,
-                             config=BenchOptions(BenchSettings(concurrency=ask.concurrency)).config(),
+                             config=options.config(),
                              client=ClientInfo(hostname="h", platform="p", python="3", cpu_count=1),
                              variants=[result], failed_requests=0, passed=True)
         report._requests = request_files(report.variants)
-        write_report_files(report, ask.out_dir)
         return report
+
+
+def no_client(*args: object, **kwargs: object) -> object:
+    raise AssertionError("the fakes send nothing")
+
+
+def traffic(smoke: object, bench: object, loaded: list[Path] | None = None) -> Traffic:
+    """The traffic room as decide calls it, its sending replaced; `loaded`: each eval dataset
+    read (checked against its pin)."""
+    def load(path: Path, sha256: str) -> object:
+        if loaded is not None:
+            loaded.append(path)
+        return load_gsm8k(path, sha256)
+
+    return Traffic(api_key=None, client_factory=no_client, push=no_client,
+                   load_dataset=load,  # type: ignore[arg-type]
+                   plot=lambda report, out: [], send_smoke=smoke,  # type: ignore[arg-type]
+                   send_bench=bench)
 
 
 class Run:
@@ -187,6 +206,7 @@ class Run:
         self.steps: list[str] = []
         self.progress: list[str] = []
         self.preflights: list[str] = []  # the variant of each preflight run
+        self.loaded: list[Path] = []  # each eval dataset read (checked against its pin)
 
     def decide(self, variants: tuple[str, ...], *, smoke: FakeSmoke | None = None,
                bench: FakeBench | None = None, verify: FakeVerify | None = None,
@@ -204,7 +224,8 @@ class Run:
                           verify=verify or FakeVerify(), state=state,
                           http=FakeSglang(PROFILE.model.served_name, ["ready"]).client,
                           clock=FakeClock(), preflight=preflight),
-            smoke=smoke or FakeSmoke(), bench=bench or FakeBench({}), on_step=self.steps.append,
+            traffic=traffic(smoke or FakeSmoke(), bench or FakeBench({}), self.loaded),
+            on_step=self.steps.append,
             on_progress=self.progress.append)
 
     def running(self) -> list[str]:
@@ -270,7 +291,12 @@ def test_the_variant_free_of_failures_at_the_highest_level_wins(tmp_path: Path) 
     # The settings the run was asked, defaults filled in, recorded once in decide.json.
     assert json.loads((run.out / "decide.json").read_text())["settings"] == {
         "repeats": 2, "margin_percent": 3.0, "concurrency": [1, 8], "requests_per_level": 4,
-        "skip_eval": False, "timeout_s": None}
+        "skip_eval": False, "timeout_s": None, "quick": False,
+        # the workload: bench's knobs and defaults
+        "input_words": 256, "output_tokens": 256, "api": "completions", "dataset": None,
+        "dataset_path": None, "tokenizer": None, "seed": 0, "gsp_groups": 8,
+        "gsp_prompts_per_group": 8, "gsp_prefix_len": 512, "multi_turn": 1,
+        "trace_scale": 1.0, "range_ratio": 1.0, "extra_request_body": None}
     page = (run.out / "decide.md").read_text()
     assert f"**{report.recommendation}**" in page
     assert "[smoke](01-baseline/smoke.json) [bench](01-baseline/bench.json)" in page
@@ -280,6 +306,25 @@ def test_the_variant_free_of_failures_at_the_highest_level_wins(tmp_path: Path) 
     assert "## What sglang resolves, and what the server said" in page
     assert "| baseline | tp_size | 8 | argv | 8 | ok |" in page
     assert records["baseline"].resolved[0].field == "tp_size"
+
+
+def test_input_tokens_per_second_reach_bench_and_decide_reports(tmp_path: Path) -> None:
+    """Each level's server-counted prompt tokens over its measured phase: in bench.json and
+    bench.md, and pooled over the repeats (their mean) in decide.json and decide.md."""
+    run = Run(tmp_path)
+    result = run.decide(("baseline",), bench=FakeBench({"baseline": {1: (30.0, 0),
+                                                                     8: (40.0, 0)}}))
+    swept = BenchReport.model_validate_json((run.out / "01-baseline" / "bench.json").read_text())
+    level = swept.variants[0].levels[1]
+    assert level.input_tokens == 400
+    assert level.input_tokens_per_s == pytest.approx(400 / level.duration_s, rel=1e-3)
+    assert "| input tok/s |" in (run.out / "01-baseline" / "bench.md").read_text()
+    pooled = by_name(result.report)["baseline"].level(8)
+    assert pooled is not None and pooled.repeats == 2
+    assert pooled.input_tokens_per_s == pytest.approx(level.input_tokens_per_s, rel=1e-3)
+    page = (run.out / "decide.md").read_text()
+    assert "| TPOT p90 (ms) | input tok/s | output tok/s [95% CI] |" in page
+    assert f"| {pooled.input_tokens_per_s:.1f} | " in page
 
 
 def test_a_disagreement_is_evidence_not_a_disqualification(tmp_path: Path) -> None:
@@ -323,9 +368,9 @@ def test_failed_gates_disqualify_with_reason_and_evidence_and_the_run_goes_on(
     assert "CUDA out of memory" in (out / log).read_text()
     assert bf16kv.failed_gate == "smoke" and "gsm8k" in str(bf16kv.reason)
     assert "03-bf16kv/smoke.json" in bf16kv.evidence
-    assert [a.deployment.variant for a in smoke.asks] == ["bf16kv", "native"]
+    assert [a.variant for a in smoke.asks] == ["bf16kv", "native"]
     # Disqualified: no sweep, and not run again in the second repeat (smoke ran once).
-    assert [a.deployment.variant for a in bench.asks] == ["native", "native"]
+    assert bench.asks == ["native", "native"]
     assert run.engine.started.count("native") == 2 and run.engine.started.count("baseline") == 1
     assert result.report.winner == "native" and result.error is None
     assert "and the only one of 4 that was; 110 [110-110] output tok/s" in result.report.recommendation
@@ -365,7 +410,7 @@ def test_ctrl_c_removes_the_server_and_writes_a_partial_report(tmp_path: Path) -
     result = run.decide(("baseline", "gathercast", "native"),
                         smoke=FakeSmoke(interrupt="gathercast"), bench=bench)
     assert result.error is not None and result.error.exit_code == EXIT_INTERRUPTED
-    assert run.running() == [] and [a.deployment.variant for a in bench.asks] == ["baseline"]
+    assert run.running() == [] and bench.asks == ["baseline"]
     saved = DecideReport.model_validate_json((run.out / "decide.json").read_text())
     assert saved.partial and saved.winner is None
     assert [r.status for r in saved.variants] == ["qualified", "interrupted", "not run"]
@@ -415,11 +460,13 @@ def test_a_profile_busy_in_another_process_stops_decide_before_anything_is_touch
 
 def test_every_variant_of_the_profile_by_default_and_evals_as_the_profile_says(
         tmp_path: Path) -> None:
-    smoke = FakeSmoke()
-    result = Run(tmp_path).decide((), smoke=smoke)
+    smoke, run = FakeSmoke(), Run(tmp_path)
+    result = run.decide((), smoke=smoke)
     assert [r.variant for r in result.report.variants] == list(PROFILE.variants)
-    assert all(ask.gsm8k and ask.long_context and ask.compare_with is None for ask in smoke.asks)
-    assert smoke.checked and smoke.checked[0].deployment.variant == "baseline"
+    assert all(ask.evals.gsm8k and ask.evals.long_context and ask.compare_with is None
+               for ask in smoke.asks)
+    # The datasets were checked against their pins before the first launch, and per smoke.
+    assert len(run.loaded) == 2 * (1 + len(smoke.asks))
 
 
 @pytest.mark.parametrize("args, message", [
@@ -499,8 +546,8 @@ def test_a_teardown_that_cannot_remove_the_container_names_it(
     run = Run(tmp_path)
     lost = failure.message.startswith("the Docker engine stopped")
 
-    def bench(ask: BenchAsk) -> BenchReport:
-        report = FakeBench({})(ask)
+    def bench(targets: list[Target], options: BenchOptions, **_: object) -> BenchReport:
+        report = FakeBench({})(targets, options)
         # From here on the engine cannot remove (and, when lost, not even list) containers.
         run.engine.fail("stop", failure, times=100)
         if lost:
@@ -515,7 +562,7 @@ def test_a_teardown_that_cannot_remove_the_container_names_it(
             launch=Launch(engine=run.engine, image_for=lambda _: IMAGE, verify=FakeVerify(), state=None,
                           http=FakeSglang(PROFILE.model.served_name, ["ready"]).client,
                           clock=FakeClock()),
-            smoke=FakeSmoke(), bench=bench, on_step=run.steps.append)
+            traffic=traffic(FakeSmoke(), bench), on_step=run.steps.append)
     (container,) = run.engine.containers.values()
     named = f"{container.name} ({container.id[:12]}) is left"
     assert named in caught.value.message
@@ -526,14 +573,14 @@ def test_a_teardown_that_cannot_remove_the_container_names_it(
     assert named in (run.out / "decide.md").read_text()
 
 
-def _decide_with(run: Run, bench: Callable[[BenchAsk], BenchReport]) -> DecideResult:
+def _decide_with(run: Run, bench: Callable[..., BenchReport]) -> DecideResult:
     return decide_app.decide(
         PROFILE, DecideRequest(variants=("baseline", "gathercast"), out_dir=run.out,
                                settings=DecideSettings(concurrency=LEVELS, requests_per_level=4)),
         launch=Launch(engine=run.engine, image_for=lambda _: IMAGE, verify=FakeVerify(), state=None,
                       http=FakeSglang(PROFILE.model.served_name, ["ready"]).client,
                       clock=FakeClock()),
-        smoke=FakeSmoke(), bench=bench, on_step=run.steps.append)
+        traffic=traffic(FakeSmoke(), bench), on_step=run.steps.append)
 
 
 def test_a_teardown_that_fails_once_is_not_reported_as_leaving_the_container(
@@ -542,8 +589,8 @@ def test_a_teardown_that_fails_once_is_not_reported_as_leaving_the_container(
     run = Run(tmp_path)
     failure = DaemonUnreachable("the Docker engine failed mid-call (500: boom) while stopping")
 
-    def bench(ask: BenchAsk) -> BenchReport:
-        report = FakeBench({})(ask)
+    def bench(targets: list[Target], options: BenchOptions, **_: object) -> BenchReport:
+        report = FakeBench({})(targets, options)
         run.engine.fail("stop", failure, times=1)
         return report
 
@@ -563,7 +610,7 @@ def test_a_failing_teardown_never_replaces_a_ctrl_c_or_a_bug(tmp_path: Path,
     run = Run(tmp_path)
     failure = DaemonUnreachable("the Docker engine stopped answering (while stopping)")
 
-    def bench(ask: BenchAsk) -> BenchReport:
+    def bench(targets: list[Target], options: BenchOptions, **_: object) -> BenchReport:
         run.engine.fail("stop", failure, times=100)
         run.engine.fail("find", failure, times=100)
         raise cause
@@ -576,3 +623,88 @@ def test_a_failing_teardown_never_replaces_a_ctrl_c_or_a_bug(tmp_path: Path,
             _decide_with(run, bench)
     saved = json.loads((run.out / "decide.json").read_text())
     assert saved["partial"] is True and saved["left_behind"]
+
+
+def _sim_copy(tmp_path: Path, **server: object) -> str:
+    """deploy/sim.yaml with `server` settings changed, as a file."""
+    data = yaml.safe_load((project_root() / "deploy" / "sim.yaml").read_text())
+    data["server"].update(server)
+    path = tmp_path / "sim-copy.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--extra-request-body", "[1]"], "--extra-request-body: a JSON object is needed"),
+    (["--extra-request-body", "{\"stream\": false}"], "sets stream, which bench sets itself"),
+    (["--extra-request-body", "{not json"], "--extra-request-body: not JSON"),
+    (["--dataset-name", "mooncake-trace", "--dataset-path", "TRACE"], ":1: not JSON"),
+    (["--dataset-name", "nope"], "--dataset-name 'nope': choose one of"),
+    (["--input-words", "1000", "--output-tokens", "100"],
+     "(1100 tokens) exceed the model's context of 1024 tokens (server.context_length)"),
+], ids=["body-list", "body-own-key", "body-not-json", "trace-not-jsonl", "dataset", "context"])
+def test_a_workload_the_sweeps_cannot_send_is_exit_2_before_the_engine_is_asked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str) -> None:
+    """One line, exit 2, before anything starts: the engine is never connected."""
+    from opsctl.engine import dockerpy
+
+    monkeypatch.setattr(dockerpy, "connect", lambda *a, **k: pytest.fail("engine asked"))
+    trace = tmp_path / "trace.txt"
+    trace.write_text("timestamp,input_length\n0,10\n")
+    args = [str(trace) if arg == "TRACE" else arg for arg in args]
+    result = CliRunner().invoke(app, ["decide", "--profile",
+                                      _sim_copy(tmp_path, context_length=1024), *args])
+    assert isinstance(result.exception, OpsctlError), result.output
+    assert result.exception.exit_code == 2 and message in result.exception.message
+    assert "\n" not in result.exception.message
+
+
+def test_decide_sweeps_the_workload_it_was_given_and_says_so(tmp_path: Path) -> None:
+    """bench's workload options, one definition for both commands: decide's sweeps send them,
+    decide.json records them and decide.md states the workload judged on."""
+    bench = FakeBench({})
+    sent: list[BenchOptions] = []
+
+    def recording(targets: list[Target], options: BenchOptions, **_: object) -> BenchReport:
+        sent.append(options)
+        return bench(targets, options)
+
+    run = Run(tmp_path)
+    body = {"chat_template_kwargs": {"enable_thinking": False}}
+    result = decide_app.decide(
+        PROFILE, DecideRequest(variants=("baseline",), out_dir=run.out, settings=DecideSettings(
+            concurrency=LEVELS, requests_per_level=4, repeats=1, input_words=64,
+            output_tokens=32, dataset="words", extra_request_body=body)),
+        launch=Launch(engine=run.engine, image_for=lambda _: IMAGE, verify=FakeVerify(),
+                      state=None, http=FakeSglang(PROFILE.model.served_name, ["ready"]).client,
+                      clock=FakeClock()),
+        traffic=traffic(FakeSmoke(), recording))
+    assert result.error is None
+    (options,) = sent
+    asked = options.settings
+    assert (asked.input_words, asked.output_tokens, asked.dataset) == (64, 32, "words")
+    assert asked.extra_request_body == body and options.work().name == "words"
+    saved = json.loads((run.out / "decide.json").read_text())["settings"]
+    assert saved["extra_request_body"] == body and saved["input_words"] == 64
+    page = (run.out / "decide.md").read_text()
+    assert ("Workload: dataset words; 64 prompt words or tokens, 32 output tokens; api "
+            "completions; extra request body {\"chat_template_kwargs\": {\"enable_thinking\": "
+            "false}} (seed 0).") in page
+
+
+def test_quick_shortens_what_was_not_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--quick: one repeat, two short levels, short answers; an option given keeps its value."""
+    asked: list[DecideSettings] = []
+
+    def capture(profile: object, request: DecideRequest, **_: object) -> DecideResult:
+        asked.append(request.settings)
+        raise KeyboardInterrupt
+
+    from opsctl.engine import dockerpy
+
+    monkeypatch.setattr(dockerpy, "connect", lambda *a, **k: FakeEngine())
+    monkeypatch.setattr(decide_app, "decide", capture)
+    CliRunner().invoke(app, ["decide", "--profile", "sim", "--quick", "--repeats", "3"])
+    (settings,) = asked
+    assert (settings.quick, settings.repeats, settings.concurrency) == (True, 3, (1, 8))
+    assert (settings.requests_per_level, settings.output_tokens) == (8, 64)

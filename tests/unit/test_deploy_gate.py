@@ -21,8 +21,12 @@ from opsctl.core.errors import EXIT_INTERRUPTED, EXIT_LAUNCH, EXIT_SMOKE, Interr
 from opsctl.deploy.launch import Launch
 from opsctl.deploy.state import LastGood, StateDir
 from opsctl.gate import gate as gating
-from opsctl.gate.gate import GateFailed, SmokeAsk
+from opsctl.gate.gate import GateFailed
 from opsctl.observe.metrics import GATE_OUTCOMES, gate_families
+from opsctl.traffic.app import Traffic
+from opsctl.traffic.evals.dataset import Dataset, load_gsm8k
+from opsctl.traffic.smoke import SmokeOptions
+from opsctl.traffic.smoke_evals import EvalPlan
 from opsctl.traffic.smoke_report import CheckResult, SmokeReport, write_report
 from opsctl.verify.app import VerifyResult
 from opsctl.verify.checks import FieldCheck
@@ -33,7 +37,9 @@ SERVED = PROFILE.model.served_name
 
 
 class FakeSmoke:
-    """Writes and returns a report per variant: `failing[variant]` names its failed checks."""
+    """Sends smoke's checks (Traffic.send_smoke): a report per variant, `failing[variant]`
+    names its failed checks; `refuse`: the eval datasets' loader raises it. `asks`: the plans
+    smoke was given."""
 
     def __init__(self, failing: dict[str, dict[str, str]] | None = None,
                  interrupt: str | None = None, refuse: Exception | None = None,
@@ -43,28 +49,39 @@ class FakeSmoke:
         self.refuse = refuse
         # As the real smoke does on Ctrl-C: it catches it and returns a partial report.
         self.partial = partial
-        self.asks: list[SmokeAsk] = []
+        self.asks: list[SmokeOptions] = []
+        self.pushed: list[tuple[str, str]] = []  # smoke reports pushed: (kind, gateway)
 
-    def check(self, ask: SmokeAsk) -> None:
+    def load(self, path: Path, sha256: str) -> Dataset:
         if self.refuse is not None:
             raise self.refuse
+        return load_gsm8k(path, sha256)
 
-    def run(self, ask: SmokeAsk) -> SmokeReport:
+    def traffic(self) -> Traffic:
+        """The traffic room as the gate calls it, with this fake sending smoke's checks."""
+        return Traffic(api_key=None, client_factory=_no_client,
+                       push=lambda kind, record, url: self.pushed.append((kind, url)),
+                       load_dataset=self.load, plot=_no_client, send_smoke=self)
+
+    def __call__(self, ask: SmokeOptions, client_factory: object) -> SmokeReport:
         self.asks.append(ask)
-        if ask.deployment.variant == self.interrupt:
+        if ask.variant == self.interrupt:
             raise KeyboardInterrupt
-        failed = self.failing.get(ask.deployment.variant, {})
+        failed = self.failing.get(ask.variant or "", {})
         checks = [CheckResult(name="generations", status="pass", duration_s=0.0, detail="3 ok")]
         checks += [CheckResult(name=name, status="fail", duration_s=0.0, detail=detail)
                    for name, detail in failed.items()]
         report = SmokeReport(started_at="2026-11-29T11:00:00+00:00", duration_s=1.0,
                              base_url=ask.base_url, profile=PROFILE.name,
-                             variant=ask.deployment.variant, checks=checks, passed=not failed)
-        if ask.deployment.variant == self.partial:
+                             variant=ask.variant, checks=checks, passed=not failed)
+        if ask.variant == self.partial:
             report.passed = False
             report.record_stop(KeyboardInterrupt())
-        write_report(report, ask.report)
         return report
+
+
+def _no_client(*args: object, **kwargs: object) -> Any:
+    raise AssertionError("the fakes send nothing")
 
 @pytest.fixture(autouse=True)
 def _logs_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -104,7 +121,7 @@ class Box:
              verify: FakeVerify | None = None) -> gating.GateResult:
         return gating.gate(
             PROFILE.resolve(variant), launch=self.launch(verify or FakeVerify()),
-            smoke=smoke or FakeSmoke(), on_step=self.steps.append,
+            traffic=(smoke or FakeSmoke()).traffic(), on_step=self.steps.append,
             push=lambda kind, record, url: self.pushed.append({"kind": kind, **record}),
             gateway="http://pushgateway:9091",
         )
@@ -145,12 +162,14 @@ def test_a_pass_without_a_last_good_records_it(box: Box) -> None:
     assert "stopped opsctl-sim" in box.steps
     (ask,) = smoke.asks
     assert ask.compare_with is None and "only the absolute gates apply" in result.comparison
-    assert ask.gsm8k and ask.long_context  # the sim profile configures both evals
+    assert ask.evals.gsm8k and ask.evals.long_context  # the sim profile configures both evals
+    assert smoke.pushed == [("smoke", "http://pushgateway:9091")]  # the gate's gateway
     record = box.state.last_good(PROFILE.name)
     assert record == result.last_good
     assert record is not None and (record.variant, record.image) == ("baseline", IMAGE)
     assert record.config_hash == PROFILE.resolve("baseline").config_hash()
-    assert Path(record.report) == ask.report and ask.report.is_file()
+    assert ask.report_path is not None
+    assert Path(record.report) == ask.report_path and ask.report_path.is_file()
     assert record.checkpoint is not None and record.checkpoint.unavailable  # sim mounts none
     assert [(p["kind"], p["variant"], p["outcome"]) for p in box.pushed] == [
         ("gate", "baseline", "passed")]
@@ -383,8 +402,9 @@ def test_a_missing_last_good_report_is_not_compared(box: Box) -> None:
 def test_a_profile_without_evals_smokes_without_them(box: Box) -> None:
     bare = PROFILE.model_copy(update={"eval": type(PROFILE.eval)()})
     smoke = FakeSmoke()
-    gating.gate(bare.resolve("baseline"), launch=box.launch(FakeVerify()), smoke=smoke)
-    assert (smoke.asks[0].gsm8k, smoke.asks[0].long_context) == (False, False)
+    gating.gate(bare.resolve("baseline"), launch=box.launch(FakeVerify()),
+                traffic=smoke.traffic())
+    assert smoke.asks[0].evals == EvalPlan()
 
 
 

@@ -23,6 +23,8 @@ from opsctl.deploy.launch import Launch, up
 from opsctl.deploy.state import StateDir
 from opsctl.engine.api import Mount
 from opsctl.gate import gate
+from opsctl.traffic.app import Traffic
+from opsctl.traffic.evals.dataset import load_gsm8k
 
 IMAGE = "opsctl/sim:test"
 
@@ -149,19 +151,16 @@ def test_a_gate_whose_preflight_fails_stops_nothing(tmp_path: Path) -> None:
     up(deployment(tmp_path, "baseline"), started_by(engine))
     engine.preflight_answer = (1, preflight_report(("safetensors", False, "x is missing")))
 
-    class NoSmoke:
-        def check(self, ask: object) -> None:
-            return None
-
-        def run(self, ask: object) -> object:
-            raise AssertionError("smoke must not run")
+    def no_smoke(*args: object, **kwargs: object) -> Any:
+        raise AssertionError("smoke must not run")
 
     with pytest.raises(LaunchError, match="x is missing"):
         gate.gate(deployment(tmp_path, "bf16kv"),
                   launch=Launch(engine=engine, image_for=lambda _: IMAGE,
                                 state=StateDir(tmp_path / "state"), verify=lambda *a: None,  # type: ignore[arg-type,return-value]
                                 clock=FakeClock()),
-                  smoke=NoSmoke())  # type: ignore[arg-type]
+                  traffic=Traffic(api_key=None, client_factory=no_smoke, push=no_smoke,
+                                  load_dataset=load_gsm8k, plot=no_smoke, send_smoke=no_smoke))
     assert [c.labels["opsctl.variant"] for c in engine.containers.values()] == ["baseline"]
     assert engine.stopped == []
 

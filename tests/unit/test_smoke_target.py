@@ -16,8 +16,8 @@ from opsctl.cli.root import Root
 from opsctl.core.errors import EXIT_LAUNCH, EXIT_USAGE, LaunchError, UsageError
 from opsctl.engine import dockerpy
 from opsctl.engine.api import ContainerInfo
-from opsctl.traffic.app import resolve_smoke_target
-from opsctl.traffic.smoke import SmokeOptions, run_smoke
+from opsctl.traffic.app import smoke_target
+from opsctl.traffic.smoke import run_smoke
 
 StartSim = Callable[..., SimServer]
 
@@ -47,13 +47,11 @@ def test_running_container_is_found_by_label_and_smoked(
     sim = sim_server(env={"OPSCTL_SIM_ITL_MS": "2", "OPSCTL_SIM_TTFT_MS": "5"},
                      args=["--served-model-name", "glm-5", "--enable-metrics"])
     _use(monkeypatch, _Engine([_server(sim.url, "gathercast")]))
-    target = resolve_smoke_target("sim", None, None, Root().locate_server)
+    target = smoke_target("sim", None, None, Root().locate_server)
     assert (target.base_url, target.profile, target.variant) == (sim.url, "sim", "gathercast")
     assert target.profile_alias == "glm-5"
     assert target.slo is not None and target.slo.tpot is not None  # the profile's SLO travels
-    report = run_smoke(SmokeOptions(base_url=target.base_url, profile=target.profile,
-                                    variant=target.variant, profile_alias=target.profile_alias,
-                                    slo=target.slo))
+    report = run_smoke(target)  # the target is the plan: the checks run as resolved
     assert report.passed, report.checks
     assert report.check("slo").status == "pass"  # type: ignore[union-attr]
 
@@ -61,7 +59,7 @@ def test_running_container_is_found_by_label_and_smoked(
 def test_another_variant_running_says_which_to_run(monkeypatch: pytest.MonkeyPatch) -> None:
     _use(monkeypatch, _Engine([_server("http://127.0.0.1:1", "baseline")]))
     with pytest.raises(UsageError) as caught:
-        resolve_smoke_target("sim", "gathercast", None, Root().locate_server)
+        smoke_target("sim", "gathercast", None, Root().locate_server)
     assert caught.value.exit_code == EXIT_USAGE
     assert "runs variant 'baseline'" in caught.value.message
     assert "--variant gathercast" in caught.value.hint
@@ -70,7 +68,7 @@ def test_another_variant_running_says_which_to_run(monkeypatch: pytest.MonkeyPat
 def test_nothing_running_is_a_launch_error(monkeypatch: pytest.MonkeyPatch) -> None:
     _use(monkeypatch, _Engine([_server("http://127.0.0.1:1", "baseline", status="exited")]))
     with pytest.raises(LaunchError) as caught:
-        resolve_smoke_target("sim", None, None, Root().locate_server)
+        smoke_target("sim", None, None, Root().locate_server)
     assert caught.value.exit_code == EXIT_LAUNCH
 
 
@@ -78,12 +76,12 @@ def test_base_url_needs_no_locator() -> None:
     def refuse(profile_name: str) -> tuple[str, str | None]:
         raise AssertionError("nothing to locate with --base-url")
 
-    bare = resolve_smoke_target(None, None, "http://127.0.0.1:9", refuse)
+    bare = smoke_target(None, None, "http://127.0.0.1:9", refuse)
     assert (bare.profile, bare.profile_alias, bare.slo) == (None, None, None)
-    assert resolve_smoke_target(None, "gathercast", "http://127.0.0.1:9", refuse).variant == \
+    assert smoke_target(None, "gathercast", "http://127.0.0.1:9", refuse).variant == \
         "gathercast"
-    with_profile = resolve_smoke_target("sim", "baseline", "http://127.0.0.1:9", refuse)
+    with_profile = smoke_target("sim", "baseline", "http://127.0.0.1:9", refuse)
     assert (with_profile.profile, with_profile.variant) == ("sim", "baseline")
     assert with_profile.profile_alias == "glm-5"
     with pytest.raises(UsageError):
-        resolve_smoke_target("sim", "no-such-variant", "http://127.0.0.1:9", refuse)
+        smoke_target("sim", "no-such-variant", "http://127.0.0.1:9", refuse)

@@ -42,10 +42,13 @@ class FakeRunner:
                                        "--- log tail ---", "bye"])
         return "http://sim"
 
-    def bench(self, base_url: str, concurrency: int, requests: int) -> Measure:
+    def bench(self, deployment: Deployment, base_url: str, concurrency: int,
+              requests: int) -> Measure:
         self.benches.append(requests)
         self.clock.sleep(PER_REQUEST_S * requests)
         server = self.ups[-1]
+        launched = deployment.server.model_dump()  # the point just launched, not the file's
+        assert server == {k: launched[k] for k in server}
         tpot = 20.0 + (15.0 if server["cuda_graph_max_bs"] < concurrency else 0.0) \
             + 10 * float(server["mem_fraction_static"])
         return Measure(tpot_p50_ms=tpot, ttft_p50_ms=50.0, output_tokens_per_s=1000 / tpot,

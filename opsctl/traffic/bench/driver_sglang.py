@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 import time
 import uuid
@@ -136,9 +137,12 @@ def bench_argv(options: BenchOptions, concurrency: int, *, served: str, tokenize
             "--warmup-requests", str(concurrency), "--output-file", output_file, "--disable-tqdm"]
     if not options.settings.ignore_eos:
         argv.append("--disable-ignore-eos")
+    if options.settings.extra_request_body is not None:
+        argv += ["--extra-request-body", json.dumps(options.settings.extra_request_body)]
     if spec.name == "random":
         argv += ["--random-input-len", str(spec.input_len),
-                 "--random-output-len", str(spec.output_len), "--random-range-ratio", "1"]
+                 "--random-output-len", str(spec.output_len),
+                 "--random-range-ratio", f"{spec.range_ratio:g}"]
     elif spec.name == "sharegpt":
         argv += ["--dataset-path", str(spec.dataset_path)]
     else:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from opsctl.traffic.bench.arrival import Arrival, Batch, drive
 from opsctl.traffic.bench.records import record_level
@@ -72,6 +72,7 @@ class RequestSpec:
     ignore_eos: bool
     timeout_s: float
     workload: Workload
+    extra_body: dict[str, Any] | None = None  # --extra-request-body, merged into every body
 
     sessions: Sessions = field(default_factory=lambda: Sessions(), compare=False)
 
@@ -87,7 +88,7 @@ class RequestSpec:
         item = self.workload.item(index)
         body = request_body(self.api, self.model, item.prompt, max_tokens=item.output_tokens,
                             stream=True, temperature=self.temperature,
-                            ignore_eos=self.ignore_eos)
+                            ignore_eos=self.ignore_eos) | (self.extra_body or {})
         if self.workload.spec.turns <= 1:
             return await stream_generate(client, self.api, body, timeout_s=self.timeout_s)
         session, turn = self.workload.session_turn(index)

@@ -21,6 +21,7 @@ _ROWS: tuple[tuple[str, Callable[[LevelResult], float | None], str], ...] = (
     ("TPOT p50 (ms)", lambda lv: lv.tpot_ms.p50, "{:.2f}"),
     ("TPOT p95 (ms)", lambda lv: lv.tpot_ms.p95, "{:.2f}"),
     ("TPOT p99 (ms)", lambda lv: lv.tpot_ms.p99, "{:.2f}"),
+    ("input tok/s", lambda lv: lv.input_tokens_per_s, "{:.1f}"),
     ("output tok/s", lambda lv: lv.output_tokens_per_s, "{:.1f}"),
     ("requests/s", lambda lv: lv.requests_per_s, "{:.3f}"),
     ("goodput (req/s)", lambda lv: lv.goodput.rate_per_s if lv.goodput else None, "{:.3f}"),

@@ -70,6 +70,7 @@ class LevelResult(BaseModel):
     output_tokens: int
     prompt_tokens_mean: float | None = None
     input_tokens: int | None = None  # server-counted prompt tokens, when every success had them
+    input_tokens_per_s: float | None = None  # those over the measured phase's wall time
     output_tokens_per_s: float
     requests_per_s: float
     ttft_ms: Pcts
@@ -140,7 +141,7 @@ class BenchConfig(BaseModel):
     slo_tpot_ms: float | None
     # sglang.bench_serving's random_* arguments as this workload states them: the prompt and
     # answer lengths (None for datasets whose lengths come from the data) and the range ratio
-    # (1.0: every length exact, as opsctl's workloads are).
+    # (1.0: every length exact; below 1 each drawn from [length x ratio, length]).
     random_input_len: int | None
     random_output_len: int | None
     random_range_ratio: float | None

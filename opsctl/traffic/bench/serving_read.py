@@ -82,6 +82,7 @@ def level_from_row(row: dict[str, Any], concurrency: int, requests: int,
         prompt_tokens_mean=round(input_tokens / completed, 2)
         if input_tokens is not None and completed else None,
         input_tokens=int(input_tokens) if input_tokens is not None and completed else None,
+        input_tokens_per_s=_rate(row, "input_throughput") if completed else None,
         output_tokens_per_s=round(_number(row, "output_throughput", required=True) or 0.0, 3),
         requests_per_s=round(_number(row, "request_throughput", required=True) or 0.0, 4),
         token_count_source=SOURCE, itl_note=f"per chunk, as {SOURCE} measures it",
@@ -104,6 +105,11 @@ def _number(row: dict[str, Any], key: str, *, required: bool = False) -> float |
     if not math.isfinite(number) or number < 0:
         raise Malformed(f"{key!r} is {snippet(repr(value))}, not a non-negative number")
     return number
+
+
+def _rate(row: dict[str, Any], key: str) -> float | None:
+    value = _number(row, key)
+    return None if value is None else round(value, 3)
 
 
 def _count(row: dict[str, Any], key: str) -> int:

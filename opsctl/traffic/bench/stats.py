@@ -82,6 +82,7 @@ def summarize(
     stated = slo is not None and (slo.ttft is not None or slo.tpot is not None)
     flagged = [r for r in measured + warmup if r.usage_note]
     peak_tokens, peak_running = peaks(ok)
+    input_tokens = sum(prompt_counts) if ok and len(prompt_counts) == len(ok) else None
     return LevelResult(
         concurrency=concurrency,
         requests=len(measured),
@@ -95,7 +96,9 @@ def summarize(
         output_tokens=output_tokens,
         prompt_tokens_mean=round(sum(prompt_counts) / len(prompt_counts), 2)
         if prompt_counts else None,
-        input_tokens=sum(prompt_counts) if ok and len(prompt_counts) == len(ok) else None,
+        input_tokens=input_tokens,
+        input_tokens_per_s=round(input_tokens / duration_s, 3)
+        if input_tokens is not None and duration_s > 0 else None,
         output_tokens_per_s=round(output_tokens / duration_s, 3) if duration_s > 0 else 0.0,
         requests_per_s=round(len(ok) / duration_s, 4) if duration_s > 0 else 0.0,
         ttft_ms=pcts([r.ttft_s for r in ok if r.ttft_s is not None]),

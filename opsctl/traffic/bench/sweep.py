@@ -31,16 +31,19 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import functools
+import json
 import math
 import os
 import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
 
+from opsctl.config.profiles import Deployment
 from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import LaunchError, OpsctlError, UsageError, stop_reason
 from opsctl.core.httpcap import answer_json, checked_base_url
@@ -92,13 +95,25 @@ class Target:
 
 @dataclass(frozen=True)
 class BenchOptions:
-    """One sweep's options: the user's settings (traffic.settings.BenchSettings, the one place
-    a setting's name, type and default are written) and only what the run resolved besides."""
+    """One bench run, the one plan `opsctl bench` and decide pass down: the user's settings
+    (traffic.settings.BenchSettings, the one place a knob's name, type, default and help are
+    written), the targets, where the files go, and what the run resolved besides (filled in by
+    traffic.app.bench before the first request)."""
 
     settings: BenchSettings = BENCH_DEFAULTS
     api_key: str | None = None
+    # The targets: `base_urls` ([NAME=]URL), named by `variants` in order; without URLs, the
+    # variants of `profile` (a name or a YAML path), each launched, swept and taken down;
+    # `deployment`: launched already (decide's), judged by its profile as launched.
+    profile: str | None = None
+    variants: tuple[str, ...] = ()
+    base_urls: tuple[str, ...] = ()
+    deployment: Deployment | None = None
+    out_dir: Path | None = None  # None: out/bench-<UTC time>/
+    gateway: str | None = None  # push the report here; None: no push
+    output_details: bool = False  # bench_serving.jsonl rows with the per-request arrays
     profile_alias: str | None = None
-    slo: Slo | None = None  # the profile's, or --goodput's; goodput is judged by it
+    slo: Slo | None = None  # --goodput's, else the profile's; goodput is judged by it
     # None: word prompts of settings.input_words, settings.output_tokens (seeded by
     # prompt_seed). A trace's workload also gives the arrival times (`arrival`).
     workload: Workload | None = None
@@ -169,7 +184,7 @@ def random_args(work: Workload) -> dict[str, int | float | None]:
     fixed = work.spec.name in ("words", "random")
     return {"random_input_len": work.spec.input_len if fixed else None,
             "random_output_len": work.spec.output_len if fixed else None,
-            "random_range_ratio": 1.0 if fixed else None}
+            "random_range_ratio": work.spec.range_ratio if fixed else None}
 
 
 # Progress callback: (variant label, concurrency, requests done, requests total).
@@ -223,6 +238,31 @@ def parse_goodput(items: Sequence[str]) -> Slo | None:
         return None
     return Slo.model_validate({key: {"quantile": 0.5, "threshold_ms": limit}
                                for key, limit in thresholds.items()})
+
+
+# What bench's client sets itself: an extra body may not replace them (the figures need them).
+OWN_BODY_KEYS = frozenset({"model", "prompt", "messages", "max_tokens", "stream",
+                           "stream_options"})
+
+
+def parse_request_body(text: str | None) -> dict[str, Any] | None:
+    """`--extra-request-body JSON`: a JSON object, none of whose keys bench sets itself;
+    UsageError (exit 2) for anything else, before any request."""
+    if text is None:
+        return None
+    hint = "e.g. --extra-request-body '{\"chat_template_kwargs\": {\"enable_thinking\": false}}'"
+    try:
+        body = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"--extra-request-body: not JSON ({exc})", hint=hint) from None
+    if not isinstance(body, dict):
+        raise UsageError(f"--extra-request-body: a JSON object is needed, not "
+                         f"{type(body).__name__}", hint=hint)
+    taken = sorted(OWN_BODY_KEYS & set(body))
+    if taken:
+        raise UsageError(f"--extra-request-body sets {', '.join(taken)}, which bench sets "
+                         "itself", hint="use --output-tokens, --api and --model instead")
+    return body
 
 
 def parse_variants(text: str | None) -> tuple[str, ...]:
@@ -320,7 +360,8 @@ async def sweep(
                 result.model = await resolve_model(client, options,
                                                      min(60.0, asked.request_timeout_s))
                 spec = RequestSpec(asked.api, result.model.served_name, options.temperature,
-                                   asked.ignore_eos, asked.request_timeout_s, options.work())
+                                   asked.ignore_eos, asked.request_timeout_s, options.work(),
+                                   extra_body=asked.extra_request_body)
                 local = InProcess(client, spec)
                 if max(workers.values()) > 1:
                     pool = WorkerPool(WorkerSetup(base_url, options.api_key,

@@ -29,15 +29,14 @@ import json
 import random
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from opsctl.core.errors import UsageError
 from opsctl.core.files import read_bounded
 from opsctl.traffic.bench.prompts import make_prompt, random_words
+from opsctl.traffic.settings import BENCH_DEFAULTS as _B
+from opsctl.traffic.settings import DATASET_NAMES, BenchSettings, DatasetName
 
-DatasetName = Literal["words", "random", "sharegpt", "generated-shared-prefix", "mooncake-trace"]
-DATASET_NAMES: tuple[DatasetName, ...] = ("words", "random", "sharegpt", "generated-shared-prefix",
-                                          "mooncake-trace")
 TRACE_BLOCK_TOKENS = 512  # what one of a Mooncake trace's hash_ids stands for
 MAX_TRACE_REQUESTS = 1_000_000
 MAX_DATASET_BYTES = 1 << 30  # ShareGPT's cleaned split is about 650 MB
@@ -64,24 +63,51 @@ class Tokens(Protocol):
 
 @dataclass(frozen=True)
 class WorkloadSpec:
+    """The workload knobs of BenchSettings (their defaults and meaning are written there; `of`
+    is the one mapping) and what the run resolved: a tokenizer found for the default, each
+    phase's session width."""
+
     name: DatasetName = "words"
-    input_len: int = 256
-    output_len: int = 256
-    seed: int = 0
+    input_len: int = _B.input_words
+    output_len: int = _B.output_tokens
+    seed: int = _B.seed
     tokenizer: Path | None = None
     dataset_path: Path | None = None
-    groups: int = 8
-    prompts_per_group: int = 8
-    prefix_len: int = 512
+    groups: int = _B.gsp_groups
+    prompts_per_group: int = _B.gsp_prompts_per_group
+    prefix_len: int = _B.gsp_prefix_len
     # --dataset-name not given: `random`, token-exact when a tokenizer is found (--tokenizer,
     # or the profile's model mount), else `words` with a note saying why; never an error.
     defaulted: bool = False
-    trace_scale: float = 1.0  # mooncake-trace: each arrival at timestamp x scale (0.5: twice as fast)
+    trace_scale: float = _B.trace_scale
+    range_ratio: float = _B.range_ratio  # words, random: lengths in [len x ratio, len]
     # Multi-turn chat: sessions of `turns` requests, each sending the session's whole history
     # (its earlier prompts and the server's answers) before its next prompt; `session_width`
     # sessions side by side (each bench phase sets it to its own concurrency: `for_phase`).
-    turns: int = 1
+    turns: int = _B.multi_turn
     session_width: int = 64
+
+    @classmethod
+    def of(cls, settings: BenchSettings) -> WorkloadSpec:
+        """The workload the settings ask for; only the default (no dataset name, no
+        tokenizer) may fall back to words: a named dataset or --tokenizer must work."""
+        return cls(name=settings.dataset or "random",
+                   defaulted=settings.dataset is None and settings.tokenizer is None,
+                   input_len=settings.input_words, output_len=settings.output_tokens,
+                   seed=settings.seed, tokenizer=settings.tokenizer,
+                   dataset_path=settings.dataset_path, groups=settings.gsp_groups,
+                   prompts_per_group=settings.gsp_prompts_per_group,
+                   prefix_len=settings.gsp_prefix_len, trace_scale=settings.trace_scale,
+                   turns=settings.multi_turn, range_ratio=settings.range_ratio)
+
+    def lengths(self, index: int) -> tuple[int, int]:
+        """Request `index`'s prompt and answer lengths: exact, or with a range ratio below 1
+        drawn from [length x ratio, length] (seeded by the index, as sglang draws them)."""
+        if self.range_ratio >= 1:
+            return self.input_len, self.output_len
+        rng = random.Random(f"{self.seed}:lengths:{index}")
+        return (rng.randint(max(int(self.input_len * self.range_ratio), 1), self.input_len),
+                rng.randint(max(int(self.output_len * self.range_ratio), 1), self.output_len))
 
 
 class Workload:
@@ -116,8 +142,8 @@ class Workload:
 
     def item(self, index: int) -> WorkItem:
         if self.items is None:
-            return WorkItem(make_prompt(index, self.spec.input_len, self.spec.seed),
-                            self.spec.output_len)
+            prompt_len, answer_len = self.spec.lengths(index)
+            return WorkItem(make_prompt(index, prompt_len, self.spec.seed), answer_len)
         return self.items[index % len(self.items)]
 
 
@@ -168,6 +194,10 @@ def _tokens(spec: WorkloadSpec) -> tuple[Tokens | None, str | None]:
 
 
 def build(spec: WorkloadSpec) -> Workload:
+    if spec.range_ratio < 1 and spec.name not in ("words", "random"):
+        raise UsageError(f"--random-range-ratio {spec.range_ratio:g} with --dataset-name "
+                         f"{spec.name}: the data sets its lengths",
+                         hint="drop --random-range-ratio, or use --dataset-name random")
     tokens, unusable = _tokens(spec)
     if spec.name == "sharegpt":
         return _sharegpt(spec, tokens)
@@ -178,7 +208,8 @@ def build(spec: WorkloadSpec) -> Workload:
     if spec.name == "random" and tokens is not None:
         rng = random.Random(spec.seed)
         count = max(64, spec.groups * spec.prompts_per_group)
-        items = [_exact(tokens, spec.input_len, rng, spec.output_len) for _ in range(count)]
+        items = [_exact(tokens, spec.lengths(i)[0], rng, spec.lengths(i)[1])
+                 for i in range(count)]
         return Workload("random", items, spec)
     note = ("no --tokenizer: word prompts, about one token per word" if spec.name == "random"
             else None)
