@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from opsctl.config.profile_checks import MAX_READINESS_SECONDS
-from opsctl.traffic.client import Api
+from opsctl.traffic.payload import Api
 from opsctl.traffic.settings import WORKLOAD_KNOBS, BenchSettings, DatasetName, bench_knob
 
 _CONCURRENCY = (1, 8, 32, 64)
