@@ -129,8 +129,11 @@ class Deployment(StrictModel):
             "env": {**self.env, **{name: f"${name}" for name in container.env_from_host}},
             "image": self.image.model_dump(),
             "model": self.profile.model.model_dump(),
-            # The env above already holds what nccl_p2p_level and env_from_host render.
-            "container": container.model_dump(exclude={"env", "nccl_p2p_level", "env_from_host"}),
+            # The env above already holds what nccl_p2p_level and env_from_host render; the
+            # pod resources are `render k8s`'s only (a change leaves `up`'s server as it is).
+            "container": container.model_dump(exclude={
+                "env", "nccl_p2p_level", "env_from_host", "cpu_request", "memory_request",
+                "memory_limit"}),
         }
         canonical = json.dumps(shaping, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
