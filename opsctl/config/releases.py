@@ -57,6 +57,9 @@ class Release:
 RELEASES: dict[str, Release] = {
     "0.5.9": Release(
         version="0.5.9",
+        # no ready_path: its HTTP server has only /health and /health_generate (both the
+        # generating handler unless the health-endpoint env turns /health's generation off:
+        # entrypoints/http_server.py:464-465)
         env_not_read={
             "SGLANG_TIMEOUT_KEEP_ALIVE": "sglang 0.5.9 hard-codes keep-alive 5 s and never reads it "
             "(entrypoints/http_server.py:1972)",

@@ -13,7 +13,8 @@
   seen failing under long GLM-5 prefills, sglang#22511, which would flap pods out of it). It
   is exempt from the API key (utils/auth.py:101-105). The served name needs no check here: it
   is the argv's --served-model-name, fixed when the pod was rendered.
-  On a release without one (0.5.9): the exec probe `up`'s readiness is, python3's urllib
+  On a release without one (0.5.9 serves only /health and /health_generate,
+  entrypoints/http_server.py:464-465): the exec probe `up`'s readiness is, python3's urllib
   inside the container: `/health_generate` answers 200 AND `/v1/models` lists the served
   name, with the API key from the container's env when the profile names one.
   The router only sends traffic to pods whose Ready condition is true (its service discovery).
