@@ -14,7 +14,9 @@ import typer
 from opsctl.cli.app import ProfileOpt, VariantOpt, app, console, err_console, image_ref, within
 from opsctl.cli.root import Root, gateway_from
 from opsctl.traffic.bench.sweep import DEADLINE_CAP_S
-from opsctl.traffic.settings import BENCH_DEFAULTS, SMOKE_DEFAULTS
+from opsctl.traffic.settings import BENCH_DEFAULTS, SMOKE_DEFAULTS, BenchSettings
+
+_B_FIELDS = BenchSettings.model_fields  # the early stops' help is written once, there
 
 ApiOpt = Annotated[
     str, typer.Option("--api", help="OpenAI endpoint to exercise: 'completions' or 'chat'.")
@@ -208,6 +210,12 @@ def bench(
         "--client-workers", min=1, max=1024, help="Client processes sending each level, each "
         "with its own event loop (never more than the level's concurrency). Default: one per "
         "64 concurrent streams, at most the usable cores less one.")] = None,
+    saturation_gain: Annotated[float | None, typer.Option(
+        "--saturation-gain", min=0.0, max=1.0,
+        help=_B_FIELDS["saturation_gain"].description)] = BENCH_DEFAULTS.saturation_gain,
+    max_error_rate: Annotated[float | None, typer.Option(
+        "--max-error-rate", min=0.0, max=1.0,
+        help=_B_FIELDS["max_error_rate"].description)] = BENCH_DEFAULTS.max_error_rate,
     goodput: Annotated[list[str] | None, typer.Option(
         "--goodput", help="A good request's limit, ttft:MS or tpot:MS (repeatable; "
         "sglang.bench_serving's keys). Default: the profile's SLO; neither: no goodput.")] = None,
@@ -266,7 +274,8 @@ def bench(
         requests_per_level=requests, input_words=input_words, output_tokens=output_tokens,
         api=parse_api(api), model=model, request_timeout_s=request_timeout, deadline_s=deadline,
         ignore_eos=ignore_eos, request_rate=request_rate, duration_s=duration,
-        client_workers=client_workers,
+        client_workers=client_workers, saturation_gain=saturation_gain,
+        max_error_rate=max_error_rate,
     )
     request = traffic.BenchRequest(
         profile=profile, variants=parse_variants(variants), base_urls=tuple(base_url or ()),

@@ -8,7 +8,7 @@ BenchReport.config.settings).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from opsctl.traffic.client import Api
 
@@ -48,6 +48,13 @@ class BenchSettings(_Settings):
     request_rate: float | None = None  # Poisson arrivals per second; None: closed loop
     duration_s: float | None = None  # seconds per level instead of a request count
     client_workers: int | None = None  # client processes per level; None: automatic
+    saturation_gain: float | None = Field(
+        None, ge=0, le=1, description="Stop the sweep after a level whose output throughput "
+        "rose by less than this share over the previous level's while its E2E p50 rose by "
+        "more (saturated: more concurrency only queues); None: never.")
+    max_error_rate: float | None = Field(
+        None, ge=0, le=1, description="Stop the sweep after a level whose failed share of its "
+        "requests (measured and warm-up) is above this; None: never.")
 
 
 SMOKE_DEFAULTS = SmokeSettings()

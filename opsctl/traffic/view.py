@@ -18,7 +18,14 @@ from rich.text import Text
 
 from opsctl.core.plotting import PLOT_EXTRA, load_matplotlib
 from opsctl.traffic.app import BenchResult, Pushed, SmokeResult
-from opsctl.traffic.bench.markdown import SERVER_HEADER, SERVER_NOTE, fmt, server_cells, server_problems
+from opsctl.traffic.bench.markdown import (
+    SERVER_HEADER,
+    SERVER_NOTE,
+    fmt,
+    server_cells,
+    server_problems,
+    sweep_end_line,
+)
 from opsctl.traffic.bench.report import BenchReport, LevelResult
 from opsctl.traffic.bench.sweep import Progress
 from opsctl.traffic.evals.probes import ProbeResult
@@ -179,6 +186,10 @@ def render_bench(report: BenchReport, console: Console) -> None:
                 fmt(lv.goodput.rate_per_s if lv.goodput else None, "{:.3f}"),
             )
     console.print(table)
+    for run in report.variants:
+        for lv in run.levels:
+            if lv.sweep_end:
+                _line(console, sweep_end_line(run.variant, lv)[2:])
     render_server(report, console)
 
 

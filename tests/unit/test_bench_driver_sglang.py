@@ -250,7 +250,7 @@ def test_a_sweep_runs_bench_serving_in_each_targets_container_into_one_ab_report
     table = (tmp_path / "bench.md").read_text()
     assert "b (Δ vs a)" in table and "sglang.bench_serving" in table
     rows = [json.loads(line) for line in (tmp_path / "bench_serving.jsonl").read_text().splitlines()]
-    assert len(rows) == 4 and len(written) == 3
+    assert len(rows) == 4 and len(written) == 4  # json, md, jsonl, csv
     assert {row["backend"] for row in rows} == {"sglang-oai"}  # what measured them, not opsctl
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 from pathlib import Path
@@ -16,12 +17,14 @@ from opsctl.traffic.bench.report import (
     BenchConfig,
     BenchReport,
     ClientInfo,
+    LevelResult,
     VariantResult,
     verdict_error,
 )
-from opsctl.traffic.bench.serving import write_report_files
+from opsctl.traffic.bench.server_sampler import CacheFigure, GaugeFigure, ServerFigures
+from opsctl.traffic.bench.serving import level_row, write_report_files
 from opsctl.traffic.bench.stats import summarize
-from opsctl.traffic.bench.sweep import BenchOptions
+from opsctl.traffic.bench.sweep import BenchOptions, parse_goodput
 from opsctl.traffic.client import RequestResult
 from opsctl.traffic.served import ModelResolution
 from opsctl.traffic.settings import BenchSettings
@@ -73,7 +76,7 @@ def test_outputs_are_written_fresh(tmp_path: Path) -> None:
     (tmp_path / "bench.json").write_text("stale content that must disappear")
     written = write_report_files(report, tmp_path) + write_plots(report, tmp_path)
     assert {p.name for p in written} == {"bench.json", "bench.md", "bench_serving.jsonl",
-                                         "tpot.png", "throughput.png"}
+                                         "bench_serving.csv", "tpot.png", "throughput.png"}
     assert json.loads((tmp_path / "bench.json").read_text())["kind"] == "bench"
     rows = [json.loads(line) for line in (tmp_path / "bench_serving.jsonl").read_text().splitlines()]
     assert [(r["tag"], r["max_concurrency"]) for r in rows] == [
@@ -82,6 +85,53 @@ def test_outputs_are_written_fresh(tmp_path: Path) -> None:
     for png in ("tpot.png", "throughput.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in written)
+
+
+def _measured_level() -> LevelResult:
+    """One level under an SLO, with the server's accept length and prefix-cache counters."""
+    fast = RequestResult(ok=True, ttft_s=0.1, e2e_s=0.6, output_tokens=11, itl_s=[0.05] * 10,
+                         token_source="usage", finish_reason="length")
+    slow_start = dataclasses.replace(fast, ttft_s=3.0, e2e_s=3.5)
+    level = summarize(4, [fast, fast, slow_start, RequestResult(ok=False, error_kind="timeout",
+                                                                error="x")], [], 2.0,
+                      slo=parse_goodput(["ttft:2000", "tpot:60"]))
+    level.server = ServerFigures(
+        interval_s=2.0, spec_accept_length=GaugeFigure(mean=2.6, max=2.9, samples=3),
+        cache=CacheFigure(prompt_tokens=4000, cached_tokens=1000, by_source={"device": 1000}))
+    return level
+
+
+def test_a_row_carries_accept_length_attainment_per_limit_and_the_cache_report(
+        tmp_path: Path) -> None:
+    variant = _variant("mtp", 0.05)
+    variant.levels = [_measured_level()]
+    report = _report(variant)
+    row = level_row(report, variant, variant.levels[0])
+    assert row["accept_length"] == 2.6
+    # 4 measured: 3 meet TPOT (60 ms), 2 meet TTFT (2 s), 2 meet both; the failure meets none
+    assert (row["slo_attainment"], row["slo_attainment_by_metric"]) == (
+        0.5, {"ttft": 0.5, "tpot": 0.75})
+    assert row["cache_report"] == {
+        "total_prompt_tokens": 4000, "total_cached_tokens": 1000, "cache_hit_rate_pct": 25.0,
+        "device_cached_tokens": 1000, "host_cached_tokens": 0, "storage_cached_tokens": None,
+        "storage_backend": None}
+    plain = _variant("plain", 0.05)
+    assert level_row(report, plain, plain.levels[0])["accept_length"] is None  # as sglang: None
+    assert "cache_report" not in level_row(report, plain, plain.levels[0])  # not sampled
+
+
+def test_the_csv_has_a_row_per_level_and_a_column_per_scalar_key(tmp_path: Path) -> None:
+    variant = _variant("mtp", 0.05)
+    variant.levels = [_measured_level(), *variant.levels]
+    write_report_files(_report(variant), tmp_path)
+    with (tmp_path / "bench_serving.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [row["max_concurrency"] for row in rows] == ["4", "1", "2"]
+    first = rows[0]
+    assert first["cache_report.cache_hit_rate_pct"] == "25.0"
+    assert first["slo_attainment_by_metric.tpot"] == "0.75" and first["opsctl.failed"] == "1"
+    assert rows[1]["cache_report.cache_hit_rate_pct"] == ""  # not sampled there: an empty cell
+    assert not [column for column in first if column.startswith("server_info")]
 
 
 def test_verdict_exit_codes(tmp_path: Path) -> None:
