@@ -350,14 +350,17 @@ def test_gpu_figures_say_why_they_are_missing() -> None:
 
 
 def test_nvidia_smi_output_is_read_defensively() -> None:
-    rows = parse_query("0, 87, 91234, 97887\nGPU lost\n1, [Not Supported], nan, 97887\n")
-    assert rows == [(0, 87.0, 91234.0, 97887.0), (1, None, None, 97887.0)]
+    rows = parse_query("0, 87, 91234, 97887, NVIDIA RTX PRO 6000, Blackwell\nGPU lost\n"
+                       "1, [Not Supported], nan, 97887, [N/A]\n2, 1, 2, 3\n")
+    assert rows == [(0, 87.0, 91234.0, 97887.0, "NVIDIA RTX PRO 6000, Blackwell"),
+                    (1, None, None, 97887.0, None), (2, 1.0, 2.0, 3.0, None)]
     tally = GpuTally()
     tally.add(rows)
-    tally.add([(0, 13.0, 90000.0, 97887.0)])
+    tally.add([(0, 13.0, 90000.0, 97887.0, None)])
     first = tally.figures()[0]
     assert (first.samples, first.util_mean_pct, first.util_max_pct, first.mem_used_max_mib) == \
         (2, 50.0, 87.0, 91234.0)
+    assert first.name == "NVIDIA RTX PRO 6000, Blackwell" and tally.figures()[1].name is None
 
 
 @pytest.mark.parametrize(("url", "local"), [
