@@ -92,7 +92,7 @@ def decide(
         margin_percent=_D.margin_percent if margin is None else margin)
     request = decide_app.DecideRequest(variants=parse_variants(variants),
                                        out_dir=Path(out) if out else default_decide_dir(),
-                                       settings=settings)
+                                       settings=settings, chart=view.write_chart)
     loaded = load_profile(profile)
     decide_app.chosen(loaded, request.variants)  # bad usage exits 2 before the engine is asked
     root = Root(image)
@@ -117,7 +117,7 @@ def _rescore(directory: Path, profile: str | None, goodput: list[str],
     slo = parse_goodput(goodput)
     if slo is None:
         slo = load_profile(profile or load_report(directory).profile).slo
-    result = decide_app.rescore(directory, slo, margin)
+    result = decide_app.rescore(directory, slo, margin, chart=view.write_chart)
     view.show_decide(console, result)
     if result.error is not None:
         raise result.error

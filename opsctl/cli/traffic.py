@@ -234,7 +234,8 @@ def bench(
     """Concurrency sweep per variant: TTFT/ITL/TPOT/E2E percentiles, goodput, throughput.
 
     Writes bench.json, bench.md (table with deltas vs the first variant), bench_serving.jsonl
-    (one line per level with sglang.bench_serving's result keys), tpot.png and throughput.png.
+    (one line per level with sglang.bench_serving's result keys) and .csv, tpot.png, ttft.png,
+    throughput.png and pareto.png.
     Exit 0 ok, 2 bad usage, 4 a target unreachable or not launched, 5 any request failed.
     """
     from pathlib import Path

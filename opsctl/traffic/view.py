@@ -358,14 +358,8 @@ def pareto_chart(plt: Any, report: BenchReport) -> Any:
             continue
         line = ax.plot([x for x, _, _ in points], [y for _, y, _ in points], marker="o",
                        label=variant)[0]
-        _label_levels(ax, points, span, line.get_color())
-    limit = report.config.slo_tpot_ms
-    if limit:
-        ax.axvspan(0, 1000.0 / limit, color=SLO_COLOUR, alpha=0.06, linewidth=0)
-        ax.axvline(1000.0 / limit, color=SLO_COLOUR, linestyle="--", linewidth=1.2,
-                   label=f"SLO TPOT {limit:g} ms: {1000.0 / limit:.1f} tok/s/user\n"
-                         "(shaded: misses it)")
-    ax.set_xlim(0, max(span[0], 1000.0 / limit if limit else 0.0) * 1.08)
+        label_levels(ax, points, span, line.get_color())
+    slo_bound(ax, report.config.slo_tpot_ms, span[0])
     per = f"per GPU (/{count})" if count else "per server (GPU count not reported)"
     _style(ax, "Throughput vs interactivity (up and right is better)",
            chart_context(report, runs), "tokens/s per user (1000 / TPOT p50 ms)",
@@ -374,17 +368,31 @@ def pareto_chart(plt: Any, report: BenchReport) -> Any:
     return fig
 
 
-def _label_levels(ax: Any, points: list[tuple[float, float, int]], span: tuple[float, float],
-                  colour: Any) -> None:
-    """`cN` beside each level's point, skipping one that would sit on the last label."""
-    last: tuple[float, float] | None = None
+def slo_bound(ax: Any, limit: float | None, widest: float) -> None:
+    """On a Pareto chart: the TPOT limit as the least tokens/s per user it allows, the side
+    that misses it shaded; x from 0 with room for the widest point's label."""
+    if limit:
+        ax.axvspan(0, 1000.0 / limit, color=SLO_COLOUR, alpha=0.06, linewidth=0)
+        ax.axvline(1000.0 / limit, color=SLO_COLOUR, linestyle="--", linewidth=1.2,
+                   label=f"SLO TPOT {limit:g} ms: {1000.0 / limit:.1f} tok/s/user\n"
+                         "(shaded: misses it)")
+    ax.set_xlim(0, max(widest, 1000.0 / limit if limit else 0.0) * 1.1)
+
+
+def label_levels(ax: Any, points: list[tuple[float, float, int]], span: tuple[float, float],
+                 colour: Any) -> None:
+    """`cN` beside each level's point; levels whose points sit on each other share one label
+    (`c16, c64`), so no label hides another."""
+    groups: list[tuple[float, float, list[int]]] = []
     for x, y, concurrency in points:
-        if last is not None and abs(x - last[0]) < 0.04 * span[0] \
-                and abs(y - last[1]) < 0.04 * span[1]:
-            continue
-        ax.annotate(f"c{concurrency}", (x, y), textcoords="offset points", xytext=(5, 3),
-                    fontsize=7, color=colour)
-        last = (x, y)
+        if groups and abs(x - groups[-1][0]) < 0.04 * span[0] \
+                and abs(y - groups[-1][1]) < 0.04 * span[1]:
+            groups[-1][2].append(concurrency)
+        else:
+            groups.append((x, y, [concurrency]))
+    for x, y, levels in groups:
+        ax.annotate(", ".join(f"c{level}" for level in levels), (x, y),
+                    textcoords="offset points", xytext=(5, 3), fontsize=7, color=colour)
 
 
 def write_plots(report: BenchReport, out_dir: Path) -> list[Path]:
