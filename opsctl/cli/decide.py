@@ -129,7 +129,7 @@ def decide(
             extra_request_body=extra_request_body)).items() if name not in given})
     request = decide_app.DecideRequest(variants=parse_variants(variants),
                                        out_dir=Path(out) if out else default_decide_dir(),
-                                       settings=settings)
+                                       settings=settings, chart=view.write_chart)
     loaded = load_profile(profile)
     # Bad usage, and a workload the sweeps could not send, exit 2 before the engine is asked.
     check_sweep(decide_app.chosen(loaded, request.variants)[0], settings.sweep())
@@ -161,7 +161,7 @@ def _rescore(directory: Path, profile: str | None, goodput: list[str],
     slo = parse_goodput(goodput)
     if slo is None:
         slo = load_profile(profile or load_report(directory).profile).slo
-    result = decide_app.rescore(directory, slo, margin)
+    result = decide_app.rescore(directory, slo, margin, chart=view.write_chart)
     view.show_decide(console, result)
     if result.error is not None:
         raise result.error

@@ -187,6 +187,10 @@ def bench(
         "and dataset paths as the container sees them).")] = "opsctl",
     client_workers: Annotated[int | None, _bench("client_workers", "--client-workers")
                               ] = _B.client_workers,
+    saturation_gain: Annotated[float | None, _bench("saturation_gain", "--saturation-gain")
+                               ] = _B.saturation_gain,
+    max_error_rate: Annotated[float | None, _bench("max_error_rate", "--max-error-rate")
+                              ] = _B.max_error_rate,
     goodput: Annotated[list[str] | None, typer.Option(
         "--goodput", help="A good request's limit, ttft:MS or tpot:MS (repeatable; "
         "sglang.bench_serving's keys). Default: the profile's SLO; neither: no goodput.")] = None,
@@ -205,7 +209,8 @@ def bench(
     """Concurrency sweep per variant: TTFT/ITL/TPOT/E2E percentiles, goodput, throughput.
 
     Writes bench.json, bench.md (table with deltas vs the first variant), bench_serving.jsonl
-    (one line per level with sglang.bench_serving's result keys), tpot.png and throughput.png.
+    (one line per level with sglang.bench_serving's result keys) and .csv, tpot.png, ttft.png,
+    throughput.png and pareto.png.
     Exit 0 ok, 2 bad usage, 4 a target unreachable or not launched, 5 any request failed.
     """
     from pathlib import Path
@@ -237,6 +242,7 @@ def bench(
         requests_per_level=requests, model=model, request_timeout_s=request_timeout,
         deadline_s=deadline, ignore_eos=ignore_eos, request_rate=request_rate,
         duration_s=duration, client_workers=client_workers,
+        saturation_gain=saturation_gain, max_error_rate=max_error_rate,
         **workload(dict(input_words=input_words, output_tokens=output_tokens, api=api,
                         dataset_name=dataset_name, dataset_path=dataset_path,
                         tokenizer=tokenizer, seed=seed, gsp_groups=gsp_groups,

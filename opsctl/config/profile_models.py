@@ -22,6 +22,7 @@ from opsctl.config.profile_checks import (
     check_size,
     env_names,
     no_literal_secrets,
+    size_bytes,
 )
 from opsctl.core.imageref import reference_problem, repository_problem
 
@@ -228,6 +229,12 @@ class ServerSettings(StrictModel):
     _env_names = field_validator("api_key_env", "admin_api_key_env")(_env_name)
 
 
+# `render k8s`'s resource requests when the profile states none (ContainerSettings.pod_*).
+CPU_PER_GPU = 1
+CPU_BESIDE_GPUS = 4
+MEMORY_PER_GPU_GIB = 16
+
+
 class ContainerSettings(StrictModel):
     gpus: list[int] = Field(default_factory=list, description="Exact GPU indices; empty = no GPU.")
     ipc_host: bool = True
@@ -257,6 +264,22 @@ class ContainerSettings(StrictModel):
     nccl_p2p_level: NcclP2pLevel | None = Field(
         None, description=f"Rendered as {NCCL_P2P_LEVEL_ENV}; null lets NCCL decide. Set SYS only "
         "where `opsctl host p2p` reports P2P across the root complex OK.")
+    cpu_request: float | None = Field(
+        None, gt=0, le=1024, description="`render k8s`: the serving container's CPU request "
+        f"in cores; null: {CPU_PER_GPU} per GPU (each tensor-parallel rank's scheduler keeps a "
+        f"core busy) plus {CPU_BESIDE_GPUS} (tokenizer, detokenizer, HTTP server, loaders), 1 "
+        "without GPUs. No CPU limit is rendered: a CFS quota would throttle those busy loops.")
+    memory_request: str | None = Field(
+        None, description="`render k8s`: the serving container's memory request (Docker size, "
+        f"e.g. 128g); null: {MEMORY_PER_GPU_GIB}g per GPU, 1g without GPUs (an estimate of "
+        "each rank's host memory, not measured on GLM-5: set it from `docker stats` of `up`'s "
+        "server at peak). Any request gives the pod Burstable QoS, evicted after BestEffort "
+        "pods under node memory pressure.")
+    memory_limit: str | None = Field(
+        None, description="`render k8s`: the memory limit (Docker size); null: none, since "
+        "the weights' page cache and the memory-backed /dev/shm count against it and an OOM "
+        "kill reloads every weight. Set with cpu_request and memory_request equal to it for "
+        "Guaranteed QoS.")
     env: dict[str, str] = Field(default_factory=dict)
     env_from_host: list[str] = Field(
         default_factory=list, description="Variables copied from the host's environment at "
@@ -264,7 +287,8 @@ class ContainerSettings(StrictModel):
 
     _env_is_not_rendered = field_validator("env")(_no_rendered_env)
     _address = field_validator("publish_address")(check_address)
-    _size = field_validator("shm_size", "log_max_size")(check_size)
+    _size = field_validator("shm_size", "log_max_size", "memory_request",
+                            "memory_limit")(check_size)
     _host_names = field_validator("env_from_host")(env_names)
 
     @field_validator("log_max_size")
@@ -274,6 +298,30 @@ class ContainerSettings(StrictModel):
         if int(value.rstrip("bkmgBKMG")) == 0:
             raise ValueError("log_max_size must be above 0")
         return value
+
+    @model_validator(mode="after")
+    def _request_within_limit(self) -> ContainerSettings:
+        if self.memory_request and self.memory_limit and (
+                size_bytes(self.memory_request) > size_bytes(self.memory_limit)):
+            raise ValueError(f"memory_request {self.memory_request} is above memory_limit "
+                             f"{self.memory_limit}")
+        return self
+
+    def pod_cpu(self) -> float:
+        """The CPU request `render k8s` writes, in cores."""
+        if self.cpu_request is not None:
+            return self.cpu_request
+        return CPU_PER_GPU * len(self.gpus) + CPU_BESIDE_GPUS if self.gpus else 1
+
+    def pod_memory(self) -> str:
+        """The memory request `render k8s` writes (a Docker size): the stated one, else the
+        per-GPU estimate, never above memory_limit."""
+        if self.memory_request:
+            return self.memory_request
+        derived = f"{MEMORY_PER_GPU_GIB * len(self.gpus)}g" if self.gpus else "1g"
+        if self.memory_limit and size_bytes(self.memory_limit) < size_bytes(derived):
+            return self.memory_limit
+        return derived
 
     @model_validator(mode="after")
     def _host_env_is_not_set_here(self) -> ContainerSettings:

@@ -151,8 +151,11 @@ class Deployment(StrictModel):
             # Where the weights come from (repo, revision, token) does not shape the server;
             # the folder mounted does.
             "model": self.model.model_dump(exclude={"repo", "revision", "token_env", "mtp"}),
-            # The env above already holds what nccl_p2p_level and env_from_host render.
-            "container": container.model_dump(exclude={"env", "nccl_p2p_level", "env_from_host"}),
+            # The env above already holds what nccl_p2p_level and env_from_host render; the
+            # pod resources are `render k8s`'s only (a change leaves `up`'s server as it is).
+            "container": container.model_dump(exclude={
+                "env", "nccl_p2p_level", "env_from_host", "cpu_request", "memory_request",
+                "memory_limit"}),
         }
         canonical = json.dumps(shaping, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()

@@ -36,11 +36,18 @@ class Release:
     sm120_env: dict[str, tuple[str, str]] = field(default_factory=dict)
     # Flags refused at start-up beside an environment value: (flag, value, env, env value) -> why.
     refused_with_env: dict[tuple[str, str, str, str], str] = field(default_factory=dict)
+    # A GET path that answers 200 once the server takes requests and 503 before, without
+    # generating (a Kubernetes HTTP readiness probe); None: none known for this release.
+    ready_path: str | None = None
 
 
 RELEASES: dict[str, Release] = {
     "0.5.23": Release(
         version="0.5.23",
+        # GET /ready: 200 when tokenizer_manager.is_ready() (not paused, status Up, not exiting),
+        # else 503, with no generation (entrypoints/http_server.py:714-718,
+        # managers/tokenizer_manager.py:728-734); exempt from the API key (utils/auth.py:101-105).
+        ready_path="/ready",
         prefill_graph_breaks_flashinfer_dsa=(
             "sglang 0.5.23 turns the breakable prefill CUDA graph on by default "
             "(model_executor/cuda_graph_config.py:119-123); under it the DSA indexer skips its "

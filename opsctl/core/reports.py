@@ -15,6 +15,7 @@ BENCH_DIR_PREFIX = "bench-"
 BENCH_JSON = "bench.json"
 BENCH_MARKDOWN = "bench.md"
 BENCH_SERVING_JSONL = "bench_serving.jsonl"  # one line per level, sglang.bench_serving's keys
+BENCH_SERVING_CSV = "bench_serving.csv"  # the same rows as a spreadsheet, one per level
 BENCH_GLOB = f"{BENCH_DIR_PREFIX}*/{BENCH_JSON}"  # out/bench-<UTC stamp>/bench.json
 DECIDE_DIR_PREFIX = "decide-"  # out/decide-<UTC stamp>/decide.json, decide.md
 DECIDE_JSON = "decide.json"

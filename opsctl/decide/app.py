@@ -62,6 +62,7 @@ from opsctl.decide.report import (
     SMOKE_FILE,
     UP_ERROR_FILE,
     VERIFY_FILE,
+    ChartWriter,
     DecideReport,
     Gate,
     Probe,
@@ -100,6 +101,7 @@ class DecideRequest:
     variants: tuple[str, ...]  # empty: every variant of the profile, in its order
     out_dir: Path
     settings: DecideSettings = DECIDE_DEFAULTS  # levels, requests, evals, timeout, repeats, margin
+    chart: ChartWriter | None = None  # draws decide.md's comparison chart (the CLI's: the view's)
 
 
 @dataclass(frozen=True)
@@ -181,7 +183,7 @@ def decide(
             if running.status == "not run":
                 running.status, running.reason = "interrupted", report.partial_reason
             _conclude(report, smoked, clock.monotonic() - began, out, slo)
-            written = write_report(report, out)
+            written = write_report(report, out, chart=request.chart)
             if is_ctrl_c(exc):
                 stopped = report.stop_error("decide", out / DECIDE_JSON)
                 if stopped is not None:
@@ -190,7 +192,8 @@ def decide(
                 return DecideResult(report, out, written, stopped)
             raise
     _conclude(report, smoked, clock.monotonic() - began, out, slo)
-    return DecideResult(report, out, write_report(report, out), _verdict_error(report, out))
+    return DecideResult(report, out, write_report(report, out, chart=request.chart),
+                        _verdict_error(report, out))
 
 
 def chosen(profile: Profile, variants: tuple[str, ...]) -> list[Deployment]:
@@ -416,7 +419,8 @@ def conclude(report: DecideReport, out: Path, slo: Slo | None) -> None:
     report.winner, report.tie, report.recommendation = recommend(report, samples)
 
 
-def rescore(directory: Path, slo: Slo | None, margin: float | None = None) -> DecideResult:
+def rescore(directory: Path, slo: Slo | None, margin: float | None = None,
+            chart: ChartWriter | None = None) -> DecideResult:
     """`decide --rescore DIR`: the run in DIR judged again from its files (its bench reports
     and per-request records) by `slo` (and `margin`), written beside the original as
     decide-rescored.json/.md; nothing is launched or sent."""
@@ -426,7 +430,8 @@ def rescore(directory: Path, slo: Slo | None, margin: float | None = None) -> De
     if margin is not None:
         report.margin = margin
     conclude(report, directory, slo)
-    written = write_report(report, directory, (DECIDE_RESCORED_JSON, DECIDE_RESCORED_MARKDOWN))
+    written = write_report(report, directory, (DECIDE_RESCORED_JSON, DECIDE_RESCORED_MARKDOWN),
+                           chart)
     return DecideResult(report, directory, written,
                         _verdict_error(report, directory, DECIDE_RESCORED_MARKDOWN))
 

@@ -9,6 +9,7 @@ written afresh, atomically; a run stopped by Ctrl-C is still written, marked par
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -183,11 +184,20 @@ class DecideReport(PartialReport):
     left_behind: list[str] = []
 
 
+# Draws the cross-variant chart of a run into its directory under the given file name; returns
+# the file, or None when nothing was drawn (no level measured, or no matplotlib).
+ChartWriter = Callable[["DecideReport", Path, str], Path | None]
+
+
 def write_report(report: DecideReport, out_dir: Path, names: tuple[str, str] = (
-        DECIDE_JSON, DECIDE_MARKDOWN)) -> list[Path]:
+        DECIDE_JSON, DECIDE_MARKDOWN), chart: ChartWriter | None = None) -> list[Path]:
+    """decide.json and decide.md, and with `chart` the comparison chart decide.md embeds
+    (named as the markdown, .png: decide.png, decide-rescored.png)."""
+    drawn = chart(report, out_dir, Path(names[1]).with_suffix(".png").name) if chart else None
     return [
         atomic_write_text(out_dir / names[0], report.model_dump_json(indent=2) + "\n"),
-        atomic_write_text(out_dir / names[1], markdown(report)),
+        atomic_write_text(out_dir / names[1], markdown(report, drawn.name if drawn else None)),
+        *([drawn] if drawn else []),
     ]
 
 
@@ -243,7 +253,8 @@ def _status(record: VariantRecord) -> str:
     return record.status
 
 
-def markdown(report: DecideReport) -> str:
+def markdown(report: DecideReport, chart: str | None = None) -> str:
+    """decide.md; `chart`: the comparison chart's file name beside it, embedded."""
     lines = [f"# opsctl decide: {report.profile}", ""]
     if report.left_behind:
         lines += ["**Left behind** (this run could not remove them):", "",
@@ -283,8 +294,15 @@ def markdown(report: DecideReport) -> str:
                   + ", ".join(_link(path, _within_variant(path)) for path in r.evidence)
                   for r in out]
     lines += _resolved_lines(report)
-    lines += ["", "## Latency and throughput", "",
-              "TPOT is per output token (a speculative step that yields three tokens counts "
+    lines += ["", "## Latency and throughput", ""]
+    if chart:
+        lines += [f"![every variant's pooled levels: TPOT, output tokens/s, and throughput "
+                  f"against interactivity]({chart})", "",
+                  "The chart: each variant's levels pooled over its repeats, bars the bootstrap "
+                  "95% intervals, the SLO's limit dashed, each variant's best level (the one "
+                  "the ranking reads) ringed. Each variant's folder holds its own bench charts "
+                  "(TPOT and TTFT with their p90-p99 band, and the per-GPU Pareto).", ""]
+    lines += ["TPOT is per output token (a speculative step that yields three tokens counts "
               "three); accept length is the server's own `sglang:spec_accept_length` (MTP "
               "variants; `-` without speculation).", "",
               "| variant | concurrency | repeats | requests | TPOT p50 (ms) [95% CI] | TPOT p90 (ms) "

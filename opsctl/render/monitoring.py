@@ -58,7 +58,8 @@ def _pod_monitor(target: Target, name: str, role: str, port: str, job: str | Non
 def _shared_metadata(target: Target, name: str, extra: dict[str, str]) -> dict[str, Any]:
     """Objects every variant of the profile shares carry no variant label."""
     meta.check_object_name(name)
-    found = {labels.MANAGED: labels.TRUE, labels.ROLE: labels.ROLE_MONITORING, **extra}
+    found = {**target.app_labels(labels.ROLE_MONITORING, target.profile_name),
+             labels.MANAGED: labels.TRUE, labels.ROLE: labels.ROLE_MONITORING, **extra}
     return {"name": name, "namespace": target.namespace, "labels": dict(sorted(found.items()))}
 
 

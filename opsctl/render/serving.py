@@ -13,7 +13,9 @@ Docker settings translate where Kubernetes has them: GPUs by count (`nvidia.com/
 plugin picks which), `ipc_host`/`shm_size` as a memory-backed /dev/shm (sized by shm_size when
 the profile gives one; the host's /dev/shm that ipc_host shares has no size of its own either),
 `--init` as shareProcessNamespace (the pause container reaps orphans as PID 1),
-stop_grace_seconds as terminationGracePeriodSeconds. Kubernetes has no per-pod ulimits
+stop_grace_seconds as terminationGracePeriodSeconds. Kubernetes also takes CPU and memory
+requests, which Docker has no need of: without them a pod is BestEffort and the first evicted
+under node memory pressure, so they are always rendered (resources()). Kubernetes has no per-pod ulimits
 (memlock, stack: the node's container runtime sets them) and rotates logs itself.
 
 A multi-host unit is one LeaderWorkerSet group of nnodes pods: every pod runs the same argv plus
@@ -151,8 +153,7 @@ def _pod_spec(target: Target, *, leader: bool) -> dict[str, Any]:
         "livenessProbe": probes.liveness(deployment),
         "volumeMounts": mounts,
     }
-    if container.gpus:
-        main["resources"] = {"limits": {"nvidia.com/gpu": len(container.gpus)}}
+    main["resources"] = resources(target)
     return {
         "enableServiceLinks": False,
         "shareProcessNamespace": True,
@@ -161,6 +162,22 @@ def _pod_spec(target: Target, *, leader: bool) -> dict[str, Any]:
         "volumes": volumes,
         **target.placement.pod_fields(),
     }
+
+
+def resources(target: Target) -> dict[str, Any]:
+    """CPU and memory requests from the profile (ContainerSettings.pod_cpu/pod_memory), the
+    memory limit only where the profile sets one, GPUs by count as a limit (the device plugin's
+    extended resource: its request equals its limit)."""
+    container = target.deployment.profile.container
+    cpu = container.pod_cpu()
+    requests = {"cpu": f"{cpu:g}" if cpu == int(cpu) else f"{round(cpu * 1000)}m",
+                "memory": meta.quantity(container.pod_memory())}
+    limits: dict[str, Any] = {}
+    if container.memory_limit:
+        limits["memory"] = meta.quantity(container.memory_limit)
+    if container.gpus:
+        limits["nvidia.com/gpu"] = len(container.gpus)
+    return {"requests": requests, **({"limits": limits} if limits else {})}
 
 
 def _replicas(target: Target) -> dict[str, int]:

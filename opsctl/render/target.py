@@ -5,6 +5,14 @@ Object metadata carries opsctl's own label keys (core/labels.py), as the contain
 starts do, minus the two that mean nothing in a cluster: the Docker host's base URL, and the
 image's patch-set label, which only an image on a Docker host can show. A value a label cannot
 hold goes to an annotation of the same key (meta.split_metadata).
+
+Beside them, Kubernetes' recommended `app.kubernetes.io/*` labels, which dashboards, `kubectl`
+column views and policy tools read: name (what runs: sglang, its router, or opsctl's
+monitoring), instance and part-of (the rendered stack, `Target.name`; the profile's
+name on the monitoring objects its variants share), component (the opsctl
+role), version (the sglang release, on the servers) and managed-by (opsctl). They describe;
+no selector uses them, so adding or changing one never touches a Deployment's immutable
+selector.
 """
 
 from __future__ import annotations
@@ -20,6 +28,9 @@ from opsctl.render import meta
 from opsctl.render.placement import Placement
 
 _NOT_IN_A_CLUSTER = (labels.BASE_URL, labels.PATCH_SHA256, labels.SECRET_ENV)
+APP = "app.kubernetes.io/"
+# app.kubernetes.io/name per opsctl role; any other role is opsctl's own (e.g. monitoring).
+_APP_NAME = {labels.ROLE_SERVER: "sglang", labels.ROLE_ROUTER: "sglang-router"}
 
 
 @dataclass(frozen=True)
@@ -59,9 +70,22 @@ class Target:
             return {key: value for key, value in every.items() if key not in _NOT_IN_A_CLUSTER}
         return {**self.selector(role), labels.IMAGE: self.router_image, labels.VERSION: __version__}
 
+    def app_labels(self, role: str, stack: str | None = None) -> dict[str, str]:
+        """The recommended app.kubernetes.io/* labels of this role's objects; `stack` names
+        what they belong to when it is not this variant's (objects the profile's variants
+        share)."""
+        stack = stack or self.name
+        found = {APP + "name": _APP_NAME.get(role, f"opsctl-{role}"), APP + "instance": stack,
+                 APP + "component": role, APP + "part-of": stack,
+                 APP + "managed-by": "opsctl"}
+        if role == labels.ROLE_SERVER:
+            found[APP + "version"] = self.deployment.image.sglang_version
+        return found
+
     def metadata(self, name: str, role: str) -> dict[str, Any]:
         """name, namespace, labels and (for what no label can hold) annotations."""
-        fitting, rest = meta.split_metadata({**self._values(role), **self.selector(role)})
+        fitting, rest = meta.split_metadata({**self.app_labels(role), **self._values(role),
+                                             **self.selector(role)})
         out: dict[str, Any] = {"name": name, "namespace": self.namespace,
                                "labels": dict(sorted(fitting.items()))}
         if rest:

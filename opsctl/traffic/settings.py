@@ -78,6 +78,13 @@ class BenchSettings(_Settings):
         "Client processes sending each level, each with its own event loop (never more than "
         "the level's concurrency). Default: one per 64 concurrent streams, at most the usable "
         "cores less one."))
+    saturation_gain: float | None = Field(
+        None, ge=0, le=1, description="Stop the sweep after a level whose output throughput "
+        "rose by less than this share over the previous level's while its E2E p50 rose by "
+        "more (saturated: more concurrency only queues); None: never.")
+    max_error_rate: float | None = Field(
+        None, ge=0, le=1, description="Stop the sweep after a level whose failed share of its "
+        "requests (measured and warm-up) is above this; None: never.")
     # The workload (opsctl.traffic.bench.workloads.WorkloadSpec.of reads these).
     # --dataset-name as asked (BenchConfig.dataset_name: what the run sent, after a fallback)
     dataset: DatasetName | None = Field(None, description=(

@@ -14,7 +14,7 @@ from opsctl.core.errors import UsageError
 from opsctl.core.paths import project_root
 from opsctl.traffic import app as traffic
 from opsctl.traffic.bench.records import read_records
-from opsctl.traffic.bench.serving import write_report_files
+from opsctl.traffic.bench.serving import NOT_MEASURED, write_report_files
 from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
 from opsctl.traffic.settings import BenchSettings
 
@@ -23,20 +23,19 @@ FIXTURES = Path(__file__).parent.parent / "fixtures" / "bench_serving"
 # Keys of a real sglang row opsctl leaves out on purpose (docs/smoke-and-bench.md says why):
 # it has no ShareGPT output-length argument, no vision tokens, no retokenization, and
 # accept_length is the server's own (each level's `server` figures).
-NOT_WRITTEN = {"sharegpt_output_len", "total_input_text_tokens", "total_input_vision_tokens",
-               "total_output_tokens_retokenized", "accept_length"}
+NOT_WRITTEN = set(NOT_MEASURED)
 
 
-def _options(**overrides: object) -> BenchOptions:
+def _options(server_figures: bool = False, **overrides: object) -> BenchOptions:
     values: dict[str, object] = {"concurrency": (1, 3), "requests_per_level": 6,
                                  "input_words": 16, "output_tokens": 8, "request_timeout_s": 10.0}
     values.update(overrides)
-    return BenchOptions(BenchSettings.model_validate(values), server_figures=False)
+    return BenchOptions(BenchSettings.model_validate(values), server_figures=server_figures)
 
 
 def _sim(start: StartSim) -> str:
     return start(env={"OPSCTL_SIM_TTFT_MS": "5", "OPSCTL_SIM_ITL_MS": "3"},
-                 args=["--served-model-name", "glm-5"]).url
+                 args=["--served-model-name", "glm-5", "--enable-metrics"]).url
 
 
 def test_each_level_writes_its_requests(sim_server: StartSim, tmp_path: Path) -> None:
@@ -58,7 +57,8 @@ def test_each_level_writes_its_requests(sim_server: StartSim, tmp_path: Path) ->
 
 
 def test_rows_carry_the_keys_of_a_real_sglang_row(sim_server: StartSim, tmp_path: Path) -> None:
-    report = run_bench([Target("base", _sim(sim_server))], _options(concurrency=(2,)))
+    report = run_bench([Target("base", _sim(sim_server))],
+                       _options(server_figures=True, concurrency=(2,)))
     write_report_files(report, tmp_path, output_details=True)
     row = json.loads((tmp_path / "bench_serving.jsonl").read_text())
     for name in ("sglang-0.5.9-random.jsonl", "sglang-0.5.9-random-details.jsonl"):
@@ -72,6 +72,10 @@ def test_rows_carry_the_keys_of_a_real_sglang_row(sim_server: StartSim, tmp_path
                     isinstance(real[key], float) and isinstance(row[key], int | float)), key
     assert row["random_input_len"] == 16 and row["random_output_len"] == 8
     assert row["random_range_ratio"] == 1.0
+    assert row["accept_length"] is None  # no speculation: sglang writes None too
+    cache = row["cache_report"]  # the server's own prompt and cached-token counters
+    assert cache["total_prompt_tokens"] > 0 and cache["total_cached_tokens"] == 0
+    assert cache["cache_hit_rate_pct"] == 0.0
     assert isinstance(row["server_info"], dict) and "version" in row["server_info"]
     assert len(row["ttfts"]) == len(row["itls"]) == len(row["errors"]) == 6
     assert row["output_lens"] == [8] * 6 and all(len(gaps) == 7 for gaps in row["itls"])

@@ -194,3 +194,25 @@ def test_a_failed_launch_still_stops_and_goes_on(sim_server: StartSim) -> None:
 def test_requests_default_to_four_per_concurrency(levels: tuple[int, ...]) -> None:
     options = BenchOptions(BenchSettings(concurrency=levels))
     assert options.requests_at(3) == 16 and options.requests_at(64) == 256
+
+
+def test_a_saturated_server_ends_the_sweep_with_the_reason(sim_server: StartSim) -> None:
+    """One request at a time (--max-running-requests 1): at 4 concurrent streams the output
+    throughput stays where it was at 1 while E2E latency queues up about 4x."""
+    url = sim(sim_server, "--max-running-requests", "1")
+    result = asyncio.run(sweep("sim", url, small(concurrency=(1, 4, 8), saturation_gain=0.5)))
+    assert [lv.concurrency for lv in result.levels] == [1, 4]
+    assert result.levels[0].sweep_end is None
+    assert (result.levels[1].sweep_end or "").startswith("saturated: output throughput")
+    assert result.stopped is None and result.failed_requests == 0  # a planned end, not a failure
+    unlimited = asyncio.run(sweep("sim", sim(sim_server), small(concurrency=(1, 4),
+                                                                saturation_gain=0.5)))
+    assert [lv.sweep_end for lv in unlimited.levels] == [None, None]  # throughput rose
+
+
+def test_an_error_rate_over_the_ceiling_ends_the_sweep(sim_server: StartSim) -> None:
+    url = sim(sim_server, OPSCTL_SIM_FAULT="error_rate", OPSCTL_SIM_ERROR_RATE="0.5")
+    result = asyncio.run(sweep("sim", url, small(concurrency=(2, 4), max_error_rate=0.2)))
+    assert [lv.concurrency for lv in result.levels] == [2]
+    assert result.levels[0].sweep_end == ("error rate 50.0% (5 of 10 requests) above the 20.0% "
+                                          "ceiling")

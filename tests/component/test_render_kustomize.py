@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from opsctl.config.profiles import load_profile
+from opsctl.config.resolve import record_profiles
 from opsctl.render import app as render
 from opsctl.render import outdir, placement
 from opsctl.render.settings import RenderSettings
@@ -28,8 +29,14 @@ OPTIONS = placement.Placement(
                                   queue_threshold=1))
 
 
-def _render(out: Path, profile: str = "glm5-nvfp4-rtx6000", **options: Any) -> render.RenderResult:
-    return render.render_k8s(load_profile(profile).resolve("gathercast"), image_ref=lambda _: PUSHED,
+# Every base `render k8s` can write: each shipped profile's every variant, and several hosts.
+EVERY_BASE = [(name, variant) for name in record_profiles()
+              for variant in sorted(load_profile(name).variants)] + [(TWO_HOSTS, "gathercast")]
+
+
+def _render(out: Path, profile: str = "glm5-nvfp4-rtx6000", variant: str = "gathercast",
+            **options: Any) -> render.RenderResult:
+    return render.render_k8s(load_profile(profile).resolve(variant), image_ref=lambda _: PUSHED,
                              out=out, settings=RenderSettings(replicas=2, placement=OPTIONS, **options))
 
 
@@ -44,9 +51,10 @@ def _by_identity(objects: list[dict[str, Any]]) -> dict[tuple[str, str], dict[st
     return {(obj["kind"], obj["metadata"]["name"]): obj for obj in objects}
 
 
-@pytest.mark.parametrize("profile", ["glm5-nvfp4-rtx6000", TWO_HOSTS], ids=["deployment", "lws"])
-def test_kustomize_builds_the_base_to_the_rendered_objects(tmp_path: Path, profile: str) -> None:
-    result = _render(tmp_path / "base", profile)
+@pytest.mark.parametrize(("profile", "variant"), EVERY_BASE)
+def test_kustomize_builds_every_base_to_the_rendered_objects(tmp_path: Path, profile: str,
+                                                             variant: str) -> None:
+    result = _render(tmp_path / "base", profile, variant)
     files = [yaml.safe_load(path.read_text()) for path in result.files
              if path.name != render.KUSTOMIZATION]
     built = _by_identity(_kustomize(tmp_path / "base"))

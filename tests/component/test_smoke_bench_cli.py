@@ -70,8 +70,9 @@ def test_bench_writes_the_report_and_exits_0(sim_server: StartSim, tmp_path: Pat
                   "--output-tokens", "8", "--out", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(p.name for p in out.iterdir()) == ["bench.json", "bench.md",
-                                                     "bench_serving.jsonl", "requests",
-                                                     "throughput.png", "tpot.png"]
+                                                     "bench_serving.csv", "bench_serving.jsonl",
+                                                     "pareto.png", "requests", "throughput.png",
+                                                     "tpot.png", "ttft.png"]
     assert sorted(str(p.relative_to(out)) for p in (out / "requests").rglob("*.jsonl")) == [
         "requests/01-baseline/c1.jsonl", "requests/01-baseline/c2.jsonl",
         "requests/02-gathercast/c1.jsonl", "requests/02-gathercast/c2.jsonl"]

@@ -64,6 +64,7 @@ def test_bench_brings_each_variant_up_and_down(opsctl, sim_image: str, own_sim, 
     assert [v["variant"] for v in report["variants"]] == ["baseline", "gathercast"]
     assert all(v["launched_by_bench"] for v in report["variants"])
     assert report["failed_requests"] == 0
-    for name in ("bench.md", "tpot.png", "throughput.png"):
+    for name in ("bench.md", "bench_serving.csv", "tpot.png", "ttft.png", "throughput.png",
+                 "pareto.png"):
         assert (out / name).stat().st_size > 0
     assert _servers(name) == []

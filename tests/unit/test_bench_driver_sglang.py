@@ -251,8 +251,31 @@ def test_a_sweep_runs_bench_serving_in_each_targets_container_into_one_ab_report
     table = (tmp_path / "bench.md").read_text()
     assert "b (Δ vs a)" in table and "sglang.bench_serving" in table
     rows = [json.loads(line) for line in (tmp_path / "bench_serving.jsonl").read_text().splitlines()]
-    assert len(rows) == 4 and len(written) == 3
+    assert len(rows) == 4 and len(written) == 4  # json, md, jsonl, csv
     assert {row["backend"] for row in rows} == {"sglang-oai"}  # what measured them, not opsctl
+
+
+def test_the_saturation_stop_ends_a_bench_serving_sweep_too(engine: FakeEngine) -> None:
+    """Each level's row: the same output throughput, E2E p50 growing with the concurrency."""
+    container = BenchServingInContainer(engine)
+    e2e = _row()["median_e2e_latency_ms"]
+
+    def handle(container_id: str, command: list[str], env: dict[str, str]) -> ExecResult:
+        if command[0] == "timeout":
+            level = int(_flag(command, "--max-concurrency"))
+            container.files[_flag(command, "--output-file")] = json.dumps(_row(
+                max_concurrency=level, median_e2e_latency_ms=e2e * level)).encode() + b"\n"
+            return container.bench_result
+        return container.handle(container_id, command, env)
+
+    engine.exec_handler = handle
+    report = _bench([Target(label="a", base_url=_server(engine, "opsctl-a", 30001))],
+                    concurrency=(2, 4, 8), saturation_gain=0.5)
+    levels = report.variants[0].levels
+    assert [lv.concurrency for lv in levels] == [2, 4] and levels[0].sweep_end is None
+    assert (levels[1].sweep_end or "").startswith("saturated: output throughput +0.0% over "
+                                                  "concurrency 2 while E2E p50 rose +100.0%")
+    assert report.passed  # a planned end
 
 
 def test_a_failing_bench_serving_fails_its_level_with_the_redacted_tail(engine: FakeEngine) -> None:

@@ -37,7 +37,7 @@ from opsctl.core.errors import (
 from opsctl.core.paths import project_root
 from opsctl.decide import app as decide_app
 from opsctl.decide.app import DecideRequest, DecideResult
-from opsctl.decide.report import DecideReport, VariantRecord
+from opsctl.decide.report import ChartWriter, DecideReport, VariantRecord
 from opsctl.decide.settings import DecideSettings
 from opsctl.deploy.app import ImageFor
 from opsctl.deploy.launch import Launch
@@ -210,8 +210,8 @@ class Run:
 
     def decide(self, variants: tuple[str, ...], *, smoke: FakeSmoke | None = None,
                bench: FakeBench | None = None, verify: FakeVerify | None = None,
-               image_for: ImageFor | None = None, state: StateDir | None = None
-               ) -> DecideResult:
+               image_for: ImageFor | None = None, state: StateDir | None = None,
+               chart: ChartWriter | None = None) -> DecideResult:
         def preflight(deployment: Deployment, engine: EngineApi, image: str) -> PreflightResult:
             self.preflights.append(deployment.variant)
             return run_preflight(deployment, engine, image)
@@ -219,7 +219,7 @@ class Run:
         return decide_app.decide(
             PROFILE, DecideRequest(variants=variants, out_dir=self.out,
                                    settings=DecideSettings(concurrency=LEVELS,
-                                                           requests_per_level=4)),
+                                                           requests_per_level=4), chart=chart),
             launch=Launch(engine=self.engine, image_for=image_for or (lambda _: IMAGE),
                           verify=verify or FakeVerify(), state=state,
                           http=FakeSglang(PROFILE.model.served_name, ["ready"]).client,
@@ -325,6 +325,54 @@ def test_input_tokens_per_second_reach_bench_and_decide_reports(tmp_path: Path) 
     page = (run.out / "decide.md").read_text()
     assert "| TPOT p90 (ms) | input tok/s | output tok/s [95% CI] |" in page
     assert f"| {pooled.input_tokens_per_s:.1f} | " in page
+
+
+def test_decide_md_embeds_a_chart_of_every_variant_and_level(tmp_path: Path) -> None:
+    matplotlib = pytest.importorskip("matplotlib", reason="the chart is the [plot] extra")
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    from opsctl.decide import view
+
+    run = Run(tmp_path)
+    bench = FakeBench({"baseline": {1: (30.0, 0), 8: (33.0, 0)},
+                       "gathercast": {1: (24.0, 0), 8: (26.0, 0)}})
+    result = run.decide(("baseline", "gathercast"), bench=bench, chart=view.write_chart)
+    report = result.report
+    assert result.written == [run.out / "decide.json", run.out / "decide.md",
+                              run.out / "decide.png"]
+    assert (run.out / "decide.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "](decide.png)" in (run.out / "decide.md").read_text()
+    fig = view.comparison_chart(plt, report, run.out)
+    tpot, rate, pareto = fig.axes
+    assert all(ax.get_ylim()[0] == 0 for ax in fig.axes)  # zero-based
+    assert report.slo_tpot_ms == 60 and [
+        line.get_ydata()[0] for line in tpot.get_lines() if list(line.get_xdata()) == [0, 1]
+    ] == [60.0]  # the SLO as a line
+    assert [line.get_label() for line in pareto.get_lines()][:2] == ["baseline", "gathercast"]
+    gathercast = report.variants[1]
+    assert [lv.concurrency for lv in gathercast.levels] == [1, 8]
+    assert list(pareto.get_lines()[1].get_xdata()) == pytest.approx(
+        [1000.0 / (lv.tpot_p50_ms or 1) for lv in gathercast.levels])  # every level
+    title = fig._suptitle.get_text()
+    for part in ("opsctl decide: gathercast", "profile sim", "baseline, gathercast",
+                 "ISL ~256 words / OSL 256 tokens", report.started_at[:10]):
+        assert part in title, (part, title)
+    plt.close(fig)
+    # Rescored, the chart is drawn again beside the rescored page.
+    again = decide_app.rescore(run.out, PROFILE.slo, chart=view.write_chart)
+    assert run.out / "decide-rescored.png" in again.written
+    assert "](decide-rescored.png)" in (run.out / "decide-rescored.md").read_text()
+
+
+def test_no_chart_without_a_measured_level(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the chart is the [plot] extra")
+    from opsctl.decide import view
+
+    report = DecideReport(started_at="t", profile="sim", concurrency=[1], requests_per_level=4,
+                          skip_eval=True, variants=[])
+    assert view.write_chart(report, tmp_path, "decide.png") is None
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_disagreement_is_evidence_not_a_disqualification(tmp_path: Path) -> None:

@@ -136,19 +136,82 @@ def test_shm_is_sized_from_the_profile_only_when_it_gives_a_size() -> None:
     assert glm["volumes"][0]["emptyDir"] == {"medium": "Memory"}  # ipc_host: no size to take
 
 
-def test_probes_cover_the_load_and_mean_ups_readiness() -> None:
+def test_probes_cover_the_load_and_never_generate_on_the_pinned_release() -> None:
     deployment = _deployment(GLM, "gathercast")
+    assert deployment.image.sglang_version == "0.5.23"
     (container,) = _pod_specs(render.render_objects(deployment, IMAGE))[0]["containers"]
     startup = container["startupProbe"]
     budget = startup["failureThreshold"] * startup["periodSeconds"]
     assert budget >= deployment.profile.readiness.timeout_seconds
     assert startup["httpGet"]["path"] == "/health"
-    ready = container["readinessProbe"]["exec"]["command"]
-    assert ready[:2] == ["python3", "-c"] and "/health_generate" in ready[2] and "/v1/models" in ready[2]
-    assert ready[3:] == ["http://127.0.0.1:30000", "glm-5"]
+    # 0.5.23's GET /ready: no generation, no exec, no API key (http_server.py:714-718)
+    ready = container["readinessProbe"]
+    assert ready["httpGet"] == {"path": "/ready", "port": "http"} and "exec" not in ready
     live = container["livenessProbe"]
     assert live["httpGet"]["path"] == "/health"  # never /health_generate: no generation, no scheduler
     assert live["failureThreshold"] * live["periodSeconds"] >= 60
+    assert "health_generate" not in json.dumps([startup, ready, live])
+
+
+def test_a_release_without_a_readiness_endpoint_keeps_ups_exec_check() -> None:
+    glm = _deployment(GLM, "gathercast")
+    old = glm.model_copy(update={
+        "image": glm.image.model_copy(update={"sglang_version": "0.5.9"}),
+        "server": glm.server.model_copy(update={"disable_prefill_cuda_graph": False})})
+    (container,) = _pod_specs(render.render_objects(old, IMAGE))[0]["containers"]
+    ready = container["readinessProbe"]["exec"]["command"]
+    assert ready[:2] == ["python3", "-c"] and "/health_generate" in ready[2] and "/v1/models" in ready[2]
+    assert ready[3:] == ["http://127.0.0.1:30000", "glm-5"]
+
+
+def _with_container(deployment: Deployment, **changes: Any) -> Deployment:
+    profile = deployment.profile
+    container = profile.container.model_validate({**profile.container.model_dump(), **changes})
+    return deployment.model_copy(update={"profile": profile.model_copy(update={
+        "container": container})})
+
+
+def test_pods_request_cpu_and_memory_so_they_are_not_best_effort() -> None:
+    glm = _deployment(GLM, "gathercast")
+    (container,) = _pod_specs(render.render_objects(glm, IMAGE))[0]["containers"]
+    assert len(glm.profile.container.gpus) == 8
+    # one core per rank plus 4; 16 GiB per GPU; GPUs a limit; no CPU or memory limit
+    assert container["resources"] == {"requests": {"cpu": "12", "memory": "128Gi"},
+                                      "limits": {"nvidia.com/gpu": 8}}
+    (sim,) = _pod_specs(render.render_objects(_deployment("sim", "gathercast"), IMAGE))[0][
+        "containers"]
+    assert sim["resources"] == {"requests": {"cpu": "1", "memory": "1Gi"}}
+    stated = _with_container(glm, cpu_request=0.5, memory_request="200g", memory_limit="256g")
+    (container,) = _pod_specs(render.render_objects(stated, IMAGE))[0]["containers"]
+    assert container["resources"] == {"requests": {"cpu": "500m", "memory": "200Gi"},
+                                      "limits": {"memory": "256Gi", "nvidia.com/gpu": 8}}
+    assert stated.config_hash() == glm.config_hash()  # `render k8s`'s alone: `up` keeps its server
+    capped = _with_container(glm, memory_limit="64g")  # the estimate never exceeds the limit
+    (container,) = _pod_specs(render.render_objects(capped, IMAGE))[0]["containers"]
+    assert container["resources"]["requests"]["memory"] == "64Gi"
+    with pytest.raises(ValueError, match="memory_request 2g is above memory_limit 1g"):
+        _with_container(glm, memory_request="2g", memory_limit="1g")
+
+
+@pytest.mark.parametrize(("profile", "variant", "replicas"), CASES)
+def test_every_object_carries_the_recommended_app_labels_and_no_selector_uses_them(
+        profile: str, variant: str, replicas: int) -> None:
+    deployment = _deployment(profile, variant)
+    objects = render.render_objects(deployment, IMAGE, RenderSettings(replicas=replicas))
+    name = f"{Path(profile).stem}-{variant}"
+    for obj in objects:
+        found = obj["metadata"]["labels"]
+        role = found[labels.ROLE]
+        assert found["app.kubernetes.io/managed-by"] == "opsctl"
+        assert found["app.kubernetes.io/component"] == role
+        stack = deployment.profile.name if role == labels.ROLE_MONITORING else name
+        assert found["app.kubernetes.io/instance"] == found["app.kubernetes.io/part-of"] == stack
+        assert found["app.kubernetes.io/name"] == {"server": "sglang", "router": "sglang-router"}.get(
+            role, f"opsctl-{role}")
+        if role == labels.ROLE_SERVER:
+            assert found["app.kubernetes.io/version"] == deployment.image.sglang_version
+        assert not [key for key in obj.get("spec", {}).get("selector", {}).get("matchLabels", {})
+                    if key.startswith("app.kubernetes.io/")]
 
 
 def test_multi_host_renders_a_leader_worker_set_and_the_router_picks_leaders() -> None:

@@ -187,6 +187,39 @@ def test_a_level_gets_gauges_and_histogram_deltas() -> None:
     assert ESTIMATE_NOTE in figures.notes
 
 
+def cache_page(prompt: float, cached: dict[str, float] | None, *, named: bool = True) -> str:
+    """itl_page plus the prompt and cached token counters (`cached` by cache_source)."""
+    lines = [f'sglang:prompt_tokens_total{{model_name="glm-5",is_streaming="true"}} {prompt}']
+    if named:
+        lines.append("# TYPE sglang:cached_tokens_total counter")
+    lines += [f'sglang:cached_tokens_total{{model_name="glm-5",cache_source="{source}"}} {value}'
+              for source, value in (cached or {}).items()]
+    return itl_page((1, 0, 0), 0.005) + "\n".join(lines) + "\n"
+
+
+def test_the_prefix_cache_over_a_level_is_the_counters_end_minus_start() -> None:
+    bodies = pages(cache_page(1000, {"device": 100}),
+                   cache_page(5000, {"device": 2100, "host": 300}))
+    cache = run_level(LevelSampler(fetcher(bodies), interval_s=60)).cache
+    assert cache is not None
+    assert (cache.prompt_tokens, cache.cached_tokens) == (4000, 2300)
+    assert cache.by_source == {"device": 2000, "host": 300} and cache.hit_rate_pct == 57.5
+    # named but never incremented (sglang and the simulator before a first cache hit): 0 cached
+    none_cached = run_level(LevelSampler(fetcher(pages(cache_page(10, None), cache_page(30, None))),
+                                         interval_s=60)).cache
+    assert none_cached is not None and none_cached.cached_tokens == 0
+    assert none_cached.hit_rate_pct == 0.0
+
+
+@pytest.mark.parametrize(("start", "end"), [
+    (cache_page(10, None, named=False), cache_page(30, None, named=False)),  # no such counter
+    (cache_page(5000, {"device": 10}), cache_page(40, {"device": 1})),  # restarted: went down
+    (itl_page((1, 0, 0), 0.005), cache_page(30, None)),  # no prompt counter at the start
+])
+def test_no_cache_figure_where_the_counters_cannot_say(start: str, end: str) -> None:
+    assert run_level(LevelSampler(fetcher(pages(start, end)), interval_s=60)).cache is None
+
+
 def test_the_router_spelling_is_read_too() -> None:
     bodies = pages(itl_page((0, 0, 0), 0, prefix="sglang_"), itl_page((2, 0, 0), 0.01, prefix="sglang_"))
     figures = run_level(LevelSampler(fetcher(bodies), interval_s=60))
@@ -317,14 +350,17 @@ def test_gpu_figures_say_why_they_are_missing() -> None:
 
 
 def test_nvidia_smi_output_is_read_defensively() -> None:
-    rows = parse_query("0, 87, 91234, 97887\nGPU lost\n1, [Not Supported], nan, 97887\n")
-    assert rows == [(0, 87.0, 91234.0, 97887.0), (1, None, None, 97887.0)]
+    rows = parse_query("0, 87, 91234, 97887, NVIDIA RTX PRO 6000, Blackwell\nGPU lost\n"
+                       "1, [Not Supported], nan, 97887, [N/A]\n2, 1, 2, 3\n")
+    assert rows == [(0, 87.0, 91234.0, 97887.0, "NVIDIA RTX PRO 6000, Blackwell"),
+                    (1, None, None, 97887.0, None), (2, 1.0, 2.0, 3.0, None)]
     tally = GpuTally()
     tally.add(rows)
-    tally.add([(0, 13.0, 90000.0, 97887.0)])
+    tally.add([(0, 13.0, 90000.0, 97887.0, None)])
     first = tally.figures()[0]
     assert (first.samples, first.util_mean_pct, first.util_max_pct, first.mem_used_max_mib) == \
         (2, 50.0, 87.0, 91234.0)
+    assert first.name == "NVIDIA RTX PRO 6000, Blackwell" and tally.figures()[1].name is None
 
 
 @pytest.mark.parametrize(("url", "local"), [

@@ -34,7 +34,7 @@ from opsctl.core.answers import Malformed
 from opsctl.core.errors import OpsctlError, UsageError
 from opsctl.core.redact import redact, redact_userinfo
 from opsctl.traffic.bench.drivers import BACKENDS, SGLANG_BENCH
-from opsctl.traffic.bench.levels import CUT_SHORT
+from opsctl.traffic.bench.levels import CUT_SHORT, sweep_end
 from opsctl.traffic.bench.report import LevelResult, Pcts, VariantResult
 from opsctl.traffic.bench.serving_read import SOURCE, level_from_row, parse_row
 from opsctl.traffic.bench.sweep import BenchOptions, Progress, deadline_reached, resolve_model
@@ -195,9 +195,14 @@ class SglangBench:
                         result.levels.append(_failed(concurrency, requests_at(options, concurrency),
                                                      0.0, CUT_SHORT))  # the caller says by what
                         raise
+                    if not level.aborted:  # the early stops judge whole levels
+                        level.sweep_end = sweep_end(result.levels[-1] if result.levels else None,
+                                                    level, options.settings)
                     result.levels.append(level)
                     if level.aborted:
                         result.stopped = f"stopped at concurrency {concurrency}: {level.aborted}"
+                        break
+                    if level.sweep_end:
                         break
         except TimeoutError:
             deadline_reached(result, base_url, deadline)

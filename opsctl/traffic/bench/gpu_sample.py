@@ -18,7 +18,8 @@ from pydantic import BaseModel
 
 from opsctl.core.tools import Run, run_tool
 
-QUERY = "index,utilization.gpu,memory.used,memory.total"
+# The name last: it is free text (a comma in it stays part of it).
+QUERY = "index,utilization.gpu,memory.used,memory.total,name"
 QUERY_TIMEOUT_S = 10.0
 NO_SMI = "no nvidia-smi"
 _RUN_SMI: Run = partial(run_tool, timeout_s=QUERY_TIMEOUT_S)
@@ -33,6 +34,7 @@ class GpuFigure(BaseModel):
     util_max_pct: float | None = None
     mem_used_max_mib: float | None = None
     mem_total_mib: float | None = None
+    name: str | None = None  # nvidia-smi's product name, e.g. what a chart's title shows
 
 
 class GpuQueryFailed(Exception):
@@ -48,15 +50,20 @@ def _number(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def parse_query(text: str) -> list[tuple[int, float | None, float | None, float | None]]:
-    """(index, util %, memory used MiB, memory total MiB) per line of the CSV; lines that are
-    not four fields with an integer index are skipped."""
-    rows = []
+Row = tuple[int, float | None, float | None, float | None, str | None]
+
+
+def parse_query(text: str) -> list[Row]:
+    """(index, util %, memory used MiB, memory total MiB, name) per line of the CSV; lines that
+    are not four or five fields with an integer index are skipped (no name: None)."""
+    rows: list[Row] = []
     for line in text.splitlines():
-        fields = line.split(",")
-        if len(fields) != 4 or not fields[0].strip().isdigit():
+        fields = line.split(",", 4)
+        if len(fields) < 4 or not fields[0].strip().isdigit():
             continue
-        rows.append((int(fields[0]), _number(fields[1]), _number(fields[2]), _number(fields[3])))
+        name = fields[4].strip() if len(fields) == 5 else ""
+        rows.append((int(fields[0]), _number(fields[1]), _number(fields[2]), _number(fields[3]),
+                     name if name and not name.startswith("[") else None))
     return rows
 
 
@@ -71,7 +78,7 @@ class GpuProbe:
     def unavailable(self) -> str | None:
         return None if self._smi else NO_SMI
 
-    def query(self) -> list[tuple[int, float | None, float | None, float | None]]:
+    def query(self) -> list[Row]:
         """One reading of every (selected) GPU; GpuQueryFailed when nvidia-smi fails."""
         if self._smi is None:
             raise GpuQueryFailed(NO_SMI)
@@ -109,10 +116,13 @@ class GpuTally:
         self._util: dict[int, list[float]] = {}  # index -> [sum, count, max]
         self._mem: dict[int, tuple[float | None, float | None]] = {}
         self._seen: dict[int, int] = {}
+        self._names: dict[int, str] = {}
 
-    def add(self, rows: list[tuple[int, float | None, float | None, float | None]]) -> None:
-        for index, util, used, total in rows:
+    def add(self, rows: list[Row]) -> None:
+        for index, util, used, total, name in rows:
             self._seen[index] = self._seen.get(index, 0) + 1
+            if name:
+                self._names[index] = name
             if util is not None:
                 acc = self._util.setdefault(index, [0.0, 0.0, util])
                 acc[0], acc[1], acc[2] = acc[0] + util, acc[1] + 1, max(acc[2], util)
@@ -129,5 +139,6 @@ class GpuTally:
             out.append(GpuFigure(
                 index=index, samples=self._seen[index],
                 util_mean_pct=round(acc[0] / acc[1], 1) if acc else None,
-                util_max_pct=acc[2] if acc else None, mem_used_max_mib=peak, mem_total_mib=size))
+                util_max_pct=acc[2] if acc else None, mem_used_max_mib=peak, mem_total_mib=size,
+                name=self._names.get(index)))
         return out

@@ -7,6 +7,10 @@ Either way the level counts the CPU of every client process over its measured ph
 it per streamed token, and flags the level `client_bound` when the busiest client process used
 most of a core or all of them most of the usable cores (opsctl.traffic.bench.stats.with_client_cpu).
 
+After a whole level, `sweep_end` says whether the sweep should stop there, and why: the server
+saturated (BenchSettings.saturation_gain: output throughput barely rose over the previous
+level's while E2E p50 rose more) or too many requests failed (max_error_rate).
+
 Warm-up: `concurrency` requests at once, excluded from the statistics (their failures still
 count); with several workers each warms its own connections with its share. A level whose
 warm-up fails entirely is aborted. Cancelled (the sweep's deadline, Ctrl-C), a level still
@@ -36,6 +40,7 @@ from opsctl.traffic.client import Api, RequestResult, TrafficClient, request_bod
 
 if TYPE_CHECKING:
     from opsctl.traffic.bench.sweep import BenchOptions, Progress
+    from opsctl.traffic.settings import BenchSettings
 
 CUT_SHORT = "cut short"
 # The automatic rule: one client process per this many concurrent streams (at the 20-30 us of
@@ -192,6 +197,30 @@ class InProcess:
             phase.next_index = plan.after(phase.batch.sent)
 
 
+def sweep_end(previous: LevelResult | None, level: LevelResult,
+              settings: BenchSettings) -> str | None:
+    """Why the sweep ends after `level` (None: it goes on)."""
+    sent = level.requests + level.warmup_requests
+    failed = level.failed + level.warmup_failed
+    ceiling = settings.max_error_rate
+    if ceiling is not None and sent and failed / sent > ceiling:
+        return (f"error rate {failed / sent:.1%} ({failed} of {sent} requests) above the "
+                f"{ceiling:.1%} ceiling")
+    gain = settings.saturation_gain
+    if gain is None or previous is None or previous.aborted:
+        return None
+    before, after = previous.e2e_ms.p50, level.e2e_ms.p50
+    if not previous.output_tokens_per_s or not before or after is None:
+        return None
+    rise = level.output_tokens_per_s / previous.output_tokens_per_s - 1
+    slower = after / before - 1
+    if rise < gain and slower > gain:
+        return (f"saturated: output throughput {rise:+.1%} over concurrency "
+                f"{previous.concurrency} while E2E p50 rose {slower:+.1%} (saturation_gain "
+                f"{gain:g})")
+    return None
+
+
 # Opens a sampler of the server's own figures around a measured phase (server_sampler).
 SampleServer = Callable[[], AbstractAsyncContextManager[LevelSampler]]
 
@@ -250,5 +279,7 @@ async def run_level(
     except BaseException:
         levels.append(level(CUT_SHORT))  # Ctrl-C, the deadline, or a client worker that died
         raise
-    levels.append(level())
+    whole = level()
+    whole.sweep_end = sweep_end(levels[-1] if levels else None, whole, options.settings)
+    levels.append(whole)
     return measured.next_index

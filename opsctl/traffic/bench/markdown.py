@@ -126,6 +126,10 @@ def fmt(value: float | None, spec: str) -> str:
     return "n/a" if value is None else spec.format(value)
 
 
+def sweep_end_line(variant: str, level: LevelResult) -> str:
+    return f"- {variant}: the sweep ended after concurrency {level.concurrency}: {level.sweep_end}"
+
+
 def markdown_table(report: BenchReport) -> str:
     """One row per (concurrency, metric); each variant after the first shows its delta."""
     runs = [v for v in report.variants if v.error is None]
@@ -171,4 +175,5 @@ def markdown_table(report: BenchReport) -> str:
                          f"({run.model.served_name_source})")
         notes += [f"- {run.variant} at concurrency {lv.concurrency}: per-request records "
                   f"{lv.requests_note}" for lv in run.levels if lv.requests_note]
+        notes += [sweep_end_line(run.variant, lv) for lv in run.levels if lv.sweep_end]
     return "\n".join(lines + notes + _server_section(report)) + "\n"

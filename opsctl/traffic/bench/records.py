@@ -140,16 +140,30 @@ def _number(record: dict[str, Any], key: str) -> float | None:
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
-def rescore(records: Sequence[dict[str, Any]], slo: Slo, duration_s: float) -> Goodput:
-    """Goodput of a level against `slo`, from its records (stats.goodput's meaning)."""
-    good = sum(1 for r in records if r.get("ok") is True
-               and request_is_good(slo, _number(r, "ttft_s"), _number(r, "tpot_s")))
+def judge(slo: Slo, requests: Sequence[tuple[bool, float | None, float | None]],
+          duration_s: float) -> Goodput:
+    """Goodput of measured requests, each (ok, ttft_s, tpot_s): those meeting every stated
+    limit, their share of all (failures included) and rate over `duration_s`, and each limit's
+    own share (a failed request or a missing measurement meets none)."""
+    good = sum(1 for ok, ttft, tpot in requests if ok and request_is_good(slo, ttft, tpot))
+    by_metric = {}
+    for name, objective, at in (("ttft", slo.ttft, 1), ("tpot", slo.tpot, 2)):
+        if objective is not None and requests:
+            met = sum(1 for r in requests if r[0] and (value := r[at]) is not None
+                      and value <= objective.threshold_seconds)
+            by_metric[name] = round(met / len(requests), 4)
     return Goodput(
         ttft_ms=slo.ttft.threshold_ms if slo.ttft else None,
         tpot_ms=slo.tpot.threshold_ms if slo.tpot else None,
-        good=good, share=round(good / len(records), 4) if records else None,
-        rate_per_s=round(good / duration_s, 4) if duration_s > 0 else 0.0,
+        good=good, share=round(good / len(requests), 4) if requests else None,
+        rate_per_s=round(good / duration_s, 4) if duration_s > 0 else 0.0, by_metric=by_metric,
     )
+
+
+def rescore(records: Sequence[dict[str, Any]], slo: Slo, duration_s: float) -> Goodput:
+    """Goodput of a level against `slo`, from its records (stats.goodput's meaning)."""
+    return judge(slo, [(r.get("ok") is True, _number(r, "ttft_s"), _number(r, "tpot_s"))
+                       for r in records], duration_s)
 
 
 def peaks(results: Sequence[RequestResult]) -> tuple[float | None, int | None]:

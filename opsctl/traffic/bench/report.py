@@ -55,6 +55,9 @@ class Goodput(BaseModel):
     good: int
     share: float | None  # None when no request was measured
     rate_per_s: float
+    # Per stated limit ("ttft", "tpot"): the share of measured requests meeting that one alone
+    # (sglang.bench_serving's slo_attainment_by_metric); {} in reports written before it.
+    by_metric: dict[str, float] = {}
 
 
 class LevelResult(BaseModel):
@@ -84,6 +87,8 @@ class LevelResult(BaseModel):
     usage_notes: list[str] = []
     notes: list[str] = []  # what the load generator did not measure, and why (other drivers)
     aborted: str | None = None  # why the level stopped early (warm-up failed, deadline, Ctrl-C)
+    # Why the sweep ended after this whole level (BenchSettings.saturation_gain, max_error_rate).
+    sweep_end: str | None = None
     in_flight_cut: int = 0  # requests cut by opsctl when the level stopped; not counted above
     goodput: Goodput | None = None  # None: the run had no SLO to judge by
     # opsctl's own CPU seconds in the measured phase (every client process: the sweep's and

@@ -65,6 +65,13 @@ HISTOGRAMS = (
     ("tpot_ms", "request_time_per_output_token_seconds", False),  # 0.5.23 only
     ("e2e_ms", "e2e_request_latency_seconds", False),
 )
+# Counters read at the start and end samples only (end minus start is the level's share):
+# prompt tokens of each finished request, and those of them served from the prefix cache by
+# `cache_source` (device/host/storage, or `total` without details): 0.5.23
+# observability/metrics_collector.py:1855-1858,1934-1938, incremented per finished request at
+# :2109-2134. A page that names the cached counter without a sample has cached nothing yet.
+PROMPT_TOKENS = "prompt_tokens_total"
+CACHED_TOKENS = "cached_tokens_total"
 RANK_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "attn_tp_rank", "attn_cp_rank"})
 # Every 2 s: each scrape costs the client about a millisecond of CPU (fetch + parse of the
 # sim's 35 KB page), which at 1 s was a measurable share of a light level's client CPU.
@@ -78,6 +85,7 @@ COMBINE_NOTE = ("several label sets: histograms summed; running/queued summed ov
 NO_METRICS = "the server has no /metrics (sglang serves it only with --enable-metrics)"
 
 _GAUGE_NAMES = tuple(p + g for p in PREFIXES for g in GAUGES)
+_COUNTER_NAMES = tuple(p + c for p in PREFIXES for c in (PROMPT_TOKENS, CACHED_TOKENS))
 _HISTOGRAM_NAMES = tuple(p + base + part for p in PREFIXES for _, base, _ in HISTOGRAMS
                          for part in ("_bucket", "_sum", "_count"))
 
@@ -102,6 +110,19 @@ class LatencyFigure(BaseModel):
     unavailable: str | None = None
 
 
+class CacheFigure(BaseModel):
+    """The prefix cache over one level, from the server's own counters (end minus start)."""
+
+    prompt_tokens: int  # prompt tokens of the requests that finished during the level
+    cached_tokens: int  # of them, served from the prefix cache
+    by_source: dict[str, int] = {}  # cache_source label -> tokens (device, host, storage)
+
+    @property
+    def hit_rate_pct(self) -> float | None:
+        return None if self.prompt_tokens <= 0 else round(
+            self.cached_tokens / self.prompt_tokens * 100, 2)
+
+
 class ServerFigures(BaseModel):
     """What the server itself reported during one level, and the host's GPUs."""
 
@@ -122,6 +143,8 @@ class ServerFigures(BaseModel):
     ttft_ms: LatencyFigure | None = None
     tpot_ms: LatencyFigure | None = None  # None: not exported (0.5.15)
     e2e_ms: LatencyFigure | None = None
+    # None: the server exports no prompt-token counter, or the level had no end sample.
+    cache: CacheFigure | None = None
     notes: list[str] = []
     gpus: list[GpuFigure] = []
     gpu_unavailable: str | None = None
@@ -192,6 +215,37 @@ def _histograms(parsed: Parsed) -> dict[str, dict[Labels, Histogram]]:
     return found
 
 
+def _counter_sums(parsed: Parsed, text: str) -> dict[str, dict[str, float]] | None:
+    """{counter: {cache_source or "": summed value}}; None without a prompt-token counter."""
+    prompt = _series(parsed, PROMPT_TOKENS)
+    if not prompt:
+        return None
+    cached: dict[str, float] = {}
+    for labels, value in _series(parsed, CACHED_TOKENS).items():
+        source = dict(labels).get("cache_source", "total")
+        cached[source] = cached.get(source, 0.0) + value
+    if not cached and not any(p + CACHED_TOKENS in text for p in PREFIXES):
+        return None  # a server without the counter: nothing to say about its cache
+    return {PROMPT_TOKENS: {"": sum(prompt.values())}, CACHED_TOKENS: cached}
+
+
+def cache_figure(start: dict[str, dict[str, float]] | None,
+                 end: dict[str, dict[str, float]] | None) -> CacheFigure | None:
+    """The level's share of the cache counters; None when either sample lacks them or a
+    counter went down (the server restarted during the level)."""
+    if start is None or end is None:
+        return None
+    prompt = end[PROMPT_TOKENS][""] - start[PROMPT_TOKENS][""]
+    sources = {source: value - start[CACHED_TOKENS].get(source, 0.0)
+               for source, value in end[CACHED_TOKENS].items()}
+    if prompt < 0 or any(count < 0 for count in sources.values()) or not all(
+            math.isfinite(value) for value in (prompt, *sources.values())):
+        return None
+    kept = {source: int(round(count)) for source, count in sources.items() if count > 0}
+    return CacheFigure(prompt_tokens=int(round(prompt)), cached_tokens=sum(kept.values()),
+                       by_source=kept)
+
+
 def latency(start: Mapping[Labels, Histogram], end: Mapping[Labels, Histogram]) -> LatencyFigure:
     """The level's share of one histogram, in ms; `unavailable` says why when there is none."""
     try:
@@ -241,6 +295,7 @@ class LevelSampler:
         self._gpu_tally = GpuTally()
         self._bytes, self._sets = 0, 0
         self._start: dict[str, dict[Labels, Histogram]] | None = None
+        self._start_counts: dict[str, dict[str, float]] | None = None
         self._started_at = 0.0
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -265,7 +320,9 @@ class LevelSampler:
         elif not any(prefix in text for prefix in PREFIXES):
             self._figures.unavailable = "/metrics carries none of sglang's series (not sglang?)"
         else:
-            self._start = _histograms(parse_selected(text, _HISTOGRAM_NAMES))
+            parsed = parse_selected(text, _HISTOGRAM_NAMES + _COUNTER_NAMES)
+            self._start = _histograms(parsed)
+            self._start_counts = _counter_sums(parsed, text)
             self._tasks.append(asyncio.create_task(self._poll()))
         if self._gpu is not None:
             self._tasks.append(asyncio.create_task(self._poll_gpu(self._gpu)))
@@ -311,7 +368,11 @@ class LevelSampler:
         end = None
         if final:
             text = await self._scrape()
-            end = None if text is None else _histograms(parse_selected(text, _HISTOGRAM_NAMES))
+            if text is not None:
+                parsed = parse_selected(text, _HISTOGRAM_NAMES + _COUNTER_NAMES)
+                end = _histograms(parsed)
+                self._figures.cache = cache_figure(self._start_counts,
+                                                   _counter_sums(parsed, text))
         self._figures.window_s = round(time.monotonic() - self._started_at, 3)
         self._finish(end, None if final else "the level was cut short before its end sample")
 

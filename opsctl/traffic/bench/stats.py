@@ -16,9 +16,9 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-from opsctl.config.sloconfig import Slo, request_is_good
+from opsctl.config.sloconfig import Slo
 from opsctl.core.redact import redact
-from opsctl.traffic.bench.records import peaks
+from opsctl.traffic.bench.records import judge, peaks
 from opsctl.traffic.bench.report import CLIENT_BOUND_SHARE, Goodput, LevelResult, Pcts
 from opsctl.traffic.client import RequestResult
 
@@ -53,14 +53,9 @@ def pcts(values_s: Sequence[float]) -> Pcts:
 
 def goodput(slo: Slo, measured: Sequence[RequestResult], duration_s: float) -> Goodput:
     """The measured requests meeting every stated limit: how many, their share of all measured
-    requests (failures included), and their rate over the measured wall time."""
-    good = sum(1 for r in measured if r.ok and request_is_good(slo, r.ttft_s, r.tpot_s))
-    return Goodput(
-        ttft_ms=slo.ttft.threshold_ms if slo.ttft else None,
-        tpot_ms=slo.tpot.threshold_ms if slo.tpot else None,
-        good=good, share=round(good / len(measured), 4) if measured else None,
-        rate_per_s=round(good / duration_s, 4) if duration_s > 0 else 0.0,
-    )
+    requests (failures included), their rate over the measured wall time, and each limit's
+    own share (records.judge)."""
+    return judge(slo, [(r.ok, r.ttft_s, r.tpot_s) for r in measured], duration_s)
 
 
 def summarize(

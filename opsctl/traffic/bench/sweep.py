@@ -380,6 +380,8 @@ async def sweep(
                         result.stopped = (f"stopped at concurrency {concurrency}: "
                                           f"{result.levels[-1].aborted}")
                         break
+                    if result.levels[-1].sweep_end:
+                        break
         except TimeoutError:
             deadline_reached(result, base_url, deadline)
         finally:
