@@ -156,7 +156,7 @@ def test_probes_cover_the_load_and_never_generate_on_the_pinned_release() -> Non
 def test_a_release_without_a_readiness_endpoint_keeps_ups_exec_check() -> None:
     glm = _deployment(GLM, "gathercast")
     old = glm.model_copy(update={
-        "image": glm.image.model_copy(update={"sglang_version": "0.5.9"}),
+        "image": glm.image.model_copy(update={"sglang_version": "0.5.15"}),
         "server": glm.server.model_copy(update={"disable_prefill_cuda_graph": False})})
     (container,) = _pod_specs(render.render_objects(old, IMAGE))[0]["containers"]
     ready = container["readinessProbe"]["exec"]["command"]
