@@ -24,6 +24,8 @@ DatasetName = Literal["words", "random", "sharegpt", "generated-shared-prefix", 
 DATASET_NAMES: tuple[DatasetName, ...] = ("words", "random", "sharegpt", "generated-shared-prefix",
                                           "mooncake-trace")
 _DAY_S = 86400.0
+# The longest --deadline accepted; without one, a trace's own arrivals may take at most this.
+MAX_DEADLINE_S = 7 * _DAY_S
 _API = "OpenAI endpoint to exercise: 'completions' or 'chat'."
 _MODEL = ("Served model name to use when /v1/models lists several and none is the profile's "
           "(never guessed otherwise).")
@@ -63,7 +65,7 @@ class BenchSettings(_Settings):
     model: str | None = Field(None, description=_MODEL)
     request_timeout_s: float = Field(600.0, ge=0.01, le=_DAY_S, description="Seconds per request.")
     # None: the most its levels could take at the request timeout (BenchOptions.deadline)
-    deadline_s: float | None = Field(None, ge=1, le=7 * _DAY_S, description=(
+    deadline_s: float | None = Field(None, ge=1, le=MAX_DEADLINE_S, description=(
         "Seconds each target's sweep may take (default: the most its levels could take at the "
         f"request timeout, at most {DEADLINE_CAP_S:.0f})."))
     ignore_eos: bool = Field(True, description=(

@@ -105,7 +105,7 @@ def _probe(url: str, served: str, key: str | None = None) -> int:
     """The rendered exec readiness probe (a release without a readiness endpoint) run as the
     kubelet would (URL swapped for the simulator's loopback port; `key` the API key in the
     container's env)."""
-    command = _readiness(_sim("0.5.9", key=key is not None))["exec"]["command"]
+    command = _readiness(_sim("0.5.15", key=key is not None))["exec"]["command"]
     assert command[3:5] == ["http://127.0.0.1:30000", "glm-5"]
     argv = [sys.executable, *command[1:3], url, served, *command[5:]]
     env = {"PATH": os.environ["PATH"], **({"OPSCTL_API_KEY": key} if key else {})}

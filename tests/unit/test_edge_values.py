@@ -182,8 +182,8 @@ def test_a_trace_longer_than_the_sweeps_deadline_is_refused_up_front(tmp_path: P
     from opsctl.traffic.settings import BenchSettings
 
     far = build(WorkloadSpec(name="mooncake-trace", dataset_path=_trace(tmp_path, 1e9)))
-    with pytest.raises(UsageError, match="beyond the sweep's deadline of 3600 s"):
-        BenchOptions(BenchSettings(concurrency=(1,)), workload=far)
+    with pytest.raises(UsageError, match="beyond the sweep's deadline of 604800 s"):
+        BenchOptions(BenchSettings(concurrency=(1,)), workload=far)  # 11.6 days > 7 days
     with pytest.raises(UsageError, match="beyond the sweep's deadline of 86400 s"):
         BenchOptions(BenchSettings(concurrency=(1,), deadline_s=86400), workload=far)
     near = build(WorkloadSpec(name="mooncake-trace", dataset_path=_trace(tmp_path, 60_000)))

@@ -78,7 +78,7 @@ from opsctl.traffic.served import (
     resolve_served_name,
     tokenizer_from_model_info,
 )
-from opsctl.traffic.settings import BENCH_DEFAULTS, DEADLINE_CAP_S, BenchSettings
+from opsctl.traffic.settings import BENCH_DEFAULTS, DEADLINE_CAP_S, MAX_DEADLINE_S, BenchSettings
 
 # A level opens this many connections and sends this many warm-up requests at once: far above
 # what one 8-GPU server admits, so a larger one is a typo (an extra digit), refused up front.
@@ -124,8 +124,10 @@ class BenchOptions:
     server_figures: bool = True  # sample the server's /metrics (and local GPUs) per level
 
     def __post_init__(self) -> None:
+        # Without --deadline a trace's length is added to the capped deadline (`deadline`), up
+        # to the longest --deadline accepted: a timestamp in the wrong unit is still refused.
         check_replay(self.arrival, map(self.requests_at, self.settings.concurrency),
-                     self.settings.deadline_s or DEADLINE_CAP_S)
+                     self.settings.deadline_s or MAX_DEADLINE_S)
 
     @property
     def arrival(self) -> Arrival:
