@@ -98,6 +98,12 @@ class LongContextConfig(_Strict):
 class EvalConfig(_Strict):
     gsm8k: Gsm8kConfig | None = None
     long_context: LongContextConfig = LongContextConfig()
+    reference: str | None = Field(None, description="The variant whose GSM8K accuracy every "
+                                  "other's is held against in `decide` (e.g. a BF16-KV one: it "
+                                  "reads no FP8 rows); null: no comparison.")
+    max_accuracy_drop: float = Field(0.05, gt=0.0, le=1.0, description="How far below the "
+                                     "reference's GSM8K accuracy (a share) a variant may score "
+                                     "before `decide` disqualifies it.")
 
     @model_validator(mode="before")
     @classmethod

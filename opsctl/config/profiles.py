@@ -84,6 +84,11 @@ class Profile(StrictModel):
     def _default_variant_exists(self) -> Profile:
         if self.default_variant not in self.variants:
             raise ValueError(f"default_variant {self.default_variant!r} is not among the variants")
+        reference = self.eval.reference
+        if reference is not None and reference not in self.variants:
+            raise ValueError(f"eval.reference {reference!r} is not among the variants")
+        if reference is not None and self.eval.gsm8k is None:
+            raise ValueError("eval.reference compares GSM8K accuracy: it needs eval.gsm8k")
         return self
 
     def variant_server(self, variant: str) -> ServerSettings:

@@ -72,7 +72,7 @@ from opsctl.decide.report import (
     write_report,
 )
 from opsctl.decide.settings import DECIDE_DEFAULTS, DecideSettings
-from opsctl.decide.verdict import compare_pairs, recommend
+from opsctl.decide.verdict import accuracy_gate, compare_pairs, recommend
 from opsctl.deploy.app import Progress, left_line
 from opsctl.deploy.launch import Launch
 from opsctl.gate.gate import UpProgress
@@ -153,7 +153,9 @@ def decide(
                           skip_eval=asked.skip_eval, variants=records, repeats=asked.repeats,
                           margin=asked.margin, settings=asked,
                           slo_ttft_ms=slo.ttft.threshold_ms if slo and slo.ttft else None,
-                          slo_tpot_ms=slo.tpot.threshold_ms if slo and slo.tpot else None)
+                          slo_tpot_ms=slo.tpot.threshold_ms if slo and slo.tpot else None,
+                          reference=profile.eval.reference,
+                          max_accuracy_drop=profile.eval.max_accuracy_drop)
     began = clock.monotonic()
     ticker = Ticker(clock, began, len(records) * asked.repeats, len(records), asked.repeats,
                     on_progress)
@@ -416,6 +418,7 @@ def conclude(report: DecideReport, out: Path, slo: Slo | None) -> None:
             pool_variant(record, out, slo, samples)
         except OpsctlError as exc:  # a report or requests file that cannot be read back
             record.bench_note = f"its repeats could not be pooled: {exc.message}"
+    accuracy_gate(report)
     report.winner, report.tie, report.recommendation = recommend(report, samples)
 
 

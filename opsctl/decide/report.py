@@ -38,7 +38,7 @@ UP_ERROR_FILE = "up-error.txt"
 Status = Literal["qualified", "disqualified", "interrupted", "not run"]
 # Which gate disqualified a variant: it did not start, or resolved other settings than the
 # profile says, or failed a smoke check (generations, SLO, GSM8K, long-context probes).
-Gate = Literal["start", "verify", "smoke"]
+Gate = Literal["start", "verify", "smoke", "accuracy"]
 PairOutcome = Literal["agree", "disagree", "not compared"]
 
 
@@ -171,6 +171,9 @@ class DecideReport(PartialReport):
     margin: float = DECIDE_DEFAULTS.margin  # relative throughput difference under which two tie
     slo_ttft_ms: float | None = None  # the profile's SLO the ranking judged by
     slo_tpot_ms: float | None = None
+    # The profile's eval.reference and how far below its GSM8K accuracy a variant may score.
+    reference: str | None = None
+    max_accuracy_drop: float | None = None
     variants: list[VariantRecord]
     pairs: list[Pair] = []
     winner: str | None = None
@@ -267,7 +270,7 @@ def markdown(report: DecideReport, chart: str | None = None) -> str:
               f"{', '.join(map(str, report.concurrency))}; "
               f"{report.requests_per_level or 'max(16, 4 x concurrency)'} measured requests "
               "per level" + ("; evals skipped (--skip-eval)" if report.skip_eval else "") + ".",
-              *_workload(report.settings),
+              *_workload(report.settings), *_reference(report),
               "", "Ranking by SLO goodput: among variants that passed every gate (start, verify, "
               "smoke with the profile's evals), the highest concurrency that meets the "
               f"profile's SLO ({_slo(report)}) without a failed request wins, then the higher "
@@ -335,6 +338,20 @@ def markdown(report: DecideReport, chart: str | None = None) -> str:
               "sparse attention differ past index_topk tokens by design, so such pairs are "
               "not compared.", ""]
     return "\n".join(lines)
+
+
+def _reference(report: DecideReport) -> list[str]:
+    """Which variant's GSM8K accuracy the others were held against, or why none was."""
+    if report.reference is None or report.skip_eval:
+        return []
+    found = next((r for r in report.variants if r.variant == report.reference), None)
+    if found is None or found.accuracy is None:
+        why = "did not run" if found is None or found.status == "not run" else "has no GSM8K score"
+        return ["", f"Accuracy reference: {report.reference} {why}, so no variant was held "
+                "against it (add it to --variants)."]
+    return ["", f"Accuracy reference: {report.reference}, GSM8K "
+            f"{found.accuracy.accuracy:.3f}; a variant more than "
+            f"{report.max_accuracy_drop or 0:.2f} below it is disqualified (gate `accuracy`)."]
 
 
 def _workload(settings: DecideSettings | None) -> list[str]:

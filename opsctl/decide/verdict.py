@@ -47,6 +47,33 @@ def _pair(a: VariantRecord, b: VariantRecord, first: SmokeReport, second: SmokeR
         f"({divergence.request_id}), {where}: {why}; the eval decides"))
 
 
+def accuracy_gate(report: DecideReport) -> None:
+    """Disqualify each qualified variant whose GSM8K accuracy is more than the profile's
+    max_accuracy_drop below the reference variant's (eval.reference, e.g. BF16 KV): agreement
+    among FP8 variants cannot catch a misread they share, the reference can. Nothing is judged
+    where the reference did not score (not run, or no GSM8K): the verdict then claims no such
+    gate."""
+    reference = _reference_score(report)
+    if reference is None or report.max_accuracy_drop is None:
+        return
+    for record in report.variants:
+        if record.variant == report.reference or record.status != "qualified":
+            continue
+        if record.accuracy is None:
+            continue
+        drop = reference - record.accuracy.accuracy
+        if drop > report.max_accuracy_drop:
+            record.status, record.failed_gate = "disqualified", "accuracy"
+            record.reason = (f"GSM8K {record.accuracy.accuracy:.3f} is {drop:.3f} below "
+                             f"{report.reference}'s {reference:.3f}, more than the profile's "
+                             f"{report.max_accuracy_drop:.3f}")
+
+
+def _reference_score(report: DecideReport) -> float | None:
+    found = next((r for r in report.variants if r.variant == report.reference), None)
+    return found.accuracy.accuracy if found is not None and found.accuracy else None
+
+
 def ranked(records: list[VariantRecord]) -> list[tuple[VariantRecord, Level]]:
     """Qualified variants with a level that meets the SLO (free of failures, up to the first
     failure), best first: the highest such level, then the higher output throughput there,
@@ -84,10 +111,20 @@ def recommend(report: DecideReport, samples: Samples | None = None
     if tied is not None:
         names, line = tied
         return None, names, line
-    gates = "start, verify, smoke" + (", GSM8K" if winner.accuracy else "") + (
-        ", long-context probes" if winner.probes else "")
+    gates = "start, verify, smoke" + (", GSM8K" if winner.accuracy else "") + _against_reference(
+        report, winner) + (", long-context probes" if winner.probes else "")
     return winner.variant, [], (f"run {winner.variant}: correct on every gate ({gates})"
                                 + _against(report, order) + _disputes(report, winner.variant))
+
+
+def _against_reference(report: DecideReport, winner: VariantRecord) -> str:
+    """The reference gate, named only where it ran for the winner."""
+    reference = _reference_score(report)
+    if reference is None or winner.accuracy is None or report.max_accuracy_drop is None:
+        return ""
+    if winner.variant == report.reference:
+        return ", the accuracy reference itself"
+    return f", within {report.max_accuracy_drop:.2f} of {report.reference}'s GSM8K"
 
 
 def _criterion(report: DecideReport) -> str:

@@ -22,7 +22,7 @@ from fakes import Behaviour, FakeClock, FakeEngine, FakeSglang
 from typer.testing import CliRunner
 
 from opsctl.cli import app
-from opsctl.config.profiles import Deployment, load_profile
+from opsctl.config.profiles import Deployment, Profile, load_profile
 from opsctl.config.sloconfig import Slo
 from opsctl.core import labels
 from opsctl.core.errors import (
@@ -32,6 +32,7 @@ from opsctl.core.errors import (
     DaemonUnreachable,
     LaunchError,
     OpsctlError,
+    ProfileError,
     UsageError,
 )
 from opsctl.core.paths import project_root
@@ -109,8 +110,9 @@ class FakeSmoke:
     `interrupt` comes back partial, stopped by Ctrl-C. `asks`: the plans it was given."""
 
     def __init__(self, failing: tuple[str, ...] = (), corrupting: tuple[str, ...] = (),
-                 interrupt: str | None = None) -> None:
+                 interrupt: str | None = None, correct: dict[str, int] | None = None) -> None:
         self.failing, self.corrupting, self.interrupt = failing, corrupting, interrupt
+        self.correct = correct or {}  # GSM8K answers right of 60, per variant (default 58)
         self.asks: list[SmokeOptions] = []
 
     def __call__(self, ask: SmokeOptions, client_factory: object) -> SmokeReport:
@@ -127,7 +129,8 @@ class FakeSmoke:
                               detail="accuracy below threshold" if bad else "ok")]
         gsm8k = EvalResult(dataset="d", dataset_sha256="a", shots_source="s", shots_sha256="b",
                            num_shots=5, max_tokens=256, stop=[], api="completions", duration_s=1,
-                           score=score(30 if bad else 58, 0, 0, 60, 0.9), items=[])
+                           score=score(30 if bad else self.correct.get(name, 58), 0, 0, 60,
+                                       0.7), items=[])
         probes = [ProbeResult(name="needle-4k", kind="needle", passed=True, expected="1",
                               got="1", target_tokens=4096, prompt_tokens_approx=4096, depth=0.5,
                               duration_s=0.1, detail="found")]
@@ -200,7 +203,9 @@ def traffic(smoke: object, bench: object, loaded: list[Path] | None = None) -> T
 
 
 class Run:
-    def __init__(self, tmp_path: Path, engine: Engine | None = None) -> None:
+    def __init__(self, tmp_path: Path, engine: Engine | None = None,
+                 profile: Profile = PROFILE) -> None:
+        self.profile = profile
         self.out = tmp_path / "decide"
         self.engine = engine or Engine()
         self.steps: list[str] = []
@@ -217,7 +222,7 @@ class Run:
             return run_preflight(deployment, engine, image)
 
         return decide_app.decide(
-            PROFILE, DecideRequest(variants=variants, out_dir=self.out,
+            self.profile, DecideRequest(variants=variants, out_dir=self.out,
                                    settings=DecideSettings(concurrency=LEVELS,
                                                            requests_per_level=4), chart=chart),
             launch=Launch(engine=self.engine, image_for=image_for or (lambda _: IMAGE),
@@ -756,3 +761,48 @@ def test_quick_shortens_what_was_not_given(monkeypatch: pytest.MonkeyPatch) -> N
     (settings,) = asked
     assert (settings.quick, settings.repeats, settings.concurrency) == (True, 3, (1, 8))
     assert (settings.requests_per_level, settings.output_tokens) == (8, 64)
+
+
+def _with_reference(reference: str, drop: float) -> Profile:
+    evals = PROFILE.eval.model_copy(update={"reference": reference, "max_accuracy_drop": drop})
+    return PROFILE.model_copy(update={"eval": evals})
+
+
+def test_a_variant_further_below_the_references_gsm8k_than_the_profile_allows_is_out(
+        tmp_path: Path) -> None:
+    run = Run(tmp_path, profile=_with_reference("bf16kv", 0.05))
+    bench = FakeBench({"bf16kv": {1: (20.0, 0), 8: (22.0, 0)},
+                       "baseline": {1: (15.0, 0), 8: (16.0, 0)},
+                       "gathercast": {1: (10.0, 0), 8: (11.0, 0)}})
+    # bf16kv 58/60; baseline 57/60 (0.017 below: within); gathercast 48/60 (0.167 below)
+    smoke = FakeSmoke(correct={"baseline": 57, "gathercast": 48})
+    result = run.decide(("bf16kv", "baseline", "gathercast"), smoke=smoke, bench=bench)
+    records = by_name(result.report)
+    gathercast = records["gathercast"]
+    assert gathercast.status == "disqualified" and gathercast.failed_gate == "accuracy"
+    assert "0.167 below bf16kv's 0.967" in str(gathercast.reason)
+    assert records["baseline"].status == "qualified"
+    # The fastest variant lost on accuracy; the verdict names the gate it passed:
+    assert result.report.winner == "baseline"
+    assert "within 0.05 of bf16kv's GSM8K" in result.report.recommendation
+    page = (run.out / "decide.md").read_text()
+    assert "Accuracy reference: bf16kv, GSM8K 0.967" in page
+
+
+def test_without_the_reference_in_the_run_no_accuracy_gate_is_claimed(tmp_path: Path) -> None:
+    run = Run(tmp_path, profile=_with_reference("bf16kv", 0.05))
+    bench = FakeBench({"baseline": {1: (20.0, 0), 8: (22.0, 0)},
+                       "gathercast": {1: (10.0, 0), 8: (11.0, 0)}})
+    smoke = FakeSmoke(correct={"gathercast": 40})
+    result = run.decide(("baseline", "gathercast"), smoke=smoke, bench=bench)
+    assert by_name(result.report)["gathercast"].status == "qualified"
+    assert "bf16kv's GSM8K" not in result.report.recommendation
+    assert "Accuracy reference: bf16kv did not run" in (run.out / "decide.md").read_text()
+
+
+def test_a_reference_that_is_no_variant_is_refused_at_load(tmp_path: Path) -> None:
+    text = (project_root() / "deploy" / "sim.yaml").read_text()
+    path = tmp_path / "p.yaml"
+    path.write_text(text.replace("\neval:\n", "\neval:\n  reference: nosuch\n", 1))
+    with pytest.raises(ProfileError, match="eval.reference 'nosuch' is not among the variants"):
+        load_profile(str(path))
