@@ -8,12 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
+from checkpoints import write_checkpoint
 
 from opsctl.argspec import stack
 from opsctl.config import resolve
 from opsctl.config.profiles import load_profile
 from opsctl.core.errors import EXIT_USAGE, ProfileError
 from opsctl.core.paths import project_root
+from opsctl.deploy import preflight, preflight_probe
 
 BASE = "glm5-nvfp4-rtx6000"
 MEMBERS = {"glm51-nvfp4-rtx6000": "nvidia/GLM-5.1-NVFP4",
@@ -109,3 +111,20 @@ def test_a_member_the_release_cannot_load_is_refused_with_the_executed_reason(
            "indexer_types (executed on tests/fixtures/glm52/config.json" in err.value.message
     load_profile("glm51-nvfp4-rtx6000")
     load_profile(BASE)
+
+
+@pytest.mark.parametrize("name", [BASE, *sorted(MEMBERS)])
+def test_each_members_checkpoint_passes_the_preflight_with_its_nextn_layer(
+        name: str, tmp_path: Path) -> None:
+    """A checkpoint with the member's config.json (stand-in shards, the NextN layer at
+    model.layers.78.*) passes the probe's file checks; the MTP variants ask for the NextN check.
+    (The image's transformers and sglang loaders run in the integration tier.)"""
+    profile = load_profile(name)
+    config_path = resolve.model_config_for(profile.resolve())
+    folder = write_checkpoint(tmp_path / "w", config=json.loads(config_path.read_text()))
+    request = preflight.probe_request(profile.resolve("native-mtp"))
+    assert request["mtp"] and request["strict"]
+    found = preflight_probe.run_checks({**request, "model_dir": str(folder), "strict": False})
+    assert all(row["ok"] for row in found), found
+    nextn = next(row for row in found if row["check"] == "MTP (NextN) weights")
+    assert "under model.layers.78.*" in nextn["detail"]
