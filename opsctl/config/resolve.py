@@ -2,8 +2,9 @@
 
 The variant's argv (checked against the pinned parser first) goes through the release's own
 `prepare_server_args` + resolution (opsctl.argspec.resolution, offline on CPU, from the real
-wheel), with a GLM-5-shaped config.json as the model and the profile's target GPU reported
-through torch.cuda. The result is a record: what `/server_info` will say (its settings part;
+wheel), with a GLM-5-shaped config.json as the model (the one written from the card of the
+profile's checkpoint: `model_config_for`) and the profile's target GPU reported through
+torch.cuda. The result is a record: what `/server_info` will say (its settings part;
 the scheduler's runtime figures need the GPUs and are listed under `not_run`), every setting
 the profile left to sglang that sglang changed, the KV row width from the release's own pool
 sizing, or the release's refusal with its file:line.
