@@ -181,6 +181,29 @@ def _kv_row(server_args: Any, kv_cache_dtype: str, torch: Any, sglang_dir: str
     }
 
 
+def _dsa_topk_shared(server_args: Any, sglang_dir: str) -> dict[str, Any] | None:
+    """The layers that reuse an earlier layer's DSA top-k (IndexShare, GLM-5.2), by the release's
+    own `dsa_layer_skips_topk` on the model's config; None when no layer does (or the release
+    or the model has no DSA top-k sharing)."""
+    try:
+        from sglang.srt.arg_groups.overrides import model_config_of
+        from sglang.srt.configs import model_config as configs
+
+        skips = getattr(configs, "dsa_layer_skips_topk", None)
+        config = model_config_of(server_args).hf_config
+        if skips is None or not configs.is_deepseek_dsa(config):
+            return None
+        shared = [i for i in range(config.num_hidden_layers) if skips(config, i)]
+    except Exception as exc:  # noqa: BLE001 - reported in the record, never guessed
+        return {"computed": False, **_failure(exc, sglang_dir)}
+    if not shared:
+        return None
+    return {"computed": True, "layers": len(shared), "of": config.num_hidden_layers,
+            "shared": shared,
+            "source": "sglang.srt.configs.model_config.dsa_layer_skips_topk on the model's "
+                      "config (indexer_types / index_topk_freq / index_skip_topk_offset)"}
+
+
 def main(request_path: str) -> int:
     with open(request_path) as handle:
         request = json.load(handle)
@@ -258,6 +281,9 @@ def _resolve_one(argv: list[str], torch: Any, sglang_dir: str) -> dict[str, Any]
                     else _fields(server_args))
         out["resolved"] = {f: probe._jsonable(plain(v)) for f, v in resolved.items()}
         out["kv_row"] = _kv_row(server_args, resolved["kv_cache_dtype"], torch, sglang_dir)
+        shared = _dsa_topk_shared(server_args, sglang_dir)
+        if shared is not None:
+            out["dsa_topk_shared"] = shared
     except Exception as exc:  # noqa: BLE001 - sglang refusing the argv is a result
         out["refused"] = _failure(exc, sglang_dir)
     return out

@@ -7,8 +7,9 @@ start. The release images install sglang with its pins, so the image holds
 the transformers the wheel's METADATA pins with `==`.
 
 `opsctl sglang-args stack --version V` records, from the real wheels and by running the real code:
-the release's `==` pins, and for each model config opsctl ships (a GLM-5-shaped `config.json`,
-tests/fixtures/glm5) what that transformers' `AutoConfig` makes of it. The record is
+the release's `==` pins, and for each checkpoint opsctl has a profile for (the GLM-5 family: a
+`config.json` written from each card, tests/fixtures/glm5*) what that transformers' `AutoConfig`
+makes of it. The record is
 `patches/sglang/<version>/stack.json`; profile validation reads it (config/profiles.py) and CI makes
 it again from the wheels and compares (tests/integration/test_stack_records.py).
 """
@@ -33,12 +34,18 @@ from opsctl.core.errors import BuildError, UsageError
 from opsctl.core.files import atomic_write_text, check_output_path, sha256_file
 from opsctl.core.paths import RELEASES_DIR, project_root, release_dir, require_checkout
 
-STACK_FORMAT = 1
+STACK_FORMAT = 2  # 2: models keyed by checkpoint (model.repo), not by architecture
 STACK_FILE = "stack.json"
 PROBE = Path(__file__).with_name("stack_probe.py")
 PROBE_TIMEOUT_S = 120
-# The model configs every record is checked against, by architecture (a directory with config.json).
-MODEL_CONFIGS = {"GlmMoeDsaForCausalLM": Path("tests/fixtures/glm5")}
+# The model configs every record is checked against, by the checkpoint (`model.repo` of a
+# profile) whose public card each was written from: a directory with config.json and a README
+# naming its sources. One architecture, three members: each member's keys are probed apart.
+MODEL_CONFIGS = {
+    "nvidia/GLM-5-NVFP4": Path("tests/fixtures/glm5"),
+    "nvidia/GLM-5.1-NVFP4": Path("tests/fixtures/glm51"),
+    "nvidia/GLM-5.2-NVFP4": Path("tests/fixtures/glm52"),
+}
 
 
 def stack_path(version: str) -> Path:
@@ -56,15 +63,25 @@ class StackRecord:
     transformers: str | None
     models: dict[str, dict[str, Any]]
 
-    def model_problem(self, architecture: str) -> str | None:
-        """Why this release's image cannot load `architecture`'s config, or None (also when unknown)."""
-        found = self.models.get(architecture)
-        if not found or found.get("loads", True):
+    def model_problem(self, repo: str | None, architecture: str) -> str | None:
+        """Why this release's image cannot load the checkpoint's config, or None (also when
+        unknown). The checkpoint's own record decides; a checkpoint without one is refused only
+        when the config of every recorded checkpoint of its architecture failed to load."""
+        found = self.models.get(repo or "")
+        if found is None:
+            same = [entry for entry in self.models.values()
+                    if entry.get("architecture") == architecture]
+            if not same or any(entry.get("loads", True) for entry in same):
+                return None
+            found = same[0]
+        if found.get("loads", True):
             return None
         error = str(found.get("error") or "").split(". ")[0]
+        what = f"{repo}'s" if repo in self.models else f"a {architecture}"
         return (f"sglang {self.version}'s image holds transformers {self.transformers} (the wheel's "
-                f"pin), which cannot load a {architecture} config.json: {error} "
-                f"(executed; recorded in {RELEASES_DIR}/{self.version}/{STACK_FILE})")
+                f"pin), which cannot load {what} config.json: {error} "
+                f"(executed on {found.get('config')}; recorded in "
+                f"{RELEASES_DIR}/{self.version}/{STACK_FILE})")
 
 
 def metadata_pins(wheel: Path) -> dict[str, str]:
@@ -156,14 +173,20 @@ def generate(version: str, wheel_dir: Path | None = None, output: Path | None = 
     if "transformers" in pins:
         env = side_env(f"transformers=={pins['transformers']}", cache)
         root = project_root()
-        dirs = {arch: root / rel for arch, rel in MODEL_CONFIGS.items()}
+        dirs = {repo: root / rel for repo, rel in MODEL_CONFIGS.items()}
         probed = probe_configs(env, list(dirs.values()))
         record["transformers"] = probed["transformers"]
-        record["models"] = {arch: {"config": str(MODEL_CONFIGS[arch] / "config.json"),
-                                   **probed["configs"][str(path)]} for arch, path in dirs.items()}
+        record["models"] = {repo: {"config": str(MODEL_CONFIGS[repo] / "config.json"),
+                                   "architecture": _architecture(path),
+                                   **probed["configs"][str(path)]} for repo, path in dirs.items()}
     target = output or stack_path(version)
     atomic_write_text(target, json.dumps(record, indent=2, sort_keys=True) + "\n")
     return _record(version, target, record)
+
+
+def _architecture(config_dir: Path) -> str:
+    """The first of `architectures` in a shipped config.json (opsctl's own fixture)."""
+    return str(json.loads((config_dir / "config.json").read_text())["architectures"][0])
 
 
 def _record(version: str, path: Path, data: dict[str, Any]) -> StackRecord:

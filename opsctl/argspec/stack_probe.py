@@ -17,7 +17,9 @@ import sys
 # Geometry fields of an MLA + DSA config that sglang reads (reported when the config loads).
 _FIELDS = ("model_type", "num_hidden_layers", "num_attention_heads", "kv_lora_rank",
            "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "index_topk",
-           "num_nextn_predict_layers")
+           "num_nextn_predict_layers", "max_position_embeddings",
+           # GLM-5.2's IndexShare: which layers reuse an earlier layer's top-k (None: not kept).
+           "index_topk_freq", "index_skip_topk_offset", "index_share_for_mtp_iteration")
 
 
 def _load(config_dir: str) -> dict[str, object]:
@@ -28,8 +30,11 @@ def _load(config_dir: str) -> dict[str, object]:
     except Exception as error:  # noqa: BLE001 - what transformers raised is the finding
         first = (str(error).strip().splitlines() or [""])[0]
         return {"loads": False, "error": f"{type(error).__name__}: {first}"}
-    return {"loads": True, "config_class": type(config).__name__,
-            "fields": {name: getattr(config, name, None) for name in _FIELDS}}
+    fields = {name: getattr(config, name, None) for name in _FIELDS}
+    kinds = getattr(config, "indexer_types", None)
+    # How many layers the config makes reuse an earlier layer's top-k (IndexShare).
+    fields["indexer_types_shared"] = None if kinds is None else list(kinds).count("shared")
+    return {"loads": True, "config_class": type(config).__name__, "fields": fields}
 
 
 def main() -> None:

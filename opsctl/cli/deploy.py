@@ -62,7 +62,8 @@ def profile_resolve(
     compute_capability: Annotated[str | None, typer.Option(
         help="MAJOR.MINOR reported (default: the GPU's, 12.0).")] = None,
     model_config: Annotated[Path | None, typer.Option(
-        help="A GLM-5-shaped config.json (default: tests/fixtures/glm5/config.json).")] = None,
+        help="A GLM-5-shaped config.json (default: the one written from the profile's "
+        "model.repo card, tests/fixtures/glm5*/config.json).")] = None,
     write_records: Annotated[bool, typer.Option(
         "--write-records", help="Resolve every variant of every profile under deploy/ on its "
         "target GPU and write patches/sglang/<version>/resolved/<profile>.<variant>.json.")] = False,

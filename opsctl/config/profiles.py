@@ -55,6 +55,7 @@ from opsctl.core.errors import ProfileError, UsageError
 from opsctl.core.paths import project_root
 
 DEFAULT_PROFILE_ENV = "OPSCTL_PROFILE"
+EXTENDS_KEY = "extends"
 DEFAULT_PROFILE = "sim"
 
 
@@ -307,7 +308,7 @@ def release_findings(deployment: Deployment) -> releases.Findings:
         max_running_requests=server.max_running_requests,
     )
     record = stack.load(version)
-    problem = record.model_problem(architecture) if record else None
+    problem = record.model_problem(deployment.profile.model.repo, architecture) if record else None
     if problem:
         findings.errors.insert(0, f"{problem}; pin a release whose transformers knows the model "
                                "(see `opsctl sglang-args stack`)")
@@ -318,7 +319,7 @@ def load_profile(name_or_path: str | None = None) -> Profile:
     """The profile, checked whole: every problem found is in the one ProfileError raised (the
     schema's first; then each variant's overlays and what its release says of it)."""
     path = profile_path(name_or_path)
-    data, lines = parse_yaml(path, read_profile(path))
+    data, lines = profile_document(path)
     try:
         profile = Profile.model_validate(data)
     except ValidationError as exc:
@@ -336,6 +337,44 @@ def load_profile(name_or_path: str | None = None) -> Profile:
         raise all_at_once(problems)
     profile._source = path.resolve()
     return profile
+
+
+def profile_document(path: Path) -> tuple[dict[str, Any], Lines]:
+    """The profile's document and the line of each of its own keys. A profile that says
+    `extends: <base>` (another profile under deploy/, itself extending none) is the base's
+    document with this file's keys laid over it: mappings key by key, any other value replaced.
+    A family member names only what differs from the base, so every shared setting has one
+    source (the base file)."""
+    data, lines = parse_yaml(path, read_profile(path))
+    if EXTENDS_KEY not in data:
+        return data, lines
+    base_name = data.pop(EXTENDS_KEY)
+    at = where(path, (EXTENDS_KEY,), lines)
+    hint = "extends names a profile under deploy/ by its file's stem, e.g. glm5-nvfp4-rtx6000"
+    if not isinstance(base_name, str) or profile_is_path(base_name) or not base_name.strip():
+        raise ProfileError(f"{at}: extends must name a profile under deploy/", hint=hint)
+    try:
+        base_path = profile_path(base_name)
+    except UsageError as exc:
+        raise ProfileError(f"{at}: extends names {exc.message}", hint=exc.hint or hint) from None
+    if base_path.resolve() == path.resolve():
+        raise ProfileError(f"{at}: a profile cannot extend itself", hint=hint)
+    base, _ = parse_yaml(base_path, read_profile(base_path))
+    if EXTENDS_KEY in base:
+        raise ProfileError(f"{at}: {base_name} itself extends another profile; one level only",
+                           hint="extend the profile it extends, or copy what differs")
+    return _laid_over(base, data), lines
+
+
+def _laid_over(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in top.items():
+        below = merged.get(key)
+        if isinstance(value, dict) and isinstance(below, dict):
+            merged[key] = _laid_over(below, value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def _overlay_problems(profile: Profile, name: str, path: Path, lines: Lines) -> list[ProfileError]:

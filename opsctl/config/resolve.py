@@ -2,8 +2,9 @@
 
 The variant's argv (checked against the pinned parser first) goes through the release's own
 `prepare_server_args` + resolution (opsctl.argspec.resolution, offline on CPU, from the real
-wheel), with a GLM-5-shaped config.json as the model and the profile's target GPU reported
-through torch.cuda. The result is a record: what `/server_info` will say (its settings part;
+wheel), with a GLM-5-shaped config.json as the model (the one written from the card of the
+profile's checkpoint: `model_config_for`) and the profile's target GPU reported through
+torch.cuda. The result is a record: what `/server_info` will say (its settings part;
 the scheduler's runtime figures need the GPUs and are listed under `not_run`), every setting
 the profile left to sglang that sglang changed, the KV row width from the release's own pool
 sizing, or the release's refusal with its file:line.
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from opsctl.argspec import resolution
+from opsctl.argspec import resolution, stack
 from opsctl.argspec.resolution import GpuReport as GpuReport
 from opsctl.argspec.resolution import Probed
 from opsctl.config.profiles import Deployment, check_argv, to_argv
@@ -163,29 +164,38 @@ def resolve(deployments: Iterable[Deployment], gpu: Callable[[Deployment], GpuRe
     """Each deployment's record, in order: one probe per (release, GPU). What the probe needs
     and is not cached (wheel, side environment, CPU torch) is announced by `on_note`, then
     downloaded."""
-    config_path = model_config or project_root() / FIXTURE
-    check_model_config(config_path)
     run = runner or (lambda version, argvs, report: resolution.resolve_argvs(
         version, argvs, report, on_note=on_note))
-    items = [(d, check_argv(d)[len(d.server.entrypoint):], gpu(d)) for d in deployments]
+    items = [(d, check_argv(d)[len(d.server.entrypoint):], gpu(d),
+              model_config or model_config_for(d)) for d in deployments]
+    for config_path in {item[3] for item in items}:
+        check_model_config(config_path)
     results: dict[int, Resolved] = {}
     with tempfile.TemporaryDirectory(prefix="opsctl-model-") as tmp:
-        model_dir = Path(tmp) / "model"
-        model_dir.mkdir()
-        shutil.copyfile(config_path, model_dir / "config.json")
-        groups: dict[tuple[str, GpuReport], list[int]] = {}
-        for index, (deployment, _, report) in enumerate(items):
-            groups.setdefault((deployment.image.sglang_version, report), []).append(index)
-        for (version, report), indexes in groups.items():
+        groups: dict[tuple[str, GpuReport, Path], list[int]] = {}
+        for index, (deployment, _, report, config_path) in enumerate(items):
+            key = (deployment.image.sglang_version, report, config_path)
+            groups.setdefault(key, []).append(index)
+        for number, ((version, report, config_path), indexes) in enumerate(groups.items()):
+            model_dir = Path(tmp) / f"model{number}"
+            model_dir.mkdir()
+            shutil.copyfile(config_path, model_dir / "config.json")
             argvs = [_with_model(items[i][1], str(model_dir)) for i in indexes]
             probed = run(version, argvs, report)
             for i, result in zip(indexes, probed.dump["results"], strict=True):
-                deployment, argv, _ = items[i]
+                deployment, argv = items[i][0], items[i][1]
                 clean = _replace_text(result, str(model_dir),
                                       deployment.model.container_path)
                 record = build_record(deployment, argv, report, config_path, probed, clean)
                 results[i] = Resolved(record=record, path=record_path(deployment))
     return [results[i] for i in range(len(items))]
+
+
+def model_config_for(deployment: Deployment) -> Path:
+    """The config.json a profile resolves with: the one written from its checkpoint's card
+    (argspec.stack.MODEL_CONFIGS, by model.repo), else GLM-5's."""
+    folder = stack.MODEL_CONFIGS.get(deployment.profile.model.repo or "")
+    return project_root() / (folder / "config.json" if folder else FIXTURE)
 
 
 def _with_model(argv: list[str], model_dir: str) -> list[str]:
@@ -273,6 +283,8 @@ def build_record(deployment: Deployment, argv: list[str], gpu: GpuReport, config
     else:
         record["server_info"] = summary(result["resolved"])
         record["kv_row"] = result["kv_row"]
+        if "dsa_topk_shared" in result:  # only a model whose layers share top-k (GLM-5.2)
+            record["dsa_topk_shared"] = result["dsa_topk_shared"]
         record["left_to_sglang"] = left_to_sglang(result)
         record["not_run"] = [{"branch": b, "why": w} for b, w in NOT_RUN]
         if not result["kv_row"].get("computed"):

@@ -27,7 +27,8 @@ PROJECT_DIR_ENV = "OPSCTL_PROJECT_DIR"
 STATE_DIR_ENV = "OPSCTL_STATE_DIR"
 # The project's data, as paths relative to the project root: what a wheel carries under
 # opsctl/_data/ (the same relative paths there), and what marks a checkout.
-PACKAGED = ("deploy", "docker", "monitoring", "patches", "tests/fixtures/glm5")
+PACKAGED = ("deploy", "docker", "monitoring", "patches", "tests/fixtures/glm5",
+            "tests/fixtures/glm51", "tests/fixtures/glm52")
 # Never packaged: host state a checkout keeps beside its profiles, what .gitignore keeps out of
 # these folders (the simulator's base digest: its base is built on each host). Committed locks
 # are packaged.

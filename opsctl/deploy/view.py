@@ -276,6 +276,11 @@ def resolve_text(result: ResolveResult) -> str:
         lines.append(f"  {'KV row':<32} " + (
             f"{row['bytes']} bytes ({row['elements']} x {row['pool_dtype']}, sglang's pool sizing)"
             if row.get("computed") else f"not computed: {row['error']}"))
+        shared = record.get("dsa_topk_shared")
+        if shared:
+            lines.append(f"  {'DSA top-k reused (IndexShare)':<32} " + (
+                f"{shared['layers']} of {shared['of']} layers (sglang's dsa_layer_skips_topk)"
+                if shared.get("computed") else f"not computed: {shared['error']}"))
         left = record["left_to_sglang"]
         lines.append(f"  left to sglang ({len(left)} settings sglang changed from its default):")
         lines.extend(f"    {name} = {_short(change['resolved'], 80)} "

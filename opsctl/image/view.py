@@ -142,9 +142,9 @@ def show_patch_report(console: Console, report: CheckReport) -> None:
 def show_stack(console: Console, record: StackRecord) -> None:
     console.print(f"wrote {record.path}: sglang {record.version} pins transformers "
                   f"{record.transformers or '(none)'}", highlight=False, soft_wrap=True, markup=False)
-    for architecture, found in sorted(record.models.items()):
+    for repo, found in sorted(record.models.items()):
         verdict = "loads" if found.get("loads") else f"does NOT load: {found.get('error')}"
-        console.print(f"  {architecture} ({found.get('config')}): {verdict}", highlight=False,
+        console.print(f"  {repo} ({found.get('config')}): {verdict}", highlight=False,
                       soft_wrap=True, markup=False)
 
 

@@ -2,8 +2,9 @@
 cached): its == pins, and whether the transformers it pins loads GLM-5's config.json.
 
 1. The committed patches/sglang/<version>/stack.json equals a fresh one (a hand edit fails here).
-2. For every variant of every GPU profile, the transformers its image will hold (its release's pin)
-   parses the GLM-5-shaped config.json with AutoConfig: executed, not read.
+2. For every variant of every GPU profile (the GLM-5 family), the transformers its image will hold
+   (its release's pin) parses the config.json written from its checkpoint's card with AutoConfig:
+   executed, not read.
 3. The failure the box's first run met is reproduced: transformers 4.57.1 (the pin of the
    retired sglang 0.5.9) cannot.
 
@@ -23,7 +24,7 @@ from opsctl.core import wheels
 from opsctl.core.paths import project_root, releases_root
 
 PINNED = sorted(p.parent.name for p in releases_root().glob(f"*/{stack.STACK_FILE}"))
-GPU_PROFILES = ("glm5-nvfp4-rtx6000",)
+GPU_PROFILES = ("glm5-nvfp4-rtx6000", "glm51-nvfp4-rtx6000", "glm52-nvfp4-rtx6000")
 GLM5 = project_root() / "tests" / "fixtures" / "glm5"
 
 
@@ -36,16 +37,17 @@ def test_committed_stack_record_equals_a_fresh_one(version: str, tmp_path: Path)
 
 
 @pytest.mark.parametrize("profile", GPU_PROFILES)
-def test_every_gpu_variants_transformers_parses_glm5(profile: str) -> None:
+def test_every_gpu_variants_transformers_parses_its_members_config(profile: str) -> None:
     loaded = load_profile(profile)
+    config_dir = project_root() / stack.MODEL_CONFIGS[loaded.model.repo or ""]
     versions = {loaded.resolve(name).image.sglang_version for name in loaded.variants}
     for version in sorted(versions):
         record = stack.load(version)
         assert record is not None and record.transformers, version
         env = stack.side_env(f"transformers=={record.transformers}")
-        probed = stack.probe_configs(env, [GLM5])
+        probed = stack.probe_configs(env, [config_dir])
         assert probed["transformers"] == record.transformers
-        result = probed["configs"][str(GLM5)]
+        result = probed["configs"][str(config_dir)]
         assert result["loads"], (version, result)
         assert result["config_class"] == "GlmMoeDsaConfig"
         assert result["fields"]["kv_lora_rank"] + result["fields"]["qk_rope_head_dim"] == 576

@@ -225,7 +225,8 @@ def test_the_side_environment_takes_the_wheels_own_transformers_pin(tmp_path: Pa
 
 
 def test_every_profile_under_deploy_has_records() -> None:
-    assert resolve.record_profiles() == ["glm5-nvfp4-rtx6000", "sim"]
+    assert resolve.record_profiles() == ["glm5-nvfp4-rtx6000", "glm51-nvfp4-rtx6000",
+                                         "glm52-nvfp4-rtx6000", "sim"]
     for name in resolve.record_profiles():
         profile = load_profile(name)
         for variant in profile.variants:

@@ -37,17 +37,47 @@ def test_a_wheel_without_metadata_is_a_build_error(tmp_path: Path) -> None:
 
 
 def test_the_refusal_names_the_release_its_transformers_and_the_executed_error() -> None:
-    record = stack.StackRecord("0.5.15", Path("x"), "4.57.1", {"GlmMoeDsaForCausalLM": {
+    record = stack.StackRecord("0.5.15", Path("x"), "4.57.1", {"nvidia/GLM-5-NVFP4": {
+        "architecture": "GlmMoeDsaForCausalLM", "config": "tests/fixtures/glm5/config.json",
         "loads": False, "error": "ValueError: model type `glm_moe_dsa` unknown. Update it."}})
-    problem = record.model_problem("GlmMoeDsaForCausalLM")
+    problem = record.model_problem("nvidia/GLM-5-NVFP4", "GlmMoeDsaForCausalLM")
     assert problem is not None and "transformers 4.57.1" in problem and "Update it" not in problem
-    assert record.model_problem("LlamaForCausalLM") is None  # never checked: not refused
+    assert "nvidia/GLM-5-NVFP4's config.json" in problem
+    assert record.model_problem(None, "LlamaForCausalLM") is None  # never checked: not refused
+
+
+def _family(**loads: bool) -> stack.StackRecord:
+    return stack.StackRecord("9.9.9", Path("x"), "9.0", {repo: {
+        "architecture": "GlmMoeDsaForCausalLM", "config": f"tests/fixtures/{repo}/config.json",
+        "loads": ok, **({} if ok else {"error": f"KeyError: {repo} breaks"})}
+        for repo, ok in loads.items()})
+
+
+def test_each_family_member_is_judged_by_its_own_executed_record() -> None:
+    """One architecture, three configs: a member whose config the release's transformers cannot
+    load is refused with its own error, while its siblings still load."""
+    record = _family(glm5=True, glm52=False)
+    problem = record.model_problem("glm52", "GlmMoeDsaForCausalLM")
+    assert problem is not None and "KeyError: glm52 breaks" in problem
+    assert "tests/fixtures/glm52/config.json" in problem
+    assert record.model_problem("glm5", "GlmMoeDsaForCausalLM") is None
+    # A checkpoint with no record of its own is refused only when every member failed.
+    assert record.model_problem("someone/GLM-5-NVFP4", "GlmMoeDsaForCausalLM") is None
+    assert _family(glm5=False).model_problem("someone/GLM-5-NVFP4", "GlmMoeDsaForCausalLM")
 
 
 def test_the_committed_records_say_what_each_release_can_load() -> None:
     for version in ("0.5.15", "0.5.23"):
         record = stack.load(version)
-        assert record is not None and record.model_problem("GlmMoeDsaForCausalLM") is None
+        assert record is not None
+        for repo in stack.MODEL_CONFIGS:
+            assert record.model_problem(repo, "GlmMoeDsaForCausalLM") is None, (version, repo)
+    new = stack.load("0.5.23")
+    assert new is not None
+    # transformers 5.19.0 keeps GLM-5.2's IndexShare keys: 57 of 78 layers reuse the top-k.
+    glm52 = new.models["nvidia/GLM-5.2-NVFP4"]["fields"]
+    assert glm52["indexer_types_shared"] == 57 and glm52["index_topk_freq"] == 4
+    assert new.models["nvidia/GLM-5-NVFP4"]["fields"]["indexer_types_shared"] == 0
 
 
 @pytest.mark.parametrize("version", ["0.5.15\n", "0.5.23\n", "1" * 65])
