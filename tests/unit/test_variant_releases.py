@@ -63,7 +63,7 @@ def test_a_release_that_cannot_load_glm5_is_refused_with_the_executed_reason(
     record = project / "patches" / "sglang" / "0.5.15" / "stack.json"
     data = json.loads(record.read_text())
     data["transformers"] = "4.57.1"
-    data["models"]["GlmMoeDsaForCausalLM"].update(
+    data["models"]["nvidia/GLM-5-NVFP4"].update(
         loads=False, error="ValueError: model type `glm_moe_dsa` unknown. Update it.")
     record.write_text(json.dumps(data))
     monkeypatch.setenv(PROJECT_DIR_ENV, str(project))
