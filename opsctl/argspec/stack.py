@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -67,8 +68,12 @@ class StackRecord:
                 f"(executed; recorded in {RELEASES_DIR}/{self.version}/{STACK_FILE})")
 
 
-def metadata_pins(wheel: Path) -> dict[str, str]:
-    """`==` pins of the wheel's unconditional requirements (`Requires-Dist: name==X`), by name."""
+def metadata_pins(wheel: Path, with_extras: bool = False) -> dict[str, str]:
+    """`==` pins of the wheel's unconditional requirements (`Requires-Dist: name==X`), by name.
+
+    `with_extras`: also `name[extra,...]==X` (0.5.23 pins flashinfer_python[cu13]==0.7.2 so),
+    recorded under the distribution's name; the extras' own requirements are not followed.
+    """
     try:
         with zipfile.ZipFile(wheel) as archive:
             name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
@@ -80,6 +85,8 @@ def metadata_pins(wheel: Path) -> dict[str, str]:
         if not line.startswith("Requires-Dist: ") or ";" in line:
             continue
         requirement = line.removeprefix("Requires-Dist: ").replace(" ", "")
+        if with_extras:
+            requirement = re.sub(r"\[[A-Za-z0-9_.,-]*\]", "", requirement, count=1)
         if requirement.count("==") == 1 and not any(c in requirement for c in "<>,![~"):
             package, version = requirement.split("==")
             pins[package.lower().replace("_", "-")] = version
