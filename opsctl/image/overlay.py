@@ -9,8 +9,9 @@ with `pip install --no-index --no-deps --find-links <wheels>`: nothing is fetche
 else moves. imagecheck.py proves every pinned version afterwards, in the build and again in a
 throwaway container of the finished image.
 
-Exits 0 when the base now holds every pin's wheel, 1 on a wheel that does not match its record
-or a failed pip (its output is above), 2 on bad input.
+What it installed (with the base's versions) and what the base already held is written to
+overlay.json beside the record. Exits 0 when the base now holds every pin's wheel, 1 on a wheel
+that does not match its record or a failed pip (its output is above), 2 on bad input.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 try:  # in the image this file sits beside imagecheck.py (the script's directory is on sys.path)
     from opsctl.image.imagecheck import installed_version, same_version
 except ImportError:  # pragma: no cover - inside the image
     from imagecheck import installed_version, same_version  # type: ignore[no-redef]
+
+REPORT = "overlay.json"  # what was installed over the base, and what the base already held
 
 
 def to_install(pins: dict[str, str]) -> list[tuple[str, str | None, str]]:
@@ -65,8 +69,11 @@ def main(argv: list[str]) -> int:
     for dist, have, pinned in todo:
         print(f"opsctl overlay: {dist} {have or 'absent'} -> {pinned}")
     print(f"opsctl overlay: {len(pins) - len(todo)} of {len(pins)} pins already in the base")
+    changed = {dist for dist, _, _ in todo}
+    report = {"installed": {dist: {"base": have, "pinned": pinned} for dist, have, pinned in todo},
+              "held": {dist: pinned for dist, pinned in sorted(pins.items()) if dist not in changed}}
     if not todo:
-        return 0
+        return _write_report(record_path, report)
     # Environment, not options: an older pip ignores an unknown variable but fails on a flag.
     env = {**os.environ, "PIP_BREAK_SYSTEM_PACKAGES": "1", "PIP_ROOT_USER_ACTION": "ignore",
            "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1"}
@@ -77,6 +84,12 @@ def main(argv: list[str]) -> int:
         print(f"opsctl: pip install of the release's wheels failed (exit {done.returncode})",
               file=sys.stderr)
         return 1
+    return _write_report(record_path, report)
+
+
+def _write_report(record_path: Path, report: dict[str, Any]) -> int:
+    """What the overlay changed, beside its record (/opt/opsctl/build/overlay.json)."""
+    (record_path.parent / REPORT).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     return 0
 
 
