@@ -68,11 +68,11 @@ class StackRecord:
                 f"(executed; recorded in {RELEASES_DIR}/{self.version}/{STACK_FILE})")
 
 
-def metadata_pins(wheel: Path, with_extras: bool = False) -> dict[str, str]:
+def metadata_pins(wheel: Path) -> dict[str, str]:
     """`==` pins of the wheel's unconditional requirements (`Requires-Dist: name==X`), by name.
 
-    `with_extras`: also `name[extra,...]==X` (0.5.23 pins flashinfer_python[cu13]==0.7.2 so),
-    recorded under the distribution's name; the extras' own requirements are not followed.
+    A pin with extras (0.5.23's `flashinfer_python[cu13]==0.7.2`) is recorded under the
+    distribution's name; what the extras themselves require is not followed.
     """
     try:
         with zipfile.ZipFile(wheel) as archive:
@@ -85,8 +85,7 @@ def metadata_pins(wheel: Path, with_extras: bool = False) -> dict[str, str]:
         if not line.startswith("Requires-Dist: ") or ";" in line:
             continue
         requirement = line.removeprefix("Requires-Dist: ").replace(" ", "")
-        if with_extras:
-            requirement = re.sub(r"\[[A-Za-z0-9_.,-]*\]", "", requirement, count=1)
+        requirement = re.sub(r"\[[A-Za-z0-9_.,-]*\]", "", requirement, count=1)
         if requirement.count("==") == 1 and not any(c in requirement for c in "<>,![~"):
             package, version = requirement.split("==")
             pins[package.lower().replace("_", "-")] = version

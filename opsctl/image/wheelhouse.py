@@ -4,15 +4,17 @@ A profile whose `image.install_release` is on builds on a base that holds anothe
 (a tag a public source shows) and brings the pinned release into it. What to install comes from
 one place: the sglang wheel that `patches/sglang/<version>/stack.json` was recorded from (its
 file name and sha256 are the record's provenance; a cached wheel with other bytes is refused),
-and that wheel's own METADATA: every unconditional `Requires-Dist: name==X`, extras included
-(`flashinfer_python[cu13]==0.7.2` pins flashinfer-python 0.7.2). Nothing here types a version.
+and the pins the record read from that wheel's own METADATA: every unconditional
+`Requires-Dist: name==X`, extras included (`flashinfer_python[cu13]==0.7.2` pins
+flashinfer-python 0.7.2). Nothing here types a version.
 
-`release()` runs at plan time (no engine; it reads the sglang wheel from the host's wheel cache,
-fetching it once): the pins are part of the image's expectations and so of its content hash.
-`stage()` runs when the build context is staged: each pinned wheel is taken from the wheel cache,
-or `pip download --no-deps`ed into it by exact version (pip's own index settings apply, e.g.
-PIP_EXTRA_INDEX_URL for PyTorch's CUDA 13 index), copied to `opsctl-build/wheels/`, and its
-sha256 written to `opsctl-build/wheels.json` (and build.json). Every cached wheel of a pinned
+`release()` runs at plan time and reads only the stack record (no engine, no wheel, no network:
+`doctor` and `up` plan too): the pins and the wheel's sha256 are part of the image's
+expectations and so of its content hash. `stage()` runs when the build context is staged: the
+release wheel is checked against the record's sha256, then each pinned wheel is taken from the
+wheel cache, or `pip download --no-deps`ed into it by exact version (pip's own index settings
+apply, e.g. PIP_EXTRA_INDEX_URL for PyTorch's CUDA 13 index), copied to `opsctl-build/wheels/`,
+and its sha256 written to `opsctl-build/wheels.json` (and build.json). Every cached wheel of a pinned
 version is staged, whatever its Python and platform tags: pip in the image picks the one the
 base's interpreter can install. Inside the build, overlay.py compares each pin with the base's
 installed version and installs only those that differ, `--no-index --no-deps`.
@@ -44,24 +46,34 @@ def normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def release(version: str, cache: Path | None = None) -> dict[str, Any]:
-    """What the overlay installs: {"wheel", "wheel_sha256", "pins": {distribution: version}}."""
+def release(version: str) -> dict[str, Any]:
+    """What the overlay installs, from the stack record alone (no wheel is read or fetched):
+    {"wheel", "wheel_sha256", "pins": {"sglang": version, distribution: version, ...}}."""
     path = stack.stack_path(version)
     try:
-        provenance = json.loads(path.read_text())["provenance"]
+        data = json.loads(path.read_text())
+        provenance, pins = data["provenance"], dict(data["pins"])
         recorded, recorded_sha = str(provenance["wheel"]), str(provenance["wheel_sha256"])
     except (OSError, ValueError, KeyError, TypeError):
         raise BuildError(f"image.install_release needs sglang {version}'s stack record "
-                         f"({path}), which names the release wheel",
+                         f"({path}), which names the release wheel and its pins",
                          hint=f"{stack.stack_command(version)} (maintainers)") from None
-    wheel = ensure_wheel(version, cache or wheels.cache_dir(), recorded)
+    return {"wheel": recorded, "wheel_sha256": recorded_sha,
+            "pins": {"sglang": version, **{str(k): str(v) for k, v in pins.items()}}}
+
+
+def release_wheel(overlay: dict[str, Any], cache: Path) -> Path:
+    """The release wheel the stack record was made from, in `cache` (fetched once); BuildError
+    when the cached file has other bytes."""
+    version = overlay["pins"]["sglang"]
+    wheel = ensure_wheel(version, cache, overlay["wheel"])
     found = sha256_file(wheel)
-    if found != recorded_sha:
-        raise BuildError(f"{wheel} has sha256 {found[:16]}..., but {path} was recorded from "
-                         f"{recorded} with sha256 {recorded_sha[:16]}...",
+    if found != overlay["wheel_sha256"]:
+        raise BuildError(f"{wheel} has sha256 {found[:16]}..., but sglang {version}'s stack "
+                         f"record was made from {overlay['wheel']} with sha256 "
+                         f"{overlay['wheel_sha256'][:16]}...",
                          hint="delete the cached wheel so pip fetches the release's own again")
-    pins = {"sglang": version, **stack.metadata_pins(wheel, with_extras=True)}
-    return {"wheel": recorded, "wheel_sha256": recorded_sha, "pins": pins}
+    return wheel
 
 
 def cached(cache: Path, name: str, version: str) -> list[Path]:
@@ -80,6 +92,7 @@ def stage(overlay: dict[str, Any], build_dir: Path, cache: Path | None = None) -
     """Copy every pinned wheel into `build_dir`/wheels and record their sha256 there; returns
     {file name: sha256}. BuildError when a pin has no wheel and pip cannot fetch one."""
     cache = cache or wheels.cache_dir()
+    release_wheel(overlay, cache)
     target = build_dir / WHEELS_DIR
     target.mkdir(parents=True, exist_ok=True)
     staged: dict[str, str] = {}
@@ -95,7 +108,7 @@ def stage(overlay: dict[str, Any], build_dir: Path, cache: Path | None = None) -
         for wheel in found:
             shutil.copyfile(wheel, target / wheel.name)  # a copy: the context's mtimes are set
             staged[wheel.name] = sha256_file(target / wheel.name)
-    if staged.get(overlay["wheel"], overlay["wheel_sha256"]) != overlay["wheel_sha256"]:
+    if staged.get(overlay["wheel"]) != overlay["wheel_sha256"]:
         raise BuildError(f"{overlay['wheel']} changed in {cache} while staging",
                          hint="run the build again")
     record = {"pins": overlay["pins"], "wheels": staged}

@@ -82,7 +82,7 @@ def standin_wheel(folder: Path, name: str, version: str, metadata_version: str |
 @pytest.fixture(scope="module")
 def release() -> dict[str, object]:
     """The release as the build reads it: the real 0.5.23 wheel and its METADATA's pins."""
-    return wheelhouse.release(VERSION, wheels.cache_dir())
+    return wheelhouse.release(VERSION)
 
 
 @pytest.fixture(scope="module")

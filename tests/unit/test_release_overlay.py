@@ -50,12 +50,11 @@ def site_with(folder: Path, **versions: str) -> Path:
     return folder
 
 
-def test_pins_with_extras_keep_the_extras_pin_under_its_distribution(tmp_path: Path) -> None:
+def test_pins_keep_an_extras_pin_under_its_distribution(tmp_path: Path) -> None:
     wheel = dist_wheel(tmp_path, "sglang", "9.9.9", requires=(
         "standin_a[cu13]==1.0", "standin-b==2.0", "standin-c==1.0; sys_platform == 'linux'",
         "standin-d>=1.0", "standin-e[x]==2.0; extra == 'all'"))
-    assert stack.metadata_pins(wheel) == {"standin-b": "2.0"}
-    assert stack.metadata_pins(wheel, with_extras=True) == {"standin-a": "1.0", "standin-b": "2.0"}
+    assert stack.metadata_pins(wheel) == {"standin-a": "1.0", "standin-b": "2.0"}
 
 
 def test_the_release_is_the_recorded_wheel_and_its_pins() -> None:
@@ -63,25 +62,25 @@ def test_the_release_is_the_recorded_wheel_and_its_pins() -> None:
     record = json.loads(stack.stack_path("0.5.23").read_text())
     assert (release["wheel"], release["wheel_sha256"]) == (
         record["provenance"]["wheel"], record["provenance"]["wheel_sha256"])
-    assert release["pins"]["sglang"] == "0.5.23"
-    assert record["pins"].items() <= release["pins"].items()
+    assert release["pins"] == {"sglang": "0.5.23", **record["pins"]}
     assert set(wheelhouse.HEADLINE) <= set(release["pins"])
 
 
 def test_a_cached_release_wheel_with_other_bytes_is_refused(tmp_path: Path) -> None:
-    recorded = json.loads(stack.stack_path("0.5.23").read_text())["provenance"]["wheel"]
+    release = wheelhouse.release("0.5.23")
     impostor = dist_wheel(tmp_path / "build", "sglang", "0.5.23")
     cache = tmp_path / "cache"
     cache.mkdir()
-    shutil.copyfile(impostor, cache / recorded)
-    with pytest.raises(BuildError, match="was recorded from") as info:
-        wheelhouse.release("0.5.23", cache)
+    shutil.copyfile(impostor, cache / release["wheel"])
+    with pytest.raises(BuildError, match="stack record was made from") as info:
+        wheelhouse.stage(release, tmp_path / "opsctl-build", cache)
     assert "delete the cached wheel" in info.value.hint
+    assert not (tmp_path / "opsctl-build").exists()
 
 
 def test_stage_copies_every_wheel_of_each_pin_and_records_its_sha256(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    release = dist_wheel(cache, "sglang", "9.9.9")
+    release = dist_wheel(cache, "sglang", "9.9.9", "cp311-cp311-linux_x86_64")
     wanted = [dist_wheel(cache, "standin-a", "1.0", "cp311-cp311-linux_x86_64"),
               dist_wheel(cache, "standin-a", "1.0", "cp312-cp312-linux_x86_64"),
               dist_wheel(cache, "standin_b", "2.0+cu130")]  # a local label matches the pin 2.0
@@ -101,9 +100,11 @@ def test_stage_fails_on_a_pin_pip_cannot_provide(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[str] = []
     monkeypatch.setattr(wheels, "download", lambda cache, requirement: asked.append(requirement))
+    release = dist_wheel(tmp_path, "sglang", "9.9.9", "cp311-cp311-linux_x86_64")
+    overlay = {"pins": {"sglang": "9.9.9", "standin-a": "1.0"}, "wheel": release.name,
+               "wheel_sha256": hashlib.sha256(release.read_bytes()).hexdigest()}
     with pytest.raises(BuildError, match="pip did not produce a standin-a 1.0 wheel"):
-        wheelhouse.stage({"pins": {"standin-a": "1.0"}, "wheel": "x", "wheel_sha256": "0"},
-                         tmp_path / "opsctl-build", tmp_path)
+        wheelhouse.stage(overlay, tmp_path / "opsctl-build", tmp_path)
     assert asked == ["standin-a==1.0"]
 
 
