@@ -106,6 +106,8 @@ def stage(overlay: dict[str, Any], build_dir: Path, cache: Path | None = None) -
                              hint=f"pip download --no-deps --only-binary=:all: {name}=={version} "
                              f"-d {cache} (with the base's --python-version and --platform)")
         for wheel in found:
+            if name == "sglang":
+                _same_pins(wheel, overlay)
             shutil.copyfile(wheel, target / wheel.name)  # a copy: the context's mtimes are set
             staged[wheel.name] = sha256_file(target / wheel.name)
     if staged.get(overlay["wheel"]) != overlay["wheel_sha256"]:
@@ -115,3 +117,13 @@ def stage(overlay: dict[str, Any], build_dir: Path, cache: Path | None = None) -
     (build_dir / WHEELS_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return staged
 
+
+def _same_pins(wheel: Path, overlay: dict[str, Any]) -> None:
+    """Another wheel of the release (another Python's) must pin what the recorded one pins."""
+    pins = {"sglang": overlay["pins"]["sglang"], **stack.metadata_pins(wheel)}
+    if pins != overlay["pins"]:
+        differ = sorted(set(pins.items()) ^ set(overlay["pins"].items()))[0][0]
+        raise BuildError(f"{wheel.name} pins {differ} {pins.get(differ, '(nothing)')}, but the "
+                         f"stack record's {overlay['wheel']} pins "
+                         f"{overlay['pins'].get(differ, '(nothing)')}",
+                         hint=f"remove {wheel} from the wheel cache, or record that wheel's stack")

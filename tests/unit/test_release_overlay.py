@@ -80,7 +80,8 @@ def test_a_cached_release_wheel_with_other_bytes_is_refused(tmp_path: Path) -> N
 
 def test_stage_copies_every_wheel_of_each_pin_and_records_its_sha256(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    release = dist_wheel(cache, "sglang", "9.9.9", "cp311-cp311-linux_x86_64")
+    release = dist_wheel(cache, "sglang", "9.9.9", "cp311-cp311-linux_x86_64",
+                         requires=("standin-a==1.0", "standin_b[cu13]==2.0"))
     wanted = [dist_wheel(cache, "standin-a", "1.0", "cp311-cp311-linux_x86_64"),
               dist_wheel(cache, "standin-a", "1.0", "cp312-cp312-linux_x86_64"),
               dist_wheel(cache, "standin_b", "2.0+cu130")]  # a local label matches the pin 2.0
@@ -96,11 +97,25 @@ def test_stage_copies_every_wheel_of_each_pin_and_records_its_sha256(tmp_path: P
     assert json.loads((build_dir / "wheels.json").read_text()) == {"pins": pins, "wheels": expected}
 
 
+def test_another_wheel_of_the_release_must_pin_the_same(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    release = dist_wheel(cache, "sglang", "9.9.9", "cp311-cp311-linux_x86_64",
+                         requires=("standin-a==1.0",))
+    dist_wheel(cache, "sglang", "9.9.9", "cp312-cp312-linux_x86_64", requires=("standin-a==2.0",))
+    dist_wheel(cache, "standin-a", "1.0")
+    overlay = {"pins": {"sglang": "9.9.9", "standin-a": "1.0"}, "wheel": release.name,
+               "wheel_sha256": hashlib.sha256(release.read_bytes()).hexdigest()}
+    with pytest.raises(BuildError, match="cp312-cp312-linux_x86_64.whl pins standin-a 2.0, but "
+                       "the stack record's .* pins 1.0"):
+        wheelhouse.stage(overlay, tmp_path / "opsctl-build", cache)
+
+
 def test_stage_fails_on_a_pin_pip_cannot_provide(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[str] = []
     monkeypatch.setattr(wheels, "download", lambda cache, requirement: asked.append(requirement))
-    release = dist_wheel(tmp_path, "sglang", "9.9.9", "cp311-cp311-linux_x86_64")
+    release = dist_wheel(tmp_path, "sglang", "9.9.9", "cp311-cp311-linux_x86_64",
+                         requires=("standin-a==1.0",))
     overlay = {"pins": {"sglang": "9.9.9", "standin-a": "1.0"}, "wheel": release.name,
                "wheel_sha256": hashlib.sha256(release.read_bytes()).hexdigest()}
     with pytest.raises(BuildError, match="pip did not produce a standin-a 1.0 wheel"):
