@@ -6,6 +6,11 @@ A profile needs one image per distinct `ImageSpec` among its variants (a variant
 sglang release); `plans()` lists them, and every image of a release carries that release's patch
 set whether or not the variants running it switch the patch on.
 
+An image with `image.install_release` on the profile's own base also installs the pinned release
+into that base (wheelhouse.py, overlay.py): its expectations carry the release's pins from the
+stack record and the release wheel's sha256, and imagecheck proves every pin; the wheels
+themselves are fetched and staged with the context, not planned here.
+
 Reproducibility: the tag is `<repository>:<sglang version>-<16 hex of the content hash>`; the hash
 covers the Dockerfile, every staged file, the build args, the labels and the base digest. No
 `org.opencontainers.image.created` label is written: a wall-clock label would make two builds of
