@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 GLM5 = "glm5-nvfp4-rtx6000"
-BASE = "lmsysorg/sglang:v0.5.23-cu130"
+BASE = "lmsysorg/sglang:v0.5.21-cu130"
 
 # SAMPLE `nvidia-smi --query-gpu=index,name,compute_cap,memory.total,driver_version
 # --format=csv,noheader,nounits` answers (made up, in the tool's shape).

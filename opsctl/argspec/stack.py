@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -85,7 +86,11 @@ class StackRecord:
 
 
 def metadata_pins(wheel: Path) -> dict[str, str]:
-    """`==` pins of the wheel's unconditional requirements (`Requires-Dist: name==X`), by name."""
+    """`==` pins of the wheel's unconditional requirements (`Requires-Dist: name==X`), by name.
+
+    A pin with extras (0.5.23's `flashinfer_python[cu13]==0.7.2`) is recorded under the
+    distribution's name; what the extras themselves require is not followed.
+    """
     try:
         with zipfile.ZipFile(wheel) as archive:
             name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
@@ -97,6 +102,7 @@ def metadata_pins(wheel: Path) -> dict[str, str]:
         if not line.startswith("Requires-Dist: ") or ";" in line:
             continue
         requirement = line.removeprefix("Requires-Dist: ").replace(" ", "")
+        requirement = re.sub(r"\[[A-Za-z0-9_.,-]*\]", "", requirement, count=1)
         if requirement.count("==") == 1 and not any(c in requirement for c in "<>,![~"):
             package, version = requirement.split("==")
             pins[package.lower().replace("_", "-")] = version

@@ -81,6 +81,11 @@ class ImageSpec(StrictModel):
     sglang_version: str = Field(description="Pinned sglang release: flags, patch set and checks follow it.")
     dockerfile: str = "docker/Dockerfile"
     build_args: dict[str, str] = Field(default_factory=dict)
+    install_release: bool = Field(
+        False, description="Install the pinned release into the base at build time: its wheel "
+        "and every == pin of its METADATA (patches/sglang/<version>/stack.json names the wheel), "
+        "staged from the host's wheel cache, for a base that holds another release "
+        "(docs/build.md).")
 
     _base_has_tag = field_validator("base")(_tagged)
     _repository_is_one = field_validator("repository")(_repository)
@@ -95,6 +100,8 @@ class ImageOverlay(StrictModel):
 
     sglang_version: str | None = Field(None, description="The sglang release this variant runs.")
     base: str | None = Field(None, description="Base image of that release, pinned by tag.")
+    install_release: bool | None = Field(
+        None, description="Install the release into that base at build time (image.install_release).")
 
     @field_validator("base")
     @classmethod

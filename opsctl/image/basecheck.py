@@ -2,9 +2,10 @@
 runnable with this host's NVIDIA driver.
 
 A missing base is BuildError (exit 3) naming the tag, the `docker pull` to run and the
-alternatives (opsctl never pulls): the documented `lmsysorg/sglang:v<version>-cu130` scheme
-names tags that may not be published (v0.5.23-cu130 was not found), so `--base-image` takes a
-local image that holds the pinned sglang instead. What the build checks in such a base
+alternatives (opsctl never pulls). The GLM profile's base is a release tag public sources show
+(v0.5.21-cu130) with the pinned release installed into it at build time (image.install_release,
+wheelhouse.py); `--base-image` takes a local image that holds the pinned sglang itself instead.
+What the build checks in such a base
 (docker/Dockerfile, then imagecheck in a throwaway container): python3; the installed
 sglang distribution's version equals the pinned one; GNU patch; every file the patch set
 changes has the upstream sha256 the manifest records (so its sglang source is that release's,
@@ -46,11 +47,10 @@ def missing_base_hint(ref: str, sglang_version: str | None) -> str:
     if ref.startswith("opsctl/"):
         return "build it with `opsctl base-image`"
     holding = f"sglang {sglang_version}" if sglang_version else "the pinned sglang"
-    return (f"opsctl never pulls: `docker pull {ref}`, then build again. If that tag is not "
-            f"published (lmsysorg/sglang's v<version>-cu130 scheme names tags that may not "
-            f"exist), build on a local image that holds {holding}: `opsctl build --base-image "
-            "IMAGE` (the build checks its sglang version and the patched files' upstream "
-            "sha256, not its CUDA stack; docs/build.md); `opsctl base-image --sglang-standin "
+    return (f"opsctl never pulls: `docker pull {ref}`, then build again. Without a registry, "
+            f"build on a local image that holds {holding}: `opsctl build --base-image IMAGE` "
+            "(the build checks its sglang version and the patched files' upstream sha256, not "
+            "its CUDA stack; docs/build.md); `opsctl base-image --sglang-standin "
             f"{sglang_version or 'X'}` makes one that builds but cannot serve")
 
 

@@ -1,4 +1,5 @@
-"""The build context: the Dockerfile, every planned file, and the build's own metadata.
+"""The build context: the Dockerfile, every planned file, the build's own metadata and, for an
+image that installs its release, the wheelhouse (wheelhouse.stage).
 
 Staged files get a fixed mtime (and the image compiles .pyc files as checked-hash), so layers do
 not depend on when the checkout was touched.
@@ -12,6 +13,7 @@ import shutil
 from pathlib import Path
 
 from opsctl import __version__
+from opsctl.image import wheelhouse
 from opsctl.image.lock import BaseResolution
 from opsctl.image.plan import BuildPlan
 
@@ -27,6 +29,8 @@ def stage_context(plan: BuildPlan, context: Path, base: BaseResolution, content_
         shutil.copyfile(source, target)
     build_dir = context / "opsctl-build"
     build_dir.mkdir(exist_ok=True)
+    release = plan.expect.get("overlay")
+    staged = wheelhouse.stage(release, build_dir) if release else None
     metadata = {
         "opsctl_version": __version__,
         "profile": plan.profile,
@@ -36,6 +40,7 @@ def stage_context(plan: BuildPlan, context: Path, base: BaseResolution, content_
         "base_image": base.ref,
         "base_digest": base.digest,
         "content_hash": content_hash,
+        **({"wheels": staged} if staged is not None else {}),
     }
     (build_dir / "build.json").write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
     expect = {**plan.expect, "content_hash": content_hash}

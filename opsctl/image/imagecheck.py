@@ -84,6 +84,22 @@ def imported_names(path: Path) -> set[str]:
     return names
 
 
+def same_version(installed: str, pinned: str) -> bool:
+    """PEP 440 `==` as release pins use it: a local label on the installed version (torch's
+    +cu130) is ignored when the pin has none."""
+    if "+" not in pinned:
+        installed = installed.split("+", 1)[0]
+    return installed.lower() == pinned.lower()
+
+
+def installed_version(dist: str) -> str | None:
+    """The version of the installed distribution (its metadata; nothing is imported)."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def run_checks(expect: dict[str, Any], compile_files: bool) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
 
@@ -108,11 +124,9 @@ def run_checks(expect: dict[str, Any], compile_files: bool) -> list[dict[str, An
             record(f"module {module}", False, str(exc))
 
     for dist, version in sorted(expect.get("distributions", {}).items()):
-        try:
-            found = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            found = "not installed"
-        record(f"{dist} version", found == version, f"installed {found}, pinned {version}")
+        found = installed_version(dist)
+        record(f"{dist} version", found is not None and same_version(found, version),
+               f"installed {found}, pinned {version}" if found else f"not installed, pinned {version}")
 
     files: dict[str, str] = expect.get("files", {})
     if not files:

@@ -6,6 +6,11 @@ A profile needs one image per distinct `ImageSpec` among its variants (a variant
 sglang release); `plans()` lists them, and every image of a release carries that release's patch
 set whether or not the variants running it switch the patch on.
 
+An image with `image.install_release` on the profile's own base also installs the pinned release
+into that base (wheelhouse.py, overlay.py): its expectations carry the release's pins from the
+stack record and the release wheel's sha256, and imagecheck proves every pin; the wheels
+themselves are fetched and staged with the context, not planned here.
+
 Reproducibility: the tag is `<repository>:<sglang version>-<16 hex of the content hash>`; the hash
 covers the Dockerfile, every staged file, the build args, the labels and the base digest. No
 `org.opencontainers.image.created` label is written: a wall-clock label would make two builds of
@@ -33,7 +38,7 @@ from opsctl.core import labels, wheels
 from opsctl.core.errors import BuildError, ProfileError, UsageError
 from opsctl.core.files import sha256_file
 from opsctl.core.paths import RELEASES_DIR, project_root, source_root
-from opsctl.image import imagecheck, patchset
+from opsctl.image import imagecheck, overlay, patchset, wheelhouse
 from opsctl.image.lock import lock_dir, read_lock
 
 IMAGE_BUILD_DIR = "/opt/opsctl/build"  # where the context's opsctl-build/ lands in the image
@@ -121,10 +126,19 @@ class BuildPlan:
             ("dockerfile", str(self.dockerfile)),
             ("sglang", self.sglang_version),
             ("patch set", f"sha256 {self.patch_set_sha256}" if self.patch_set_sha256 else "none"),
+            ("release", self._release_row()),
             ("build args", " ".join(f"{k}={v}" for k, v in sorted(self.build_args.items())) or "none"),
             ("context", " ".join(sorted(self.files))),
             ("tag", tag or "<repository>:<version>-<content hash>, decided once the base digest is known"),
         ]
+
+    def _release_row(self) -> str:
+        overlay = self.expect.get("overlay")
+        if not overlay:
+            return f"the base's own sglang, which must be {self.sglang_version}"
+        return (f"installed into the base: {overlay['wheel']} and the {len(overlay['pins']) - 1} "
+                "== pins of its METADATA, each where the base holds another version (wheels "
+                "from the host's wheel cache)")
 
 
 def plan(profile: Profile, base_image: str | None = None, tag: str | None = None,
@@ -145,6 +159,11 @@ def plan(profile: Profile, base_image: str | None = None, tag: str | None = None
     else:
         files, expect, patch_sha = _simulator_inputs(root, source_root()), _simulator_expect(), None
     files = {**files, "opsctl-build/imagecheck.py": Path(imagecheck.__file__)}
+    # The release is brought into the profile's base; `--base-image` names one that holds it.
+    if _installs_release(profile.name, spec, base_image):
+        release = wheelhouse.release(spec.sglang_version)
+        files["opsctl-build/overlay.py"] = Path(overlay.__file__)
+        expect = {**expect, "distributions": release["pins"], "overlay": release}
     lock_path = lock_dir() / f"{profile.name}.json"
     return BuildPlan(
         profile=profile.name,
@@ -163,6 +182,15 @@ def plan(profile: Profile, base_image: str | None = None, tag: str | None = None
         requested_tag=tag,
         variants=tuple(name for name in profile.variants if profile.variant_image(name) == spec),
     )
+
+
+def _installs_release(profile: str, spec: ImageSpec, base_image: str | None) -> bool:
+    if not spec.install_release:
+        return False
+    if spec.kind != "sglang":
+        raise ProfileError(f"profile {profile!r}: image.install_release is for sglang images",
+                           hint="remove it from the simulator's image")
+    return base_image is None or base_image == spec.base
 
 
 def images(profile: Profile, variant: str | None = None) -> list[ImageSpec]:

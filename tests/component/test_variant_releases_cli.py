@@ -16,8 +16,8 @@ def test_profile_show_states_release_and_computation_of_every_variant() -> None:
     lines = result.stdout.splitlines()
     assert lines[0].startswith("python3 -m sglang.launch_server") and "--attention-backend" not in lines[0]
     assert lines[1].startswith("# variant native (shown above)")
-    assert "#   sglang 0.5.23 on lmsysorg/sglang:v0.5.23-cu130, patch switch off" in lines
-    assert "#   sglang 0.5.23 on lmsysorg/sglang:v0.5.23-cu130, patch switch on" in lines
+    assert "#   sglang 0.5.23 on lmsysorg/sglang:v0.5.21-cu130, patch switch off" in lines
+    assert "#   sglang 0.5.23 on lmsysorg/sglang:v0.5.21-cu130, patch switch on" in lines
     computes = [line for line in lines if line.startswith("#   computes: ")]
     assert len(computes) == 8
     assert computes[0].startswith("#   computes: sparse DSA attention")
@@ -36,7 +36,7 @@ def test_up_dry_run_of_native_renders_the_0523_argv() -> None:
         env={**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"})
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert "# sglang 0.5.23 on lmsysorg/sglang:v0.5.23-cu130, patch switch off" in lines
+    assert "# sglang 0.5.23 on lmsysorg/sglang:v0.5.21-cu130, patch switch off" in lines
     argv = lines[lines.index("# sglang argv:") + 1]
     assert argv.startswith("python3 -m sglang.launch_server") and "--cuda-graph-max-bs-decode 64" in argv
     assert not any(flag in argv for flag in ("--attention-backend", "--dsa-", "--nsa-"))

@@ -14,7 +14,7 @@ from fakes import fake_nvidia_smi
 
 from opsctl.core.errors import EXIT_BUILD
 
-BASE = "lmsysorg/sglang:v0.5.23-cu130"
+BASE = "lmsysorg/sglang:v0.5.21-cu130"
 GLM5 = "glm5-nvfp4-rtx6000"
 
 

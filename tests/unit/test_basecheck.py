@@ -20,7 +20,7 @@ from opsctl.image import app as image_app
 from opsctl.image import basecheck
 
 OLD = "registry.test/sglang:0.5.15"  # a name for the test, not a published image
-NEW = "lmsysorg/sglang:v0.5.23-cu130"
+NEW = "lmsysorg/sglang:v0.5.21-cu130"
 GLM5 = "glm5-nvfp4-rtx6000"
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from opsctl.argspec.stack import stack_path
 from opsctl.config import patchsets
 from opsctl.config.profiles import PATCH_SWITCH_ENV, Profile, load_profile
 from opsctl.core.errors import EXIT_BUILD, EXIT_USAGE, BuildError, ProfileError, UsageError
@@ -38,7 +39,7 @@ def sglang_profile(**image: Any) -> Profile:
     """deploy/sim.yaml turned into a patched-sglang profile (independent of the real profile's flags)."""
     sim = load_profile("sim")
     spec = sim.image.model_copy(update={
-        "kind": "sglang", "repository": "opsctl/test-sglang", "base": "lmsysorg/sglang:v0.5.23-cu130",
+        "kind": "sglang", "repository": "opsctl/test-sglang", "base": "lmsysorg/sglang:v0.5.21-cu130",
         "dockerfile": "docker/Dockerfile", **image,
     })
     return sim.model_copy(update={"name": "unit-sglang", "image": spec})
@@ -190,7 +191,7 @@ def two_release_profile(tmp_path: Path) -> Profile:
     text = (Path(__file__).parents[2] / "deploy" / "glm5-nvfp4-rtx6000.yaml").read_text()
     text = text.replace("default_variant: gathercast", (
         "  old:\n    description: the same on 0.5.15\n"
-        f'    image: {{sglang_version: "0.5.15", base: "{OLD_BASE}"}}\n'
+        f'    image: {{sglang_version: "0.5.15", base: "{OLD_BASE}", install_release: false}}\n'
         "    server: {disable_prefill_cuda_graph: false}\n"
         "default_variant: gathercast"))
     path = tmp_path / "two.yaml"
@@ -200,7 +201,7 @@ def two_release_profile(tmp_path: Path) -> Profile:
 
 def test_the_real_profile_needs_one_image(tmp_path: Path) -> None:
     [only] = plans(load_profile("glm5-nvfp4-rtx6000"))
-    assert (only.sglang_version, only.base_image) == ("0.5.23", "lmsysorg/sglang:v0.5.23-cu130")
+    assert (only.sglang_version, only.base_image) == ("0.5.23", "lmsysorg/sglang:v0.5.21-cu130")
     assert only.variants == ("baseline", "gathercast", "bf16kv", "bf16kv-mtp", "fp8kv-mtp",
                              "gathercast-mtp", "native", "native-mtp")
     assert only.patch_set_sha256 == patchset.patch_set_sha256("0.5.23")
@@ -214,11 +215,16 @@ def test_a_profile_needs_one_image_per_release(tmp_path: Path) -> None:
     new, old = plans(profile)
     assert (old.sglang_version, old.base_image, old.variants) == (
         "0.5.15", OLD_BASE, ("old",))
-    assert (new.sglang_version, new.base_image) == ("0.5.23", "lmsysorg/sglang:v0.5.23-cu130")
+    assert (new.sglang_version, new.base_image) == ("0.5.23", "lmsysorg/sglang:v0.5.21-cu130")
     # Each image carries its release's patch set, whether its variants switch it on or not.
     assert (old.patch_set_sha256, new.patch_set_sha256) == (
         patchset.patch_set_sha256("0.5.15"), patchset.patch_set_sha256("0.5.23"))
-    assert new.expect["distributions"] == {"sglang": "0.5.23"}
+    # 0.5.23 is installed into a base of another release: every == pin of its wheel is proven.
+    stack = json.loads(Path(stack_path("0.5.23")).read_text())
+    assert new.expect["distributions"] == new.expect["overlay"]["pins"]
+    assert new.expect["overlay"]["wheel_sha256"] == stack["provenance"]["wheel_sha256"]
+    assert new.expect["distributions"] == {**stack["pins"], "sglang": "0.5.23"}
+    assert old.expect["distributions"] == {"sglang": "0.5.15"}
     assert old.content_tag(BASE_ID) != new.content_tag(BASE_ID)
     assert old.lock_path == new.lock_path  # one lock file per profile, keyed by base
     assert [p.sglang_version for p in plans(profile, variant="native")] == ["0.5.23"]
@@ -252,10 +258,10 @@ def test_base_image_and_tag_name_one_image(option: str, tmp_path: Path) -> None:
 def test_resolve_base_prefers_the_registry_digest() -> None:
     engine = FakeEngine()
     digest = "sha256:" + "d" * 64
-    engine.images["lmsysorg/sglang:v0.5.23-cu130"] = {
+    engine.images["lmsysorg/sglang:v0.5.21-cu130"] = {
         "id": BASE_ID, "labels": {},
         "digests": [f"other/repo@sha256:{'e' * 64}", f"lmsysorg/sglang@{digest}"]}
-    resolved = build.resolve_base(engine, "lmsysorg/sglang:v0.5.23-cu130")  # type: ignore[arg-type]
+    resolved = build.resolve_base(engine, "lmsysorg/sglang:v0.5.21-cu130")  # type: ignore[arg-type]
     assert (resolved.kind, resolved.digest) == ("repo-digest", digest)
     assert resolved.from_ref == f"lmsysorg/sglang@{digest}"
 
@@ -267,8 +273,8 @@ def test_resolve_base_falls_back_to_the_image_id_for_local_images() -> None:
 
 def test_missing_base_says_opsctl_never_pulls() -> None:
     with pytest.raises(BuildError, match="not present") as info:
-        build.resolve_base(FakeEngine(), "lmsysorg/sglang:v0.5.23-cu130")  # type: ignore[arg-type]
-    assert "docker pull lmsysorg/sglang:v0.5.23-cu130" in info.value.hint
+        build.resolve_base(FakeEngine(), "lmsysorg/sglang:v0.5.21-cu130")  # type: ignore[arg-type]
+    assert "docker pull lmsysorg/sglang:v0.5.21-cu130" in info.value.hint
     assert info.value.exit_code == EXIT_BUILD
 
 

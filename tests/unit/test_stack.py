@@ -24,8 +24,9 @@ def test_metadata_pins_take_unconditional_exact_pins_only(tmp_path: Path) -> Non
         "Name: sglang", "Requires-Dist: transformers==5.19.0", "Requires-Dist: torch==2.14.1",
         "Requires-Dist: numpy>=1.0", "Requires-Dist: flashinfer_python==0.7.2; extra == 'x'",
         "Requires-Dist: Sgl_Kernel==0.4.10", "Requires-Dist: weird==1,<2",
+        "Requires-Dist: humming-kernels[cu13]==0.1.12",
     ]))
-    assert stack.metadata_pins(wheel) == {
+    assert stack.metadata_pins(wheel) == {"humming-kernels": "0.1.12",
         "sgl-kernel": "0.4.10", "torch": "2.14.1", "transformers": "5.19.0"}
 
 

@@ -46,7 +46,7 @@ def test_every_variant_runs_0523_on_one_image_chosen_at_run_time() -> None:
     deployments = [profile.resolve(name) for name in profile.variants]
     assert {d.image.sglang_version for d in deployments} == {"0.5.23"}
     assert all(d.image == profile.image for d in deployments)
-    assert profile.image.base == "lmsysorg/sglang:v0.5.23-cu130"
+    assert profile.image.base == "lmsysorg/sglang:v0.5.21-cu130"
     native = profile.resolve("native")
     assert not native.patched and native.env["OPSCTL_KV_GATHER_CAST"] == "0"
     assert profile.resolve("gathercast").env["OPSCTL_KV_GATHER_CAST"] == "1"
