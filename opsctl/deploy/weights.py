@@ -133,7 +133,8 @@ def checkpoint_of(deployment: Deployment) -> tuple[str, Path]:
     model, variant = deployment.model, deployment.variant
     if model.repo is None:
         raise UsageError(f"variant {variant!r} names no checkpoint repository (model.repo)",
-                         hint="set model.repo (or the variant's model.repo) in the profile")
+                         hint="set model.repo (the variant's model.repo, or model.mtp.repo for "
+                         "a variant drafting on the NextN layer) in the profile")
     if model.host_path is None:
         raise UsageError(f"variant {variant!r} has no folder for its weights (model.host_path)",
                          hint="set model.host_path (or the variant's model.host_path)")
