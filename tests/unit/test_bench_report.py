@@ -137,6 +137,28 @@ def test_the_csv_has_a_row_per_level_and_a_column_per_scalar_key(tmp_path: Path)
     assert not [column for column in first if column.startswith("server_info")]
 
 
+def test_a_csv_cell_a_spreadsheet_would_run_as_a_formula_is_written_as_text(
+        tmp_path: Path) -> None:
+    """A variant's name is the profile's, any text: a cell that starts with = + - @ or a tab
+    is a formula in Excel, LibreOffice and Sheets."""
+    write_report_files(_report(_variant("=HYPERLINK(\"http://x\")", 0.05),
+                               _variant("@SUM(1+1)", 0.05)), tmp_path)
+    with (tmp_path / "bench_serving.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    cells = [cell for row in rows for cell in row.values()]
+    assert "'=HYPERLINK(\"http://x\")" in cells and "'@SUM(1+1)" in cells
+    assert not [cell for cell in cells if cell[:1] in ("=", "+", "@", "\t", "\r")]
+    assert not [cell for cell in cells if cell[:1] == "-" and not _number(cell)]
+
+
+def _number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
 def test_verdict_exit_codes(tmp_path: Path) -> None:
     assert verdict_error(_report(_variant("a", 0.01)), tmp_path) is None
     failed = verdict_error(_report(_variant("a", 0.01, failed=1)), tmp_path)
