@@ -98,6 +98,19 @@ def test_a_kept_file_is_made_once_and_set_to_its_mode(tmp_path: Path) -> None:
     assert path.read_text() == "first\n" and path.stat().st_mode & 0o777 == 0o644
 
 
+def test_a_kept_file_whose_making_failed_is_not_kept_empty(tmp_path: Path) -> None:
+    """A Ctrl-C (or a full disk) while the Grafana password is made: the next run makes it
+    again, never keeps an empty password."""
+    def interrupted() -> str:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        folder(tmp_path).keep_file("s/p", interrupted, 0o600)
+    path = folder(tmp_path).keep_file("s/p", lambda: "second\n", 0o600)
+    assert path.read_text() == "second\n"
+    assert sorted(os.listdir(tmp_path / "s")) == ["p"]  # no temporary file left either
+
+
 @pytest.mark.parametrize("relative", ["../x", "/etc/x", "a/../../x", "a//b", "."])
 def test_a_path_outside_the_folder_is_a_bug(relative: str, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not a path inside the folder"):
