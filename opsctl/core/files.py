@@ -417,7 +417,7 @@ class OwnedFolder:
         what = "a symbolic link" if stat.S_ISLNK(mode) else node_kind(mode)
         return UsageError(f"{self.option} {self.root}: {relative} is {what}, not {wanted}; "
                           "opsctl never writes through one",
-                          hint=f"move it away; opsctl writes {wanted}s of its own there")
+                          hint=f"move it away; opsctl writes {wanted} of its own there")
 
 
 def _inside(relative: str) -> list[str]:

@@ -111,6 +111,13 @@ def test_a_kept_file_whose_making_failed_is_not_kept_empty(tmp_path: Path) -> No
     assert sorted(os.listdir(tmp_path / "s")) == ["p"]  # no temporary file left either
 
 
+def test_a_refusal_says_what_opsctl_writes_there(tmp_path: Path) -> None:
+    (tmp_path / "linked").symlink_to(tmp_path)
+    with pytest.raises(UsageError) as caught:
+        folder(tmp_path).write("linked/x.yml", MARK)
+    assert caught.value.hint == "move it away; opsctl writes a directory of its own there"
+
+
 @pytest.mark.parametrize("relative", ["../x", "/etc/x", "a/../../x", "a//b", "."])
 def test_a_path_outside_the_folder_is_a_bug(relative: str, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not a path inside the folder"):
