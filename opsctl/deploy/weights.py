@@ -102,8 +102,9 @@ class Hub:
 def listing_of(commit: object, siblings: Sequence[tuple[object, object]]) -> Listing:
     """The serving files of a hub listing, or Malformed naming the first thing no hub sends: a
     commit that is not 40 hex digits, a size that is not a count of bytes, or a serving file's
-    name that is not a plain relative path (absolute, `..`, a NUL byte or a backslash: it could
-    only be placed outside model.host_path, and the hub client refuses it half-way through)."""
+    name that is not a plain relative path (absolute, `..` or a backslash: it could only be
+    placed outside model.host_path, and the hub client refuses it half-way through; a NUL byte
+    or another control character, which the progress lines would print to the terminal)."""
     if not isinstance(commit, str) or not _COMMIT.fullmatch(commit):
         raise Malformed(f"its commit is {snippet(str(commit))}, not 40 hex digits")
     files = []
@@ -112,7 +113,7 @@ def listing_of(commit: object, siblings: Sequence[tuple[object, object]]) -> Lis
             continue
         parts = name.split("/")
         if name.startswith("/") or any(p in ("", ".", "..") for p in parts) \
-                or "\0" in name or "\\" in name:
+                or not name.isprintable() or "\\" in name:
             raise Malformed(f"it lists a file named {snippet(name)}, not a path inside a folder")
         if size is None:  # the hub omits the size of a file it has no metadata for
             size = 0

@@ -176,6 +176,7 @@ def _set(key: str, value: object) -> Callable[[dict[str, Any]], object]:
     (_sibling("sub/../../escape.json"), "a file named 'sub/../../escape.json'"),
     (_sibling("/tmp/absolute.json"), "a file named '/tmp/absolute.json'"),
     (_sibling("a\0.json"), "a file named 'a\\x00.json'"),
+    (_sibling("x\x1b]0;pwned\x07.json"), "a file named 'x\\x1b]0;pwned\\x07.json'"),
     (_sibling("z.json", "big"), "'z.json' with a size of 'big'"),
     (_sibling("z.json", -10**15), "with a size of '-1000000000000000'"),
     (_set("sha", None), "its commit is 'None'"),
