@@ -196,6 +196,19 @@ def test_a_listing_no_hub_sends_is_one_line_exit_7_before_anything_is_written(
     assert not weights.exists() and not (tmp_path / "escape.json").exists()
 
 
+def test_what_a_checkpoint_says_reaches_the_terminal_without_its_control_characters(
+        tmp_path: Path, repos: dict[str, Repo], opsctl: OpsctlRunner) -> None:
+    config = repos[REPO].folder / "config.json"
+    data = json.loads(config.read_text())
+    data["architectures"] = ["Glm\x1b]0;pwned\x07MoeDsaForCausalLM"]
+    config.write_text(json.dumps(data))
+    with StubHub(repos).running() as endpoint:
+        done = fetch(opsctl, endpoint, profile(tmp_path, tmp_path / "weights", tmp_path / "mtp"))
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout + done.stderr
+    assert "Glm\\x1b]0;pwned\\x07MoeDsaForCausalLM" in done.stdout
+
+
 def test_a_gated_repository_is_fetched_with_the_token_the_profile_names(
         tmp_path: Path, repos: dict[str, Repo], opsctl: OpsctlRunner) -> None:
     weights = tmp_path / "weights"
