@@ -243,6 +243,18 @@ def test_plots_are_optional_without_matplotlib(tmp_path: Path, monkeypatch: pyte
     assert "pip install" in view.PLOTS_HINT
 
 
+def test_names_with_dollar_signs_are_drawn_as_text_not_parsed_as_math(tmp_path: Path) -> None:
+    """Variant, model, profile and GPU names are any text (a profile's, a server's): matplotlib
+    read `$...$` in a title or legend as mathtext, and one it cannot parse was a ValueError
+    after the whole sweep."""
+    from opsctl.traffic import view
+
+    report = _report(_variant("cost$\\undefined{$", 0.02), _variant("$5 plan", 0.03))
+    written = view.write_plots(report, tmp_path)
+    assert sorted(p.name for p in written) == ["pareto.png", "throughput.png", "tpot.png",
+                                               "ttft.png"]
+
+
 def test_the_config_records_the_settings_model_itself(tmp_path: Path) -> None:
     """Each setting's name, type and default are BenchSettings' own: the runtime options and
     the report's config hold the model, never a copy of its fields, and bench.json reads back
