@@ -383,8 +383,10 @@ class OwnedFolder:
             return os.open(part, _DIR_FLAGS, dir_fd=folder)
         except FileNotFoundError:
             return None
-        except OSError:
+        except OSError as exc:
             mode = os.stat(part, dir_fd=folder, follow_symlinks=False).st_mode
+            if stat.S_ISDIR(mode):  # a folder it may not enter: the OS's reason, with its path
+                raise type(exc)(exc.errno, exc.strerror, str(self.root / shown)) from None
             raise self._refused(shown, mode, "a directory") from None
         finally:
             os.close(folder)

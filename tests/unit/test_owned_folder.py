@@ -122,3 +122,21 @@ def test_a_refusal_says_what_opsctl_writes_there(tmp_path: Path) -> None:
 def test_a_path_outside_the_folder_is_a_bug(relative: str, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not a path inside the folder"):
         folder(tmp_path).write(relative, MARK)
+
+
+def test_a_folder_opsctl_may_not_enter_is_said_as_such(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sub-folder without search permission (EACCES; root is never refused, so faked here):
+    the OS's reason with the path, not 'prometheus is a directory, not a directory'."""
+    (tmp_path / "prometheus").mkdir()
+    real_open = os.open
+
+    def denied(path: object, flags: int, *args: object, **kwargs: object) -> int:
+        if path == "prometheus":
+            raise PermissionError(13, "Permission denied", "prometheus")
+        return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", denied)
+    with pytest.raises(PermissionError) as caught:
+        folder(tmp_path).write("prometheus/prometheus.yml", MARK)
+    assert caught.value.filename == str(tmp_path / "prometheus")
