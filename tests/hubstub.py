@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 
@@ -49,6 +50,9 @@ class StubHub:
     cut: dict[str, int] = field(default_factory=dict)  # file -> how many more times to cut it
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
     before_file: Callable[[str], None] | None = None  # called with a file's path before its GET
+    # A broken or hostile hub: the listing it would send goes through this, and what it returns
+    # is sent (bytes as they are, anything else as JSON).
+    tamper: Callable[[dict[str, Any]], object] | None = None
 
     def handler(self) -> type[BaseHTTPRequestHandler]:
         hub = self
@@ -96,8 +100,10 @@ class StubHub:
             _error(req, 404, "RevisionNotFound")
             return
         siblings = [{"rfilename": n, "size": p.stat().st_size} for n, p in repo.files().items()]
-        body = json.dumps({"id": name, "modelId": name, "sha": repo.commit,
-                           "siblings": siblings}).encode()
+        listing: dict[str, Any] = {"id": name, "modelId": name, "sha": repo.commit,
+                                   "siblings": siblings}
+        sent = listing if self.tamper is None else self.tamper(listing)
+        body = sent if isinstance(sent, bytes) else json.dumps(sent).encode()
         req.send_response(200)
         req.send_header("Content-Type", "application/json")
         req.send_header("Content-Length", str(len(body)))

@@ -31,6 +31,7 @@ def fetch(
     import os
 
     from opsctl.config.profiles import load_profile
+    from opsctl.core.text import printable
     from opsctl.deploy import weights
 
     deployment = load_profile(profile).resolve(variant)
@@ -38,11 +39,14 @@ def fetch(
         console.print_json(json.dumps(weights.describe(deployment)))
         return
     hub = weights.Hub(token=os.environ.get(deployment.model.token_env) or None)
+    # What the hub and the checkpoint say is printed escaped: no control sequence of theirs
+    # reaches the terminal.
     result = weights.fetch(deployment, hub,
-                           say=lambda line: err_console.print(line, highlight=False,
+                           say=lambda line: err_console.print(printable(line), highlight=False,
                                                               soft_wrap=True))
     for check in result.checks:
-        console.print(f"{check.check}: {check.detail}", highlight=False, soft_wrap=True)
+        console.print(printable(f"{check.check}: {check.detail}"), highlight=False,
+                      soft_wrap=True)
     console.print(f"checkpoint ready: {result.deployment.model.host_path} "
                   f"({result.listing.commit}, {result.fetched} of {len(result.listing.files)} "
                   "files fetched by this run)", highlight=False, soft_wrap=True)

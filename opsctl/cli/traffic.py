@@ -95,12 +95,13 @@ def smoke(
 ) -> None:
     """Post-deploy check: readiness, served model name, generations, TTFT/TPOT, metrics, SLO.
 
-    With --eval gsm8k and --long-context, also accuracy and long-context retrieval (offline:
-    local, sha256-pinned files only). The API key comes from $OPSCTL_API_KEY and is masked in
-    every output.
+    With --eval gsm8k and --long-context, also accuracy and long-context retrieval (files
+    pinned by sha256: the profile's, else GSM8K's test split, downloaded once from its public
+    source at a pinned commit, or $OPSCTL_DATASETS_URL, into the state directory). The API key
+    comes from $OPSCTL_API_KEY and is masked in every output.
     Exit 0 pass, 2 bad usage (or a dataset that is not the pinned one), 4 server not serving
     (unreachable, or no model list), 5 a check, the SLO, the accuracy threshold or a probe
-    failed.
+    failed, 7 GSM8K's test split could not be downloaded.
     """
     from dataclasses import replace
     from pathlib import Path

@@ -140,13 +140,15 @@ def _absolute(value: str | None) -> str | None:
 # draft model is given (sglang's NEXTN is EAGLE on that layer).
 NEXTN_ALGORITHMS = frozenset({"EAGLE", "NEXTN"})
 DRAFT_MODEL_FLAG = "--speculative-draft-model-path"
+DEFAULT_REVISION = "main"  # a checkpoint's revision when none is named for its repo
 
 
 class MtpCheckpoint(StrictModel):
     """The checkpoint every MTP variant serves (community builds ship the NextN layer apart)."""
 
     repo: str | None = Field(None, description="Its Hugging Face repository.")
-    revision: str | None = Field(None, description="Its branch, tag or commit.")
+    revision: str | None = Field(None, description="Its branch, tag or commit (main when not "
+                                 "given: model.revision names the profile's repo's).")
     host_path: str = Field(description="Where it lies on the host (mounted where the server "
                            "reads weights, so the argv stays the same).")
 
@@ -163,7 +165,7 @@ class ModelSpec(StrictModel):
     architecture: str | None = Field(None, description="HF architecture, e.g. GlmMoeDsaForCausalLM.")
     repo: str | None = Field(None, description="Hugging Face repository `opsctl model fetch` "
                              "downloads into host_path (only the files serving reads).")
-    revision: str = Field("main", description="Branch, tag or commit of `repo`; the commit it "
+    revision: str = Field(DEFAULT_REVISION, description="Branch, tag or commit of `repo`; the commit it "
                           "resolved to is printed by `model fetch`.")
     token_env: str = Field("HF_TOKEN", description="Environment variable holding the hub token "
                            "for a gated or private `repo` (the name only; never its value).")
@@ -355,7 +357,8 @@ class ModelOverlay(StrictModel):
     variant needs one that holds the NextN layer (community builds ship it apart)."""
 
     repo: str | None = Field(None, description="Another Hugging Face repository.")
-    revision: str | None = Field(None, description="Its branch, tag or commit.")
+    revision: str | None = Field(None, description="Its branch, tag or commit (main for "
+                                 "another repo when not given).")
     host_path: str | None = Field(None, description="Where that checkpoint lies on the host.")
     container_path: str | None = Field(None, description="Where the server sees it.")
 

@@ -29,6 +29,7 @@ from opsctl.config import releases
 from opsctl.config.evalconfig import EvalConfig
 from opsctl.config.profile_checks import check_name, extra_args_problem
 from opsctl.config.profile_models import (
+    DEFAULT_REVISION,
     DRAFT_MODEL_FLAG,
     NCCL_P2P_LEVEL_ENV,
     NEXTN_ALGORITHMS,
@@ -104,9 +105,14 @@ class Profile(StrictModel):
         """The profile's model; for a variant drafting on the NextN layer, `model.mtp`'s
         checkpoint; then the variant's own overlay."""
         base = self.model.model_dump()
-        if self.model.mtp is not None and drafts_on_nextn(self.variant_server(variant)):
-            base.update(self.model.mtp.model_dump(exclude_none=True))
+        mtp = self.model.mtp
+        if mtp is not None and drafts_on_nextn(self.variant_server(variant)):
+            # Another checkpoint: the profile's repo and revision are not its source.
+            base.update(host_path=mtp.host_path, repo=mtp.repo,
+                        revision=mtp.revision or DEFAULT_REVISION)
         overlay = self.variants[variant].model.model_dump(exclude_none=True)
+        if overlay.get("repo", base["repo"]) != base["repo"]:  # a revision is of its own repo
+            overlay.setdefault("revision", DEFAULT_REVISION)
         return ModelSpec.model_validate({**base, **overlay})
 
     def resolve(self, variant: str | None = None) -> Deployment:

@@ -318,14 +318,31 @@ class OwnedFolder:
             assert folder is not None
             fd = self._open_file(folder, relative, name)
             if fd is None:
-                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                             | os.O_CLOEXEC, mode, dir_fd=folder)
-                os.write(fd, create().encode())
+                self._make_once(folder, name, create().encode(), mode)
+                fd = self._open_file(folder, relative, name)
+                assert fd is not None
             try:
                 os.fchmod(fd, mode)
             finally:
                 os.close(fd)
         return self.root / relative
+
+    @staticmethod
+    def _make_once(folder: int, name: str, data: bytes, mode: int) -> None:
+        """`name` holding `data` whole, or nothing there (a Ctrl-C or a full disk midway never
+        leaves a file that is then kept): written beside it, then linked in unless a
+        concurrent run made it first."""
+        tmp = f".{name}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     mode, dir_fd=folder)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            with contextlib.suppress(FileExistsError):
+                os.link(tmp, name, src_dir_fd=folder, dst_dir_fd=folder, follow_symlinks=False)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=folder)
 
     # -- the walk ----------------------------------------------------------------------------
 
@@ -366,8 +383,10 @@ class OwnedFolder:
             return os.open(part, _DIR_FLAGS, dir_fd=folder)
         except FileNotFoundError:
             return None
-        except OSError:
+        except OSError as exc:
             mode = os.stat(part, dir_fd=folder, follow_symlinks=False).st_mode
+            if stat.S_ISDIR(mode):  # a folder it may not enter: the OS's reason, with its path
+                raise type(exc)(exc.errno, exc.strerror, str(self.root / shown)) from None
             raise self._refused(shown, mode, "a directory") from None
         finally:
             os.close(folder)
@@ -400,7 +419,7 @@ class OwnedFolder:
         what = "a symbolic link" if stat.S_ISLNK(mode) else node_kind(mode)
         return UsageError(f"{self.option} {self.root}: {relative} is {what}, not {wanted}; "
                           "opsctl never writes through one",
-                          hint=f"move it away; opsctl writes {wanted}s of its own there")
+                          hint=f"move it away; opsctl writes {wanted} of its own there")
 
 
 def _inside(relative: str) -> list[str]:

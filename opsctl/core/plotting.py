@@ -25,6 +25,10 @@ def load_matplotlib() -> ModuleType | None:
         import matplotlib
 
         matplotlib.use("Agg")
+        # Every text drawn is names and figures, never math: `$...$` in a variant's, a
+        # model's or a GPU's name is drawn as it is (mathtext raised ValueError on one it
+        # could not parse, after the whole sweep).
+        matplotlib.rcParams["text.parse_math"] = False
         import matplotlib.dates
         import matplotlib.pyplot
     except ImportError:

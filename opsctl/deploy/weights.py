@@ -30,6 +30,7 @@ import errno
 import fnmatch
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from opsctl.config.profiles import Deployment, to_argv
+from opsctl.core.answers import Malformed, snippet
 from opsctl.core.errors import HostNotReady, OpsctlError, UsageError
 from opsctl.deploy import preflight_probe
 from opsctl.deploy.preflight import PreflightCheck, is_mtp, parse_report, probe_request
@@ -47,6 +49,7 @@ SERVING_FILES = ("*.json", "*.safetensors", "*.py", "*.jinja", "*.model", "*.tik
                  "*.txt")
 PROBE_TIMEOUT_S = 120.0  # JSON and file sizes only: seconds even for a 400 GB checkpoint
 ENDPOINT_ENV = "HF_ENDPOINT"  # huggingface_hub's own setting; named in messages only
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 @dataclass(frozen=True)
@@ -88,14 +91,36 @@ class Hub:
 
         info = HfApi().model_info(repo, revision=revision, files_metadata=True,
                                   token=self._token, timeout=30)
-        files = tuple(RepoFile(s.rfilename, int(s.size or 0)) for s in info.siblings or ()
-                      if serving_file(s.rfilename))
-        return Listing(commit=str(info.sha), files=files)
+        return listing_of(info.sha, [(s.rfilename, s.size) for s in info.siblings or ()])
 
     def download(self, repo: str, commit: str, name: str, folder: Path) -> None:
         from huggingface_hub import hf_hub_download
 
         hf_hub_download(repo, name, revision=commit, local_dir=folder, token=self._token)
+
+
+def listing_of(commit: object, siblings: Sequence[tuple[object, object]]) -> Listing:
+    """The serving files of a hub listing, or Malformed naming the first thing no hub sends: a
+    commit that is not 40 hex digits, a size that is not a count of bytes, or a serving file's
+    name that is not a plain relative path (absolute, `..` or a backslash: it could only be
+    placed outside model.host_path, and the hub client refuses it half-way through; a NUL byte
+    or another control character, which the progress lines would print to the terminal)."""
+    if not isinstance(commit, str) or not _COMMIT.fullmatch(commit):
+        raise Malformed(f"its commit is {snippet(str(commit))}, not 40 hex digits")
+    files = []
+    for name, size in siblings:
+        if not isinstance(name, str) or not serving_file(name):
+            continue
+        parts = name.split("/")
+        if name.startswith("/") or any(p in ("", ".", "..") for p in parts) \
+                or not name.isprintable() or "\\" in name:
+            raise Malformed(f"it lists a file named {snippet(name)}, not a path inside a folder")
+        if size is None:  # the hub omits the size of a file it has no metadata for
+            size = 0
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise Malformed(f"it lists {snippet(name)} with a size of {snippet(str(size))}")
+        files.append(RepoFile(name, size))
+    return Listing(commit=commit, files=tuple(files))
 
 
 def serving_file(name: str) -> bool:
@@ -109,7 +134,8 @@ def checkpoint_of(deployment: Deployment) -> tuple[str, Path]:
     model, variant = deployment.model, deployment.variant
     if model.repo is None:
         raise UsageError(f"variant {variant!r} names no checkpoint repository (model.repo)",
-                         hint="set model.repo (or the variant's model.repo) in the profile")
+                         hint="set model.repo (the variant's model.repo, or model.mtp.repo for "
+                         "a variant drafting on the NextN layer) in the profile")
     if model.host_path is None:
         raise UsageError(f"variant {variant!r} has no folder for its weights (model.host_path)",
                          hint="set model.host_path (or the variant's model.host_path)")
@@ -143,6 +169,13 @@ def fetch(deployment: Deployment, hub: Hub, say: Callable[[str], None]) -> Fetch
 def _listing(hub: Hub, repo: str, revision: str, token_env: str) -> Listing:
     try:
         return hub.listing(repo, revision)
+    except (ValueError, TypeError, KeyError) as exc:  # not JSON, not a listing, or Malformed
+        detail = str(exc) if isinstance(exc, Malformed) else f"{type(exc).__name__}"
+        where = os.environ.get(ENDPOINT_ENV) or "the Hugging Face hub"
+        raise HostNotReady(f"{where} answered a listing of {repo} at {revision} that is not "
+                           f"a checkpoint's: {detail}",
+                           hint=f"check model.repo (and ${ENDPOINT_ENV}, if it names a "
+                           "mirror); nothing was downloaded") from None
     except Exception as exc:  # the hub client's errors, mapped to one line each
         raise _hub_error(exc, repo, revision, token_env) from None
 

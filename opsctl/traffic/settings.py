@@ -121,7 +121,8 @@ class BenchSettings(_Settings):
     extra_request_body: dict[str, Any] | None = Field(None, description=(
         "A JSON object merged into every request's body, e.g. '{\"chat_template_kwargs\": "
         "{\"enable_thinking\": false}}' (sglang.bench_serving's --extra-request-body; the "
-        "keys opsctl sets itself are refused)."))
+        "keys opsctl sets itself, temperature and ignore_eos among them, and "
+        "max_completion_tokens are refused)."))
 
 
 # The knobs of what a sweep sends (decide's sweep takes them too: one definition, bench's).

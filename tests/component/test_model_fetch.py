@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -157,6 +159,54 @@ def test_what_the_hub_refuses_is_one_line_exit_2_and_nothing_is_written(
     assert "hint:" in done.stderr and "Traceback" not in done.stderr
     assert "hf_wrong" not in done.stdout + done.stderr  # the token is never printed
     assert not weights.exists()
+
+
+def _sibling(name: str, size: object = 3) -> Callable[[dict[str, Any]], object]:
+    def tamper(listing: dict[str, Any]) -> object:
+        listing["siblings"].append({"rfilename": name, "size": size})
+        return listing
+    return tamper
+
+
+def _set(key: str, value: object) -> Callable[[dict[str, Any]], object]:
+    return lambda listing: {**listing, key: value}
+
+
+@pytest.mark.parametrize(("tamper", "expected"), [
+    (_sibling("sub/../../escape.json"), "a file named 'sub/../../escape.json'"),
+    (_sibling("/tmp/absolute.json"), "a file named '/tmp/absolute.json'"),
+    (_sibling("a\0.json"), "a file named 'a\\x00.json'"),
+    (_sibling("x\x1b]0;pwned\x07.json"), "a file named 'x\\x1b]0;pwned\\x07.json'"),
+    (_sibling("z.json", "big"), "'z.json' with a size of 'big'"),
+    (_sibling("z.json", -10**15), "with a size of '-1000000000000000'"),
+    (_set("sha", None), "its commit is 'None'"),
+    (_set("siblings", 5), "TypeError"),
+    (lambda listing: b"<html>busy</html>", "JSONDecodeError"),
+])
+def test_a_listing_no_hub_sends_is_one_line_exit_7_before_anything_is_written(
+        tamper: Callable[[dict[str, Any]], object], expected: str, tmp_path: Path,
+        repos: dict[str, Repo], opsctl: OpsctlRunner) -> None:
+    weights = tmp_path / "weights"
+    with StubHub(repos, tamper=tamper).running() as endpoint:
+        done = fetch(opsctl, endpoint, profile(tmp_path, weights, tmp_path / "mtp"))
+    assert done.returncode == EXIT_HOST, done.stderr
+    first = done.stderr.splitlines()[0]
+    assert first.startswith("error: http://127.0.0.1:") and expected in first, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not weights.exists() and not (tmp_path / "escape.json").exists()
+
+
+def test_what_a_checkpoint_says_reaches_the_terminal_without_its_control_characters(
+        tmp_path: Path, repos: dict[str, Repo], opsctl: OpsctlRunner) -> None:
+    config = repos[REPO].folder / "config.json"
+    data = json.loads(config.read_text())
+    data["architectures"] = ["Glm\x1b]0;pwned\x07MoeDsaForCausalLM"]
+    config.write_text(json.dumps(data))
+    with StubHub(repos).running() as endpoint:
+        done = fetch(opsctl, endpoint, profile(tmp_path, tmp_path / "weights", tmp_path / "mtp"))
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout + done.stderr
+    assert "Glm\\x1b]0;pwned\\x07MoeDsaForCausalLM" in done.stdout
 
 
 def test_a_gated_repository_is_fetched_with_the_token_the_profile_names(

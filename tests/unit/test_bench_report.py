@@ -137,6 +137,28 @@ def test_the_csv_has_a_row_per_level_and_a_column_per_scalar_key(tmp_path: Path)
     assert not [column for column in first if column.startswith("server_info")]
 
 
+def test_a_csv_cell_a_spreadsheet_would_run_as_a_formula_is_written_as_text(
+        tmp_path: Path) -> None:
+    """A variant's name is the profile's, any text: a cell that starts with = + - @ or a tab
+    is a formula in Excel, LibreOffice and Sheets."""
+    write_report_files(_report(_variant("=HYPERLINK(\"http://x\")", 0.05),
+                               _variant("@SUM(1+1)", 0.05)), tmp_path)
+    with (tmp_path / "bench_serving.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    cells = [cell for row in rows for cell in row.values()]
+    assert "'=HYPERLINK(\"http://x\")" in cells and "'@SUM(1+1)" in cells
+    assert not [cell for cell in cells if cell[:1] in ("=", "+", "@", "\t", "\r")]
+    assert not [cell for cell in cells if cell[:1] == "-" and not _number(cell)]
+
+
+def _number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
 def test_verdict_exit_codes(tmp_path: Path) -> None:
     assert verdict_error(_report(_variant("a", 0.01)), tmp_path) is None
     failed = verdict_error(_report(_variant("a", 0.01, failed=1)), tmp_path)
@@ -219,6 +241,18 @@ def test_plots_are_optional_without_matplotlib(tmp_path: Path, monkeypatch: pyte
     assert view.write_plots(_report(_variant("baseline", 0.02)), tmp_path) == []
     assert list(tmp_path.iterdir()) == []
     assert "pip install" in view.PLOTS_HINT
+
+
+def test_names_with_dollar_signs_are_drawn_as_text_not_parsed_as_math(tmp_path: Path) -> None:
+    """Variant, model, profile and GPU names are any text (a profile's, a server's): matplotlib
+    read `$...$` in a title or legend as mathtext, and one it cannot parse was a ValueError
+    after the whole sweep."""
+    from opsctl.traffic import view
+
+    report = _report(_variant("cost$\\undefined{$", 0.02), _variant("$5 plan", 0.03))
+    written = view.write_plots(report, tmp_path)
+    assert sorted(p.name for p in written) == ["pareto.png", "throughput.png", "tpot.png",
+                                               "ttft.png"]
 
 
 def test_the_config_records_the_settings_model_itself(tmp_path: Path) -> None:

@@ -690,12 +690,17 @@ def _sim_copy(tmp_path: Path, **server: object) -> str:
 @pytest.mark.parametrize("args, message", [
     (["--extra-request-body", "[1]"], "--extra-request-body: a JSON object is needed"),
     (["--extra-request-body", "{\"stream\": false}"], "sets stream, which bench sets itself"),
+    (["--extra-request-body", "{\"ignore_eos\": false}"], "sets ignore_eos, which bench"),
+    (["--extra-request-body", "{\"temperature\": 0.7}"], "sets temperature, which bench"),
+    (["--extra-request-body", "{\"max_completion_tokens\": 9}"], "sets max_completion_tokens"),
+    (["--extra-request-body", "{\"top_p\": NaN}"], "not JSON (NaN is Python's"),
     (["--extra-request-body", "{not json"], "--extra-request-body: not JSON"),
     (["--dataset-name", "mooncake-trace", "--dataset-path", "TRACE"], ":1: not JSON"),
     (["--dataset-name", "nope"], "--dataset-name 'nope': choose one of"),
     (["--input-words", "1000", "--output-tokens", "100"],
      "(1100 tokens) exceed the model's context of 1024 tokens (server.context_length)"),
-], ids=["body-list", "body-own-key", "body-not-json", "trace-not-jsonl", "dataset", "context"])
+], ids=["body-list", "body-own-key", "body-ignore-eos", "body-temperature", "body-max-completion",
+        "body-nan", "body-not-json", "trace-not-jsonl", "dataset", "context"])
 def test_a_workload_the_sweeps_cannot_send_is_exit_2_before_the_engine_is_asked(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str) -> None:
     """One line, exit 2, before anything starts: the engine is never connected."""

@@ -98,7 +98,45 @@ def test_a_kept_file_is_made_once_and_set_to_its_mode(tmp_path: Path) -> None:
     assert path.read_text() == "first\n" and path.stat().st_mode & 0o777 == 0o644
 
 
+def test_a_kept_file_whose_making_failed_is_not_kept_empty(tmp_path: Path) -> None:
+    """A Ctrl-C (or a full disk) while the Grafana password is made: the next run makes it
+    again, never keeps an empty password."""
+    def interrupted() -> str:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        folder(tmp_path).keep_file("s/p", interrupted, 0o600)
+    path = folder(tmp_path).keep_file("s/p", lambda: "second\n", 0o600)
+    assert path.read_text() == "second\n"
+    assert sorted(os.listdir(tmp_path / "s")) == ["p"]  # no temporary file left either
+
+
+def test_a_refusal_says_what_opsctl_writes_there(tmp_path: Path) -> None:
+    (tmp_path / "linked").symlink_to(tmp_path)
+    with pytest.raises(UsageError) as caught:
+        folder(tmp_path).write("linked/x.yml", MARK)
+    assert caught.value.hint == "move it away; opsctl writes a directory of its own there"
+
+
 @pytest.mark.parametrize("relative", ["../x", "/etc/x", "a/../../x", "a//b", "."])
 def test_a_path_outside_the_folder_is_a_bug(relative: str, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not a path inside the folder"):
         folder(tmp_path).write(relative, MARK)
+
+
+def test_a_folder_opsctl_may_not_enter_is_said_as_such(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sub-folder without search permission (EACCES; root is never refused, so faked here):
+    the OS's reason with the path, not 'prometheus is a directory, not a directory'."""
+    (tmp_path / "prometheus").mkdir()
+    real_open = os.open
+
+    def denied(path: object, flags: int, *args: object, **kwargs: object) -> int:
+        if path == "prometheus":
+            raise PermissionError(13, "Permission denied", "prometheus")
+        return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", denied)
+    with pytest.raises(PermissionError) as caught:
+        folder(tmp_path).write("prometheus/prometheus.yml", MARK)
+    assert caught.value.filename == str(tmp_path / "prometheus")

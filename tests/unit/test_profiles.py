@@ -290,6 +290,26 @@ def test_every_mtp_variant_serves_the_mtp_checkpoint_at_the_same_container_path(
     assert mtp.model.served_name == plain.model.served_name  # what the overlay leaves is shared
 
 
+def test_a_checkpoint_of_another_repo_never_takes_the_profiles_revision(tmp_path: Path) -> None:
+    """model.revision pinned to the profile's repo's commit: the MTP checkpoint (another repo)
+    and a variant's own repo are fetched at their own revision (main unless named), and an MTP
+    checkpoint without a repo is not the profile's repo downloaded into its folder."""
+    data = yaml.safe_load((project_root() / "deploy" / "glm5-nvfp4-rtx6000.yaml").read_text())
+    pinned = "0" * 40
+    data["model"]["revision"] = pinned
+    data["variants"]["bf16kv"]["model"] = {"repo": "owner/other", "host_path": "/models/o"}
+    data["variants"]["native"]["model"] = {"host_path": "/models/n"}  # same repo, own folder
+    profile = load_profile(str(_write(tmp_path, yaml.safe_dump(data))))
+    assert profile.resolve("gathercast").model.revision == pinned
+    assert profile.resolve("native").model.revision == pinned
+    mtp = profile.resolve("fp8kv-mtp").model
+    assert (mtp.repo, mtp.revision) == ("festr2/GLM-5-NVFP4-MTP", "main")
+    assert profile.resolve("bf16kv").model.revision == "main"
+    data["model"]["mtp"] = {"host_path": "/models/hand-placed", "revision": "v1"}
+    profile = load_profile(str(_write(tmp_path, yaml.safe_dump(data))))
+    assert profile.resolve("fp8kv-mtp").model.repo is None
+
+
 @pytest.mark.parametrize(("key", "value", "problem"), [
     ("repo", "no-slash", "Hugging Face repository id"),
     ("repo", "a/b--c", "Hugging Face repository id"),

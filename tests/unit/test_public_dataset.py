@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -13,7 +14,7 @@ import pytest
 
 from opsctl.config.datasets import GSM8K_TEST, PublicDataset
 from opsctl.config.evalconfig import EvalConfig, Gsm8kConfig
-from opsctl.core.errors import EXIT_HOST, HostNotReady
+from opsctl.core.errors import EXIT_HOST, HostNotReady, UsageError
 from opsctl.traffic import smoke_evals
 from opsctl.traffic.evals.dataset import load_gsm8k, public_file
 
@@ -96,3 +97,33 @@ def test_a_profile_gsm8k_section_without_a_dataset_scores_the_pinned_test_split(
 def test_a_dataset_without_its_pin_is_refused_at_load() -> None:
     with pytest.raises(ValueError, match="dataset and sha256 go together"):
         Gsm8kConfig(dataset="my.jsonl", threshold=0.9)
+
+
+def test_a_source_that_drips_the_file_is_cut_off_at_the_deadline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from opsctl.traffic.evals import dataset
+
+    clock = [0.0]
+    monkeypatch.setattr(dataset.time, "monotonic", lambda: clock[0])
+
+    def drip() -> Iterator[bytes]:  # the right file, one byte a second (each read in time)
+        for byte in LINES:
+            clock[0] += 1.0
+            yield bytes([byte])
+
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=drip()))
+    with pytest.raises(HostNotReady) as caught:
+        public_file(PINNED, tmp_path, transport)
+    assert f"in {dataset.FETCH_TIMEOUT_S:.0f} s" in caught.value.message
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("mirror", ["http://[::1", "http://x\n/", "garbage", "file:///etc"])
+def test_a_mirror_that_is_not_an_http_url_is_one_line_naming_the_variable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mirror: str) -> None:
+    monkeypatch.setenv("OPSCTL_DATASETS_URL", mirror)
+    refused = httpx.MockTransport(lambda request: pytest.fail("fetched"))
+    with pytest.raises(UsageError) as caught:
+        public_file(PINNED, tmp_path, refused)
+    assert caught.value.message.startswith("$OPSCTL_DATASETS_URL is ")
+    assert "\n" not in caught.value.message

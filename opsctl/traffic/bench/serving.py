@@ -46,7 +46,8 @@ argument of sglang's ShareGPT loader), and the per-request `cached_tokens` array
 bench_serving.csv: one row per level, every scalar key of the JSONL row as a column in first-
 seen order, a nested object's scalars as `object.key` (`opsctl.failed`,
 `cache_report.cache_hit_rate_pct`, `slo_attainment_by_metric.ttft`); `server_info` and the
-per-request arrays stay in the JSONL only.
+per-request arrays stay in the JSONL only. A text cell starting with = + - @, a tab or a carriage
+return (a variant named so) gets a leading apostrophe, so no spreadsheet runs it as a formula.
 """
 
 from __future__ import annotations
@@ -172,15 +173,25 @@ def _flat(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def csv_text(report: BenchReport) -> str:
-    """bench_serving.csv: one row per (variant, level), columns in first-seen order."""
+    """bench_serving.csv: one row per (variant, level), columns in first-seen order; no cell
+    a spreadsheet would take for a formula."""
     rows = [_flat(level_row(report, variant, level)) for variant in report.variants
             for level in variant.levels]
     columns = list(dict.fromkeys(key for row in rows for key in row))
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({key: _as_text(value) for key, value in row.items()} for row in rows)
     return out.getvalue()
+
+
+def _as_text(value: Any) -> Any:
+    """A text cell a spreadsheet would run as a formula (= + - @, a tab or a carriage return
+    first: a variant's name is any text) gets a leading apostrophe, OWASP's CSV-injection rule;
+    numbers are left as they are."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
 
 
 def jsonl(report: BenchReport, output_details: bool = False) -> str:

@@ -69,7 +69,7 @@ from opsctl.traffic.bench.report import (
 from opsctl.traffic.bench.server_sampler import sample_level
 from opsctl.traffic.bench.workers import WorkerPool, WorkerSetup
 from opsctl.traffic.bench.workloads import Workload, WorkloadSpec, build
-from opsctl.traffic.client import ClientFactory, make_client
+from opsctl.traffic.client import ClientFactory, make_client, request_body
 from opsctl.traffic.served import (
     ModelResolution,
     ModelsUnlisted,
@@ -242,9 +242,18 @@ def parse_goodput(items: Sequence[str]) -> Slo | None:
                                for key, limit in thresholds.items()})
 
 
-# What bench's client sets itself: an extra body may not replace them (the figures need them).
-OWN_BODY_KEYS = frozenset({"model", "prompt", "messages", "max_tokens", "stream",
-                           "stream_options"})
+# What bench's client sets itself (every key of its bodies, both APIs) and
+# max_completion_tokens, which sglang's chat API reads before max_tokens (protocol.py's
+# to_sampling_params: `self.max_completion_tokens or self.max_tokens`): an extra body may not
+# replace them, or the figures and bench.json's settings (temperature 0, ignore_eos, the output
+# length) would describe requests other than those sent.
+OWN_BODY_KEYS = frozenset({"max_completion_tokens"}).union(*(
+    request_body(api, "", "", max_tokens=1, stream=True, ignore_eos=True)
+    for api in ("chat", "completions")))
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is Python's, not JSON's")  # sent, every request is a 400
 
 
 def parse_request_body(text: str | None) -> dict[str, Any] | None:
@@ -254,7 +263,7 @@ def parse_request_body(text: str | None) -> dict[str, Any] | None:
         return None
     hint = "e.g. --extra-request-body '{\"chat_template_kwargs\": {\"enable_thinking\": false}}'"
     try:
-        body = json.loads(text)
+        body = json.loads(text, parse_constant=_not_json)
     except ValueError as exc:
         raise UsageError(f"--extra-request-body: not JSON ({exc})", hint=hint) from None
     if not isinstance(body, dict):
@@ -263,7 +272,8 @@ def parse_request_body(text: str | None) -> dict[str, Any] | None:
     taken = sorted(OWN_BODY_KEYS & set(body))
     if taken:
         raise UsageError(f"--extra-request-body sets {', '.join(taken)}, which bench sets "
-                         "itself", hint="use --output-tokens, --api and --model instead")
+                         "itself", hint="use --output-tokens, --ignore-eos/--no-ignore-eos, "
+                         "--api and --model instead (bench samples at temperature 0)")
     return body
 
 

@@ -20,12 +20,14 @@ import hashlib
 import json
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 from opsctl.config.datasets import MIRROR_ENV, PublicDataset
+from opsctl.core.answers import snippet
 from opsctl.core.errors import HostNotReady, UsageError
 from opsctl.core.files import atomic_write_bytes, open_regular
 from opsctl.core.paths import default_state_dir
@@ -126,7 +128,7 @@ def _item(path: Path, number: int, line: str) -> Gsm8kItem:
     return Gsm8kItem(question=question, answer=answer, label=label, line=number)
 
 
-FETCH_TIMEOUT_S = 60.0
+FETCH_TIMEOUT_S = 60.0  # the whole download: a source that drips bytes is cut off too
 
 
 def public_file(dataset: PublicDataset, folder: Path | None = None,
@@ -160,6 +162,13 @@ def _mirrored(url: str) -> str:
     base = os.environ.get(MIRROR_ENV, "").rstrip("/")
     if not base:
         return url
+    try:
+        parsed = httpx.URL(base)
+    except httpx.InvalidURL:
+        parsed = None
+    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
+        raise UsageError(f"${MIRROR_ENV} is {snippet(base)}, not an http(s) URL",
+                         hint=f"set ${MIRROR_ENV} to a mirror's base URL, or unset it")
     return base + "/" + url.split("://", 1)[1].split("/", 1)[1]
 
 
@@ -168,6 +177,7 @@ def _download(url: str, dataset: PublicDataset, transport: httpx.BaseTransport |
     where = default_state_dir() / "datasets" / dataset.name
     offline = (f"or put the file (sha256 {dataset.sha256}) at {where}; --skip-eval (decide) "
                "runs without it")
+    deadline = time.monotonic() + FETCH_TIMEOUT_S
     try:
         with httpx.Client(transport=transport, timeout=FETCH_TIMEOUT_S,
                           follow_redirects=True) as client, client.stream("GET", url) as answer:
@@ -180,6 +190,10 @@ def _download(url: str, dataset: PublicDataset, transport: httpx.BaseTransport |
                 if len(body) > cap:
                     raise HostNotReady(f"{url} sent more than the {cap} bytes expected",
                                        hint=f"check ${MIRROR_ENV}, {offline}")
+                if time.monotonic() > deadline:
+                    raise HostNotReady(f"{url} sent {len(body)} of {dataset.size} bytes in "
+                                       f"{FETCH_TIMEOUT_S:.0f} s", hint=f"try again later, "
+                                       f"{offline}")
             return bytes(body)
     except httpx.HTTPError as exc:
         raise HostNotReady(f"cannot download {dataset.source} from {url}: "
