@@ -163,16 +163,23 @@ def tree_version(src: Path) -> str | None:
     return None
 
 
+PATCH_TIMEOUT_S = 120.0  # GNU patch applies these diffs in milliseconds
+
+
 def _run_patch(root: Path, diff: Path) -> None:
     """GNU patch, zero fuzz; any offset, fuzz, reject or reversal is a PatchError."""
     try:
         proc = subprocess.run(
             ["patch", "-p1", "--fuzz=0", "--forward", "--batch", "--no-backup-if-mismatch",
              "--reject-file=-", "-d", str(root), "-i", str(diff)],
-            capture_output=True, text=True, check=False,
+            capture_output=True, text=True, check=False, timeout=PATCH_TIMEOUT_S,
         )
     except FileNotFoundError:
         raise PatchError("GNU patch is not installed", hint="apt-get install patch") from None
+    except subprocess.TimeoutExpired:
+        raise PatchError(f"GNU patch did not finish {diff.name} within {PATCH_TIMEOUT_S:.0f} s",
+                         hint="is `patch` on PATH GNU patch? (it applies a few hunks in "
+                         "milliseconds)") from None
     output = proc.stdout + proc.stderr
     name = diff.name
     if "Reversed (or previously applied) patch detected" in output:
