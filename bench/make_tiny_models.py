@@ -108,7 +108,8 @@ def glm5_config(vocab: int) -> dict:
             # the DSA indexer: GLM-5's top-k, so it selects from 2,048 tokens on (long prompts below)
             "index_topk": 2048,  # GLM-5's own; 0.5.15's fused top-k (sgl_kernel) asserts 2048
             "index_head_dim": 128,
-            "index_n_heads": 32,  # GLM-5's own; DeepGEMM's sm_90 paged MQA logits take 32 or 64 only
+            # GLM-5's own; DeepGEMM's sm_90 paged MQA logits take 32 or 64 only
+            "index_n_heads": 32,
         }
     )
     return cfg

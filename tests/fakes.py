@@ -120,7 +120,8 @@ class FakeEngine:
         # What `up`'s preflight finds (a run_to_completion of opsctl's preflight probe): a pass
         # by default, as a healthy image with a loadable checkpoint answers it.
         self.preflight_answer: tuple[int, str] = PREFLIGHT_PASS
-        self.preflights: list[tuple[str, list[str], tuple[Mount, ...]]] = []  # image, command, mounts
+        # image, command, mounts
+        self.preflights: list[tuple[str, list[str], tuple[Mount, ...]]] = []
         # What a throwaway container given every GPU answers (`run_to_completion(gpus=True)`):
         # by default the engine's refusal on a host without the NVIDIA runtime or CDI, Docker's
         # own wording; every such run is kept in `gpu_runs` as (image, command, timeout seconds).

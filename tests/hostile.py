@@ -72,7 +72,7 @@ MODES = (
     "deep_json",        # JSON nested far deeper than any parser's recursion limit
     "auth",             # 401 unless `Authorization: Bearer <key>` (like sglang: /health* open)
     "echo_key",         # the bearer token comes back as the model id and in generated text
-    "echo_auth",        # the whole Authorization header (e.g. `Basic <base64>`) comes back, no check
+    "echo_auth",        # the whole Authorization header (`Basic <base64>`) comes back, unchecked
     "echo_token",       # its credential alone (`Basic ` dropped) comes back, in /model_info
                         # too, and a /server_info holding it, a key of its own and userinfo
     "redirect",         # generation requests get 307 to `redirect_to` (another host), the rest OK

@@ -181,7 +181,8 @@ class Engine:
                     self._observe_finished(plan, prompt_tokens, stream, times, first_at, now)
                 yield TokenEvent(position, token_id, text, produced, finish, first_latency)
                 left_in_step -= 1
-                if left_in_step == 0:  # a decode step ends: the next one's tokens come one ITL later
+                # a decode step ends: the next one's tokens come one ITL later
+                if left_in_step == 0:
                     left_in_step = step_size = next(steps)
                     deadline += self._behaviour().itl_seconds(self._running, self.graph_max_bs)
         finally:

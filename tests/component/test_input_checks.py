@@ -32,7 +32,8 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in [n for n in __import__("os").environ if n.startswith("OPSCTL_")]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("OPSCTL_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/opsctl-l-items.sock")  # exit 6 if reached
+    # exit 6 if reached
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/opsctl-l-items.sock")
 
 
 # --- every exit-2 error has a hint -------------------------------------------------------------

@@ -88,7 +88,8 @@ def test_args_are_ups_argv(profile: str, variant: str, replicas: int) -> None:
     assert argv == check_argv(deployment)
     for pod in _pod_specs(objects):
         (container,) = pod["containers"]
-        assert "command" not in container  # like `docker run IMAGE ARGV`: the image's entrypoint stays
+        # like `docker run IMAGE ARGV`: the image's entrypoint stays
+        assert "command" not in container
         if deployment.server.nnodes == 1:
             assert container["args"] == argv
             # and the golden argv `up` is tested against, byte for byte
@@ -132,7 +133,8 @@ def test_pod_env_gpus_shm_and_volumes(profile: str, variant: str, replicas: int)
 def test_shm_is_sized_from_the_profile_only_when_it_gives_a_size() -> None:
     sim = _pod_specs(render.render_objects(_deployment("sim", "gathercast"), IMAGE))[0]
     glm = _pod_specs(render.render_objects(_deployment(GLM, "gathercast"), IMAGE))[0]
-    assert sim["volumes"][0]["emptyDir"] == {"medium": "Memory", "sizeLimit": "64Mi"}  # shm_size: 64m
+    # shm_size: 64m
+    assert sim["volumes"][0]["emptyDir"] == {"medium": "Memory", "sizeLimit": "64Mi"}
     assert glm["volumes"][0]["emptyDir"] == {"medium": "Memory"}  # ipc_host: no size to take
 
 
@@ -148,7 +150,8 @@ def test_probes_cover_the_load_and_never_generate_on_the_pinned_release() -> Non
     ready = container["readinessProbe"]
     assert ready["httpGet"] == {"path": "/ready", "port": "http"} and "exec" not in ready
     live = container["livenessProbe"]
-    assert live["httpGet"]["path"] == "/health"  # never /health_generate: no generation, no scheduler
+    # never /health_generate: no generation, no scheduler
+    assert live["httpGet"]["path"] == "/health"
     assert live["failureThreshold"] * live["periodSeconds"] >= 60
     assert "health_generate" not in json.dumps([startup, ready, live])
 
@@ -465,7 +468,8 @@ def test_up_refuses_a_profile_spanning_hosts() -> None:
 
 
 def test_nnodes_renders_only_above_one() -> None:
-    assert "--nnodes" not in check_argv(_deployment(GLM, "gathercast"))  # the goldens stay as they were
+    # the goldens stay as they were
+    assert "--nnodes" not in check_argv(_deployment(GLM, "gathercast"))
     assert check_argv(_deployment(TWO_HOSTS, "gathercast")).count("--nnodes") == 1
 
 

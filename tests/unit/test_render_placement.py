@@ -95,7 +95,8 @@ def test_the_queue_query_matches_serving_pods_only() -> None:
     pattern = re.search(r'pod=~"([^"]+)"', query)
     assert pattern is not None
     assert re.fullmatch(pattern[1], "glm-7d9f8c6b5-x2x9z")  # a pod of Deployment glm
-    for other in ("glm-router-7d9f8c6b5-x2x9z", "glm-x-7d9f8c6b5-x2x9z"):  # the router, --name glm-x
+    # the router, --name glm-x
+    for other in ("glm-router-7d9f8c6b5-x2x9z", "glm-x-7d9f8c6b5-x2x9z"):
         assert not re.fullmatch(pattern[1], other)
 
 
