@@ -232,8 +232,12 @@ def main() -> int:
             ms = median_ms(graph.replay, args.reps)
             torch.cuda.synchronize()
             named = perms[n].long()
-            entry["bit_exact"][str(n)] = bool(torch.equal(
-                out[named].view(torch.int16), pools[-1][named].to(torch.bfloat16).view(torch.int16)))
+            entry["bit_exact"][str(n)] = bool(
+                torch.equal(
+                    out[named].view(torch.int16),
+                    pools[-1][named].to(torch.bfloat16).view(torch.int16),
+                )
+            )
             floor_ms = n * READ_WRITE_BYTES / (bandwidth * 1e9) * 1e3 * LAYERS
             entry["step_ms"][str(n)] = ms
             entry["over_floor"][str(n)] = ms / floor_ms

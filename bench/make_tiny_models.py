@@ -42,7 +42,9 @@ def write_tokenizer(out: Path) -> int:
     vocab = _vocab()
     tok = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(vocab)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
     fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
     fast.save_pretrained(out)
     return len(vocab)
@@ -172,7 +174,10 @@ def _tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
         shapes[a + "o_proj.weight"] = (h, heads * cfg["v_head_dim"])
         if "index_topk" in cfg:
             ix = a + "indexer."
-            shapes[ix + "wq_b.weight"] = (cfg["index_n_heads"] * cfg["index_head_dim"], cfg["q_lora_rank"])
+            shapes[ix + "wq_b.weight"] = (
+                cfg["index_n_heads"] * cfg["index_head_dim"],
+                cfg["q_lora_rank"],
+            )
             shapes[ix + "wk.weight"] = (cfg["index_head_dim"], h)
             shapes[ix + "k_norm.weight"] = (cfg["index_head_dim"],)
             shapes[ix + "k_norm.bias"] = (cfg["index_head_dim"],)

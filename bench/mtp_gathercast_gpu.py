@@ -175,6 +175,7 @@ def run_variant(entry: dict[str, Any], work: list[dict[str, Any]], out: Path,
 
 def compare(measured: dict[str, dict[str, Any]], contexts: Sequence[int]) -> dict[str, Any]:
     """Parity of the patched server with stock FP8, request by request; TPOT medians side by side."""
+
     def by_key(name: str) -> dict[tuple[int, int], dict[str, Any]]:
         reqs = measured.get(name, {}).get("requests", [])
         return {(r["context"], r["repeat"]): r for r in reqs}

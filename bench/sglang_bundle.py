@@ -190,7 +190,9 @@ def cmd_lock(cache: Path) -> None:
         "wheels": entries,
     }
     LOCK.write_text(json.dumps(lock, indent=2) + "\n")
-    print(f"wrote {LOCK}: {len(entries)} wheels, {sum(e['bytes'] for e in entries) / 2**20:.1f} MiB")
+    print(
+        f"wrote {LOCK}: {len(entries)} wheels, {sum(e['bytes'] for e in entries) / 2**20:.1f} MiB"
+    )
 
 
 def _pruned(name: str, member: str) -> bool:
@@ -231,7 +233,9 @@ def cmd_assemble(cache: Path, out: Path) -> None:
                 member = tarfile.TarInfo(info.filename)
                 member.size = len(data)
                 member.mode = (
-                    0o755 if info.filename.endswith(".so") or (info.external_attr >> 16) & 0o111 else 0o644
+                    0o755
+                    if info.filename.endswith(".so") or (info.external_attr >> 16) & 0o111
+                    else 0o644
                 )
                 tar.addfile(member, io.BytesIO(data))
         tar.fileobj.flush()  # type: ignore[union-attr]
@@ -265,7 +269,14 @@ def cmd_closure(cache311: Path, emu: list[Path], stubs: list[str], modules: list
             for info in zf.infolist():
                 if not info.is_dir() and not _pruned(entry["name"], info.filename):
                     zf.extract(info, site)
-    cmd = [sys.executable, str(HERE / "sglang_closure.py"), "--site", str(site), "--emu", str(SHIMS)]
+    cmd = [
+        sys.executable,
+        str(HERE / "sglang_closure.py"),
+        "--site",
+        str(site),
+        "--emu",
+        str(SHIMS),
+    ]
     for path in emu:
         cmd += ["--emu", str(path)]
     for stub in stubs:

@@ -110,7 +110,9 @@ def main() -> int:
         import traceback
 
         frames = traceback.extract_tb(exc.__traceback__)
-        result["where"] = [f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in frames[-4:]]
+        result["where"] = [
+            f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in frames[-4:]
+        ]
     result["stubs"] = sorted(finder.names | set(args.scoped_stub))
     result["sglang_modules_imported"] = len([m for m in sys.modules if m.startswith("sglang")])
     print(json.dumps(result))

@@ -64,7 +64,9 @@ class TrickleServer:
         self._server.trickle = self
         self.port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), daemon=True
+        )
         self._thread.start()
 
     def __enter__(self) -> TrickleServer:

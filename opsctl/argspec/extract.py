@@ -378,7 +378,9 @@ def _local_origin(
         if any(node is call for node in ast.walk(statement)):
             continue
         if isinstance(statement, ast.Assign):
-            targets = {n.id for t in statement.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            targets = {
+                n.id for t in statement.targets for n in ast.walk(t) if isinstance(n, ast.Name)
+            }
             if not targets & wanted:
                 continue
         elif not any(_mutates(statement, name) for name in wanted):

@@ -87,24 +87,55 @@ def patch_apply(
 @app.command("build")
 def build_command(
     profile: ProfileOpt = None,
-    variant: Annotated[str | None, typer.Option(
-        "--variant", "-v", help="Only the image this variant runs (default: every image the "
-        "profile's variants need, one per sglang release).", callback=non_empty)] = None,
-    base_image: Annotated[str | None, typer.Option(
-        "--base-image", help="Build on this image instead of the image's base (e.g. a local "
-        "stand-in); its digest is locked like the profile's. Names one image.")] = None,
-    tag: Annotated[str | None, typer.Option(
-        "--tag", help="Tag to build (default: <repository>:<sglang version>-<content hash>). "
-        "Names one image.")] = None,
-    force: Annotated[bool, typer.Option(
-        "--force", help="Rebuild even if the tag exists; re-lock a base whose digest moved.")] = False,
-    dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="Print each image's plan (base, tag, patch set, build args); no engine "
-        "needed.")] = False,
-    push: Annotated[str | None, typer.Option(
-        "--push", metavar="REGISTRY/REPO", help="After verification, push each image as "
-        "REGISTRY/REPO:<its tag> with docker's own credentials (`docker login`) and record the "
-        "registry's digest for `opsctl render`.")] = None,
+    variant: Annotated[
+        str | None,
+        typer.Option(
+            "--variant",
+            "-v",
+            help="Only the image this variant runs (default: every image the "
+            "profile's variants need, one per sglang release).",
+            callback=non_empty,
+        ),
+    ] = None,
+    base_image: Annotated[
+        str | None,
+        typer.Option(
+            "--base-image",
+            help="Build on this image instead of the image's base (e.g. a local "
+            "stand-in); its digest is locked like the profile's. Names one image.",
+        ),
+    ] = None,
+    tag: Annotated[
+        str | None,
+        typer.Option(
+            "--tag",
+            help="Tag to build (default: <repository>:<sglang version>-<content hash>). "
+            "Names one image.",
+        ),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Rebuild even if the tag exists; re-lock a base whose digest moved."
+        ),
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print each image's plan (base, tag, patch set, build args); no engine needed.",
+        ),
+    ] = False,
+    push: Annotated[
+        str | None,
+        typer.Option(
+            "--push",
+            metavar="REGISTRY/REPO",
+            help="After verification, push each image as "
+            "REGISTRY/REPO:<its tag> with docker's own credentials (`docker login`) and record the "
+            "registry's digest for `opsctl render`.",
+        ),
+    ] = None,
 ) -> None:
     """Build and verify the images `opsctl up` runs (exit 3 on any failure, 6 without a daemon)."""
     from opsctl.config.profiles import load_profile

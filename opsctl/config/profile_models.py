@@ -76,9 +76,13 @@ class StrictModel(BaseModel):
 
 class ImageSpec(StrictModel):
     kind: Literal["sglang", "simulator"] = "sglang"
-    repository: str = Field(description="Name of the image opsctl builds (the tag is a content hash).")
+    repository: str = Field(
+        description="Name of the image opsctl builds (the tag is a content hash)."
+    )
     base: str = Field(description="Base image, pinned by tag; its digest is locked at first build.")
-    sglang_version: str = Field(description="Pinned sglang release: flags, patch set and checks follow it.")
+    sglang_version: str = Field(
+        description="Pinned sglang release: flags, patch set and checks follow it."
+    )
     dockerfile: str = "docker/Dockerfile"
     build_args: dict[str, str] = Field(default_factory=dict)
 
@@ -153,7 +157,9 @@ class ModelSpec(StrictModel):
                                   "`opsctl model fetch` downloads `repo` here.")
     container_path: str = Field(description="Where the server sees the weights (--model-path).")
     served_name: str = Field(description="Name clients send as `model` (--served-model-name).")
-    architecture: str | None = Field(None, description="HF architecture, e.g. GlmMoeDsaForCausalLM.")
+    architecture: str | None = Field(
+        None, description="HF architecture, e.g. GlmMoeDsaForCausalLM."
+    )
     repo: str | None = Field(None, description="Hugging Face repository `opsctl model fetch` "
                              "downloads into host_path (only the files serving reads).")
     revision: str = Field("main", description="Branch, tag or commit of `repo`; the commit it "
@@ -368,8 +374,10 @@ class Variant(StrictModel):
     description: str = ""
     requires_patch: bool = Field(False, description="Runs the gather-then-cast patch: renders "
                                  f"{PATCH_SWITCH_ENV}=1 (else 0) into the container env.")
-    image: ImageOverlay = Field(default_factory=ImageOverlay,
-                                description="Overlay on `image`: another sglang release and its base.")
+    image: ImageOverlay = Field(
+        default_factory=ImageOverlay,
+        description="Overlay on `image`: another sglang release and its base.",
+    )
     model: ModelOverlay = Field(default_factory=ModelOverlay,
                                 description="Overlay on `model`: another checkpoint.")
     server: dict[str, Any] = Field(default_factory=dict, description="Overlay on `server`.")

@@ -350,7 +350,9 @@ def _check_variant(deployment: Deployment, path: Path, lines: Lines) -> None:
     server, image = deployment.server, deployment.image
     # Before the parser sees them: its complaint would quote a secret's value.
     owned = {flag: field for field, flag, _ in typed_options(deployment)}
-    misused = extra_args_problem(server.extra_args, owned, sglang_args.load_spec(image.sglang_version))
+    misused = extra_args_problem(
+        server.extra_args, owned, sglang_args.load_spec(image.sglang_version)
+    )
     if misused:
         overlay = ("variants", deployment.variant, "server")
         loc = overlay if "extra_args" in deployment.profile.variants[deployment.variant].server \

@@ -302,13 +302,16 @@ def markdown(report: DecideReport, chart: str | None = None) -> str:
                   "95% intervals, the SLO's limit dashed, each variant's best level (the one "
                   "the ranking reads) ringed. Each variant's folder holds its own bench charts "
                   "(TPOT and TTFT with their p90-p99 band, and the per-GPU Pareto).", ""]
-    lines += ["TPOT is per output token (a speculative step that yields three tokens counts "
-              "three); accept length is the server's own `sglang:spec_accept_length` (MTP "
-              "variants; `-` without speculation).", "",
-              "| variant | concurrency | repeats | requests | TPOT p50 (ms) [95% CI] | TPOT p90 (ms) "
-              "| input tok/s | output tok/s [95% CI] | SLO goodput req/s [95% CI] | meets SLO "
-              "| accept length | failures |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+    lines += [
+        "TPOT is per output token (a speculative step that yields three tokens counts "
+        "three); accept length is the server's own `sglang:spec_accept_length` (MTP "
+        "variants; `-` without speculation).",
+        "",
+        "| variant | concurrency | repeats | requests | TPOT p50 (ms) [95% CI] | TPOT p90 (ms) "
+        "| input tok/s | output tok/s [95% CI] | SLO goodput req/s [95% CI] | meets SLO "
+        "| accept length | failures |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+    ]
     for r in report.variants:
         for lv in r.levels:
             failures = str(lv.failures) + (f" ({lv.aborted})" if lv.aborted else "") + (

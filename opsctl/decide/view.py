@@ -81,8 +81,14 @@ def show_decide(console: Console, result: DecideResult) -> None:
                                         f" (evidence: {', '.join(record.evidence)})"),
                           highlight=False, soft_wrap=True)
     for pair in report.pairs:
-        console.print(Text.assemble((f"{pair.a} vs {pair.b}: {pair.outcome}", _PAIR_STYLE[pair.outcome]),
-                                    f": {pair.detail}"), highlight=False, soft_wrap=True)
+        console.print(
+            Text.assemble(
+                (f"{pair.a} vs {pair.b}: {pair.outcome}", _PAIR_STYLE[pair.outcome]),
+                f": {pair.detail}",
+            ),
+            highlight=False,
+            soft_wrap=True,
+        )
     style = "bold green" if report.winner else ("bold yellow" if report.tie else "bold red")
     console.print(Text(report.recommendation, style=style), highlight=False, soft_wrap=True)
     console.print(Text(f"report: {', '.join(str(path) for path in result.written)} "

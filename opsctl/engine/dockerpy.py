@@ -63,8 +63,12 @@ LOG_FRAME_HEADER = struct.Struct(">BxxxL")  # stream (1 stdout, 2 stderr), paylo
 TRANSPORT = (requests.exceptions.RequestException, urllib3.exceptions.HTTPError,
              ConnectionError, TimeoutError)
 # Docker's own words for failures a user can cause, mapped to what to do about them.
-PORT_TAKEN = re.compile(r"port is already allocated|address already in use|bind for .* failed", re.I)
-_NO_GPU_RUNTIME = re.compile(r"could not select device driver|nvidia-container-cli|unknown runtime", re.I)
+PORT_TAKEN = re.compile(
+    r"port is already allocated|address already in use|bind for .* failed", re.I
+)
+_NO_GPU_RUNTIME = re.compile(
+    r"could not select device driver|nvidia-container-cli|unknown runtime", re.I
+)
 _NANOSECONDS = 1_000_000_000
 _EXIT_CODE_WAIT_S = 5.0  # after its output ends, how long the daemon may take to record the exit
 
@@ -80,9 +84,10 @@ def answering(what: str) -> Iterator[None]:
         if exc.status_code is None or exc.status_code < 500:
             raise
         said = " ".join(str(exc.explanation or exc).split())[:200]
-        raise DaemonUnreachable(f"the Docker engine failed mid-call ({exc.status_code}: {said}) "
-                                f"while {what}",
-                                hint="check `docker info`; `opsctl status` shows what is left") from None
+        raise DaemonUnreachable(
+            f"the Docker engine failed mid-call ({exc.status_code}: {said}) while {what}",
+            hint="check `docker info`; `opsctl status` shows what is left",
+        ) from None
     except (*TRANSPORT, docker.errors.DockerException) as exc:
         said = " ".join(str(exc).split())[:200]
         raise DaemonUnreachable(
@@ -102,10 +107,13 @@ def create_kwargs(spec: RunSpec) -> dict[str, Any]:
     device_requests = []
     if spec.gpus:
         device_requests.append(
-            docker.types.DeviceRequest(device_ids=[str(g) for g in spec.gpus], capabilities=[["gpu"]])
+            docker.types.DeviceRequest(
+                device_ids=[str(g) for g in spec.gpus], capabilities=[["gpu"]]
+            )
         )
     ulimits = [
-        docker.types.Ulimit(name=name, soft=soft, hard=hard) for name, (soft, hard) in spec.ulimits.items()
+        docker.types.Ulimit(name=name, soft=soft, hard=hard)
+        for name, (soft, hard) in spec.ulimits.items()
     ]
     return {
         "image": spec.image,
@@ -851,7 +859,9 @@ class DockerEngine:
         token = secrets.token_hex(6)
         name = f"opsctl-verify-{token}"
         # `docker run --gpus all`: every GPU through the engine's NVIDIA device driver.
-        requests_all = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpus else None
+        requests_all = (
+            [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpus else None
+        )
         try:
             container = self._client.containers.create(
                 image=image, command=command, network_disabled=True, detach=True, name=name,
@@ -860,7 +870,9 @@ class DockerEngine:
                 device_requests=requests_all,
             )
         except docker.errors.ImageNotFound:
-            raise BuildError(f"image {image} vanished before verification", hint="rebuild") from None
+            raise BuildError(
+                f"image {image} vanished before verification", hint="rebuild"
+            ) from None
         except docker.errors.APIError:  # the daemon answered: one look by name is enough
             with contextlib.suppress(docker.errors.DockerException, requests.RequestException):
                 self._remove_quietly(name)

@@ -251,7 +251,9 @@ class GatherCastWorkspace:
         earlier layer or step left there, or zeros; attention never reads them).
         """
         if pool.shape != self.buffer.shape:
-            raise ValueError(f"pool shape {tuple(pool.shape)} != workspace {tuple(self.buffer.shape)}")
+            raise ValueError(
+                f"pool shape {tuple(pool.shape)} != workspace {tuple(self.buffer.shape)}"
+            )
         bs = kv_indptr.shape[0] - 1
         if bs < 0:
             return self.buffer
@@ -414,6 +416,10 @@ def key_buffer_for_attention(
     `rows` is (kv_indptr[: bs + 1], kv_indices) as planned for this forward; `stock_reason`
     decides between the kernel and the stock full-pool cast.
     """
-    if workspace is not None and rows is not None and not stock_reason(workspace, pool, rows, dtype):
+    if (
+        workspace is not None
+        and rows is not None
+        and not stock_reason(workspace, pool, rows, dtype)
+    ):
         return workspace.convert(pool, rows[0], rows[1])
     return pool.to(dtype)

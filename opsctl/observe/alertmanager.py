@@ -84,11 +84,15 @@ def load_receivers(path: Path | None = None) -> dict[str, Any]:
     try:
         doc = load_yaml(read_bounded(source, "receivers file", MAX_RECEIVERS_BYTES))
     except OSError as exc:
-        raise ProfileError(f"cannot read receivers file {source}: {exc.strerror or exc}",
-                           hint="see monitoring/alertmanager/receivers.yml for the format") from None
+        raise ProfileError(
+            f"cannot read receivers file {source}: {exc.strerror or exc}",
+            hint="see monitoring/alertmanager/receivers.yml for the format",
+        ) from None
     except yaml.YAMLError as exc:  # its text quotes the line, which may hold a password
-        raise ProfileError(f"cannot read receivers file {source}: {yaml_problem(exc)}",
-                           hint="see monitoring/alertmanager/receivers.yml for the format") from None
+        raise ProfileError(
+            f"cannot read receivers file {source}: {yaml_problem(exc)}",
+            hint="see monitoring/alertmanager/receivers.yml for the format",
+        ) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("receivers"), list):
         raise ProfileError(f"{source}: needs a `receivers:` list",
                            hint="see monitoring/alertmanager/receivers.yml for the format")
@@ -131,15 +135,27 @@ def _inhibit(source: str, target: str, equal: list[str]) -> dict[str, Any]:
 # gauges stale; a fast burn already says what the slow burn would; KV pressure includes
 # "KV high"; a crash loop is the louder name of a restart.
 INHIBIT_RULES = (
-    _inhibit('alertname="SglangServerDown"',
-             'alertname=~"Sglang(Tpot|Ttft)Slo(Fast|Slow)Burn|SglangDecodeStalled'
-             '|SglangKvCache(High|Pressure)"', ["instance"]),
-    _inhibit('alertname=~"Sglang(Tpot|Ttft)SloFastBurn"', 'alertname=~"Sglang(Tpot|Ttft)SloSlowBurn"',
-             ["slo", "variant", "instance"]),
-    _inhibit('alertname="SglangKvCachePressure"', 'alertname="SglangKvCacheHigh"',
-             ["variant", "instance"]),
-    _inhibit('alertname="SglangServerCrashLooping"', 'alertname="SglangServerRestarting"',
-             ["profile", "variant"]),
+    _inhibit(
+        'alertname="SglangServerDown"',
+        'alertname=~"Sglang(Tpot|Ttft)Slo(Fast|Slow)Burn|SglangDecodeStalled'
+        '|SglangKvCache(High|Pressure)"',
+        ["instance"],
+    ),
+    _inhibit(
+        'alertname=~"Sglang(Tpot|Ttft)SloFastBurn"',
+        'alertname=~"Sglang(Tpot|Ttft)SloSlowBurn"',
+        ["slo", "variant", "instance"],
+    ),
+    _inhibit(
+        'alertname="SglangKvCachePressure"',
+        'alertname="SglangKvCacheHigh"',
+        ["variant", "instance"],
+    ),
+    _inhibit(
+        'alertname="SglangServerCrashLooping"',
+        'alertname="SglangServerRestarting"',
+        ["profile", "variant"],
+    ),
 )
 
 

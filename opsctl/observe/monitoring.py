@@ -196,8 +196,9 @@ def compose_for(profile: Profile) -> str:
     """monitoring/compose.yaml: `run_specs` of `monitor up`, the images by their pinned tags."""
     images = load_images()
     refs = {component: images.ref(component) for component in COMPONENTS}
-    return compose.compose_yaml(run_specs(refs, _COMPOSE_ROOT, profile.name, profile.container.gpus),
-                                _COMPOSE_ROOT)
+    return compose.compose_yaml(
+        run_specs(refs, _COMPOSE_ROOT, profile.name, profile.container.gpus), _COMPOSE_ROOT
+    )
 
 
 # --- containers --------------------------------------------------------------------------------

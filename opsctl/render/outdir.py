@@ -88,7 +88,9 @@ def read_record(out: Path) -> Record | None:
         raise _bad_record(out, f"not JSON ({str(exc).split(';')[0]})") from None
     if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT:
         raise _bad_record(out, f"not a {RECORD_FORMAT} record")
-    return Record(files=_hashes(out, data.get("files")), pending=_hashes(out, data.get("pending", {})))
+    return Record(
+        files=_hashes(out, data.get("files")), pending=_hashes(out, data.get("pending", {}))
+    )
 
 
 def _hashes(out: Path, found: Any) -> dict[str, str]:

@@ -30,7 +30,14 @@ from opsctl.traffic.bench.records import load_report as load_bench_report
 from opsctl.traffic.bench.report import BenchReport
 from opsctl.traffic.bench.report import verdict_error as bench_verdict
 from opsctl.traffic.bench.serving import write_report_files
-from opsctl.traffic.bench.sweep import BenchOptions, Launcher, Progress, Target, parse_targets, run_bench
+from opsctl.traffic.bench.sweep import (
+    BenchOptions,
+    Launcher,
+    Progress,
+    Target,
+    parse_targets,
+    run_bench,
+)
 from opsctl.traffic.bench.workloads import Workload, WorkloadSpec, build
 from opsctl.traffic.client import ClientFactory
 from opsctl.traffic.served import local_tokenizer

@@ -125,8 +125,11 @@ def expectations(facts: Mapping[str, FieldFact], argv: Sequence[str], architectu
         else:
             found = _from_default(name, fact, fact.default, out)
             if given is not None and fact.forced and found.known:
-                found = Expectation(found.value, True,
-                                    f"{found.source}; a DSA model gets it whatever {fact.flag} says")
+                found = Expectation(
+                    found.value,
+                    True,
+                    f"{found.source}; a DSA model gets it whatever {fact.flag} says",
+                )
             out[name] = found
     return out
 

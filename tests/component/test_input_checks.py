@@ -51,9 +51,12 @@ def _exit_2_classes(trees: dict[Path, ast.Module]) -> dict[str, bool]:
                 if isinstance(node, ast.ClassDef) and node.name not in found and any(
                         isinstance(base, ast.Name) and base.id in found for base in node.bases):
                     found[node.name] = any(
-                        isinstance(item, ast.Assign) and any(
-                            isinstance(t, ast.Name) and t.id == "default_hint" for t in item.targets)
-                        for item in node.body)
+                        isinstance(item, ast.Assign)
+                        and any(
+                            isinstance(t, ast.Name) and t.id == "default_hint" for t in item.targets
+                        )
+                        for item in node.body
+                    )
                     grew = True
     return found
 
@@ -167,8 +170,10 @@ def test_an_image_name_no_engine_accepts_is_refused_at_load(field: str, value: s
     assert f"image.{field}" in _load(data, tmp_path)
 
 
-@pytest.mark.parametrize("repository", ["opsctl/sim", "registry.example.com:5000/team/opsctl-sglang",
-                                        "a__b/c-d.e", "localhost/x"])
+@pytest.mark.parametrize(
+    "repository",
+    ["opsctl/sim", "registry.example.com:5000/team/opsctl-sglang", "a__b/c-d.e", "localhost/x"],
+)
 def test_a_well_formed_repository_still_loads(repository: str, tmp_path: Path) -> None:
     data = _sim()
     data["image"]["repository"] = repository

@@ -178,18 +178,27 @@ def load(version: str, source: dict[str, str]) -> types.SimpleNamespace:
     """The patched backend's classes and EAGLE's verify-argument builder, run with the stand-ins."""
     shim = cpu_torch()
     glue: dict[str, Any] = {
-        "torch": shim, "partial": partial, "dataclass": dataclass, "opsctl_kv_gather_cast": kv_gather_cast,
-        "AttentionBackend": object, "SpecInput": SpecInput, "SpecInputType": SPEC_INPUT_TYPE,
-        "BatchMLAPagedAttentionWrapper": Wrapper, "BatchPrefillWithRaggedKVCacheWrapper": Wrapper,
+        "torch": shim,
+        "partial": partial,
+        "dataclass": dataclass,
+        "opsctl_kv_gather_cast": kv_gather_cast,
+        "AttentionBackend": object,
+        "SpecInput": SpecInput,
+        "SpecInputType": SPEC_INPUT_TYPE,
+        "BatchMLAPagedAttentionWrapper": Wrapper,
+        "BatchPrefillWithRaggedKVCacheWrapper": Wrapper,
         "get_parallel": lambda: types.SimpleNamespace(dcp_enabled=False, attn_tp_size=1),
-        "dcp_enabled": lambda: False, "IdSpaceKind": types.SimpleNamespace(FULL="full"),
+        "dcp_enabled": lambda: False,
+        "IdSpaceKind": types.SimpleNamespace(FULL="full"),
         "update_local_kv_lens_for_dcp": lambda lens: None,
         "is_in_tc_piecewise_cuda_graph": lambda: False,
         "is_in_breakable_cuda_graph": lambda: False,
         "get_exec": lambda: types.SimpleNamespace(
-            kernel=types.SimpleNamespace(flashinfer_mla_disable_ragged=False)),
+            kernel=types.SimpleNamespace(flashinfer_mla_disable_ragged=False)
+        ),
         "get_global_server_args": lambda: types.SimpleNamespace(
-            flashinfer_mla_disable_ragged=False),
+            flashinfer_mla_disable_ragged=False
+        ),
     }
     backend_ns = _exec_selected(source["backend"], glue, KEEP_CLASSES, KEEP_FUNCTIONS)
     if version == "0.5.15":

@@ -64,7 +64,9 @@ def project_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copytree(project_root() / "patches", root / "patches")
     kernel = root / "opsctl" / "kernels"
     kernel.mkdir(parents=True)
-    shutil.copyfile(project_root() / "opsctl/kernels/kv_gather_cast.py", kernel / "kv_gather_cast.py")
+    shutil.copyfile(
+        project_root() / "opsctl/kernels/kv_gather_cast.py", kernel / "kv_gather_cast.py"
+    )
     monkeypatch.setenv("OPSCTL_PROJECT_DIR", str(root))
     return root
 
@@ -241,7 +243,7 @@ def test_patch_set_sha256_covers_diffs_and_new_files(project_copy: Path) -> None
     assert len({before, after_kernel, patchset.patch_set_sha256("0.5.15")}) == 3
 
 
-# --- which version/variant pairs can work -----------------------------------------------------------
+# --- which version/variant pairs can work ---------------------------------------------------------
 
 
 def variant(

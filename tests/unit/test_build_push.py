@@ -161,7 +161,9 @@ class StubAPI:
         self.tagged.append((image, repository, tag))
         return True
 
-    def push(self, repository: str, tag: str, stream: bool, decode: bool) -> Iterator[dict[str, Any]]:
+    def push(
+        self, repository: str, tag: str, stream: bool, decode: bool
+    ) -> Iterator[dict[str, Any]]:
         self.timeout_during_push = self.timeout
         return iter(self.chunks)
 

@@ -38,7 +38,9 @@ def _objects(profile: str = GLM, chosen: placement.Placement = FULL, **options: 
                                  RenderSettings(replicas=2, placement=chosen, **options))
 
 
-def _one(objects: list[dict[str, Any]], kind: str, role: str = labels.ROLE_SERVER) -> dict[str, Any]:
+def _one(
+    objects: list[dict[str, Any]], kind: str, role: str = labels.ROLE_SERVER
+) -> dict[str, Any]:
     (found,) = [obj for obj in objects if obj["kind"] == kind
                 and obj["metadata"]["labels"][labels.ROLE] == role]
     return found
@@ -138,11 +140,16 @@ def test_affinity_file_in_yaml_or_json(tmp_path: Path) -> None:
         "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
 
 
-@pytest.mark.parametrize(("content", "words"), [
-    ("nodeAffinity: [", "not YAML or JSON (line 1)"), ("- a\n", "not a mapping"), ("", "not a mapping"),
-    ("nodeAfinity: {}\n", "'nodeAfinity' is not a field of Affinity"),
-    ("nodeAffinity: 3\n", "nodeAffinity is not a mapping"),
-])
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ("nodeAffinity: [", "not YAML or JSON (line 1)"),
+        ("- a\n", "not a mapping"),
+        ("", "not a mapping"),
+        ("nodeAfinity: {}\n", "'nodeAfinity' is not a field of Affinity"),
+        ("nodeAffinity: 3\n", "nodeAffinity is not a mapping"),
+    ],
+)
 def test_a_bad_affinity_file_is_one_line(tmp_path: Path, content: str, words: str) -> None:
     path = tmp_path / "affinity.yaml"
     path.write_text(content)

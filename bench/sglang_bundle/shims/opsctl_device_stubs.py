@@ -48,7 +48,9 @@ class _Stub(types.ModuleType):
 
 def _unusable(stub: str, fn: object) -> object:
     def run(*args: object, **kwargs: object) -> object:
-        raise StubUsed(f"{getattr(fn, '__qualname__', fn)} needs {stub}, a placeholder on this machine")
+        raise StubUsed(
+            f"{getattr(fn, '__qualname__', fn)} needs {stub}, a placeholder on this machine"
+        )
 
     return run
 

@@ -38,9 +38,16 @@ _SIDE_BY_SIDE: tuple[tuple[str, Callable[[LevelResult], float | None], str, str]
     ("TTFT mean", lambda lv: lv.ttft_ms.mean, "ttft_ms", "mean"),
     ("TTFT p50", lambda lv: lv.ttft_ms.p50, "ttft_ms", "p50"),
 )
-SERVER_HEADER = ("conc", *(f"{h} client / server (ms)" for h, *_ in _SIDE_BY_SIDE),
-                 "running mean/max", "queued mean/max", "KV max", "accept len mean", "GPU util mean",
-                 "GPU mem max (MiB)")
+SERVER_HEADER = (
+    "conc",
+    *(f"{h} client / server (ms)" for h, *_ in _SIDE_BY_SIDE),
+    "running mean/max",
+    "queued mean/max",
+    "KV max",
+    "accept len mean",
+    "GPU util mean",
+    "GPU mem max (MiB)",
+)
 SERVER_NOTE = ("Server columns: the server's own /metrics during the measured phase (histograms "
                "end minus start; gauges sampled periodically); `~` marks a percentile estimated "
                "from histogram buckets, `>=` one beyond the top bucket. Accept len: tokens per "
@@ -65,7 +72,9 @@ def server_cells(level: LevelResult) -> list[str]:
         return [str(level.concurrency), f"server figures: unavailable ({why})"]
     cells = [str(level.concurrency)]
     for _, read, field, stat in _SIDE_BY_SIDE:
-        cells.append(f"{fmt(read(level), '{:.2f}')} / {_server_value(getattr(server, field), stat)}")
+        cells.append(
+            f"{fmt(read(level), '{:.2f}')} / {_server_value(getattr(server, field), stat)}"
+        )
     for gauge in (server.running, server.queued):
         cells.append(f"{gauge.mean:.1f}/{gauge.max:g}" if gauge else "n/a")
     cells.append(f"{server.kv_usage.max * 100:.1f}%" if server.kv_usage else "n/a")

@@ -256,5 +256,7 @@ def rescore_report(directory: Path, slo: Slo) -> BenchReport:
             records = read_records(directory / level.requests_file)
             level.goodput = rescore(records, slo, level.duration_s)
             if level.requests_note:
-                level.notes.append(f"re-scored over the recorded requests only ({level.requests_note})")
+                level.notes.append(
+                    f"re-scored over the recorded requests only ({level.requests_note})"
+                )
     return report
