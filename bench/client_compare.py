@@ -29,9 +29,9 @@ The peer's workload is 0.5.9's `--dataset-name random-ids` (random token ids, as
 --dataset-path. The tokenizer is tests/tinymodel.py's, built by the peer's transformers 4.57.1
 (it cannot read a tokenizer_config.json written by transformers 5; opsctl reads tokenizer.json).
 
-    scripts/peer-bench-env.sh                              # once: .venv-peer with sglang 0.5.9
-    .venv/bin/python bench/client_compare.py               # writes bench/results/client_compare.json
-    .venv/bin/python bench/client_compare.py --quick       # a smoke of the harness, into out/
+    scripts/peer-bench-env.sh                         # once: .venv-peer with sglang 0.5.9
+    .venv/bin/python bench/client_compare.py          # writes bench/results/client_compare.json
+    .venv/bin/python bench/client_compare.py --quick  # a smoke of the harness, into out/
 
 A benchmark, not a test: run the full one on a quiet machine with two free cores.
 """

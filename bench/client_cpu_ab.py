@@ -109,8 +109,8 @@ def main() -> None:
     finally:
         sim.stop(timeout_s=10)
     record = {
-        "what": "opsctl bench's client CPU per streamed token (each level's client_cpu_us_per_token, "
-        "measured phase only), two checkouts alternating on one simulator",
+        "what": "opsctl bench's client CPU per streamed token (each level's "
+        "client_cpu_us_per_token, measured phase only), two checkouts alternating on one simulator",
         "command": " ".join(["bench/client_cpu_ab.py", *sys.argv[1:]]),
         "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {

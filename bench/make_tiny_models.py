@@ -10,7 +10,8 @@
   `num_nextn_predict_layers: 1` and `model.layers.<num_hidden_layers>.*` holding a whole decoder
   layer (MLA + indexer + MoE) and the NextN parts sglang's loader reads (`enorm`, `hnorm`,
   `eh_proj`, `shared_head.norm`; `embed_tokens` and `shared_head.head` are in the checkpoint and
-  skipped by the loader, which shares the target's). For EAGLE/NEXTN runs (bench/mtp_gathercast_gpu.py).
+  skipped by the loader, which shares the target's). For EAGLE/NEXTN runs
+  (bench/mtp_gathercast_gpu.py).
 
 Weights are random BF16 (seeded), saved as safetensors under the checkpoint names sglang's
 loaders read; the tokenizer is word-level over bench's prompt words (tokenizers library), so
@@ -107,7 +108,8 @@ def glm5_config(vocab: int) -> dict:
             "scoring_func": "sigmoid",
             "norm_topk_prob": True,
             "routed_scaling_factor": 2.5,
-            # the DSA indexer: GLM-5's top-k, so it selects from 2,048 tokens on (long prompts below)
+            # the DSA indexer: GLM-5's top-k, so it selects from 2,048 tokens on (long prompts
+            # below)
             "index_topk": 2048,  # GLM-5's own; 0.5.15's fused top-k (sgl_kernel) asserts 2048
             "index_head_dim": 128,
             # GLM-5's own; DeepGEMM's sm_90 paged MQA logits take 32 or 64 only

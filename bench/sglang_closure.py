@@ -1,6 +1,7 @@
 """CPU proof of sglang's import closure as the H200 device image would see it.
 
-    python bench/sglang_closure.py --site SITE [--emu DIR] [--module sglang.srt.entrypoints.http_server]
+    python bench/sglang_closure.py --site SITE [--emu DIR] \
+        [--module sglang.srt.entrypoints.http_server]
 
 The device image holds a fixed package list (the names in /work/.library/device/KINDS.md, copied
 to bench/sglang_bundle/device_packages.txt). A meta-path finder refuses every top-level module

@@ -1,5 +1,6 @@
 """A copy of deploy/sim.yaml for bench tests that need a profile without a container: optionally
-with a model directory on this host (model.host_path), and a bench plan (BenchOptions) against a URL."""
+with a model directory on this host (model.host_path), and a bench plan (BenchOptions) against a
+URL."""
 
 from __future__ import annotations
 

@@ -34,7 +34,8 @@ class _Handler(socketserver.StreamRequestHandler):
         if trickle.mode == "headers":
             head, drip = b"HTTP/1.1 200 OK\r\n", lambda n: f"X-Trickle-{n}: {n}\r\n".encode()
         else:
-            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+            head = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: 100000\r\n\r\n")
             drip = lambda n: b" "  # noqa: E731 - one byte of the announced body
         started = time.monotonic()
         try:

@@ -2,10 +2,10 @@
 
 The flags opsctl renders are checked against this record (`spec.py`), so it must come
 from sglang's own code, never from a hand-kept list: the real wheel comes from the wheel cache
-(opsctl.core.wheels, downloaded with pip once), is unpacked to a temp dir, and `probe.py` imports the real
-`sglang.srt.server_args.ServerArgs` in a clean subprocess (`python -S -I`: no site packages, no
-opsctl, no SGLANG_* environment) and dumps `parser._actions`. Only a few small pure-data
-dependencies are real there (pinned below); every other third-party import is an inert
+(opsctl.core.wheels, downloaded with pip once), is unpacked to a temp dir, and `probe.py` imports
+the real `sglang.srt.server_args.ServerArgs` in a clean subprocess (`python -S -I`: no site
+packages, no opsctl, no SGLANG_* environment) and dumps `parser._actions`. Only a few small
+pure-data dependencies are real there (pinned below); every other third-party import is an inert
 placeholder, which is fine for option strings, nargs and choices, and is recorded in `notes`.
 """
 

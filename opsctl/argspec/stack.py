@@ -57,7 +57,8 @@ class StackRecord:
     models: dict[str, dict[str, Any]]
 
     def model_problem(self, architecture: str) -> str | None:
-        """Why this release's image cannot load `architecture`'s config, or None (also when unknown)."""
+        """Why this release's image cannot load `architecture`'s config, or None (also when
+        unknown)."""
         found = self.models.get(architecture)
         if not found or found.get("loads", True):
             return None

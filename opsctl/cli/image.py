@@ -45,7 +45,8 @@ def sglang_args_stack(
     output: Annotated[Path | None, typer.Option(
         "--output", help="Write here instead of patches/sglang/<version>/stack.json.")] = None,
 ) -> None:
-    """Record what the release's image holds (its == pins) and whether its transformers loads GLM-5."""
+    """Record what the release's image holds (its == pins) and whether its transformers loads
+    GLM-5."""
     from opsctl.image import app as image_app
     from opsctl.image import view
 
@@ -169,7 +170,8 @@ def base_image_command(
         "(the base + the real sglang wheel, --no-deps) for testing the real Dockerfile.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Rebuild even if present.")] = False,
 ) -> None:
-    """Build the local Debian base (debootstrap + docker import; needs root) for hosts without a registry."""
+    """Build the local Debian base (debootstrap + docker import; needs root) for hosts without a
+    registry."""
     from opsctl.engine.dockerpy import connect
     from opsctl.image import app as image_app
     from opsctl.image import view

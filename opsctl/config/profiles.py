@@ -370,7 +370,8 @@ def _check_variant(deployment: Deployment, path: Path, lines: Lines) -> None:
     if found:
         raise ProfileError(
             f"{where(path, ('variants', deployment.variant), lines)}: variant "
-            f"{deployment.variant!r} cannot work on sglang {image.sglang_version}: {'; '.join(found)}",
+            f"{deployment.variant!r} cannot work on sglang {image.sglang_version}: "
+            f"{'; '.join(found)}",
             hint="change the variant (or pin a release it can run on), or drop it",
         )
 

@@ -68,11 +68,12 @@ RELEASES: dict[str, Release] = {
             "SGLANG_ENABLE_JIT_DEEPGEMM": (
                 "0",
                 (
-                    "sglang 0.5.23 turns DeepGEMM on for sm_120 when the installed deep_gemm defines "
-                    "fp8_einsum, m_grouped_fp8_fp4_gemm_nt_contiguous and "
-                    "transform_sf_into_required_layout (layers/deep_gemm_wrapper/configurer.py:17-55), "
-                    "and then forces UE8M0 scales (:58-60); the sgl-deep-gemm 0.2.3.post2 it pins "
-                    "defines all three (deep_gemm/__init__.py:119,146,176), and community sm_120 "
+                    "sglang 0.5.23 turns DeepGEMM on for sm_120 when the installed deep_gemm "
+                    "defines fp8_einsum, m_grouped_fp8_fp4_gemm_nt_contiguous and "
+                    "transform_sf_into_required_layout "
+                    "(layers/deep_gemm_wrapper/configurer.py:17-55), and then forces UE8M0 scales "
+                    "(:58-60); the sgl-deep-gemm 0.2.3.post2 it pins defines all three "
+                    "(deep_gemm/__init__.py:119,146,176), and community sm_120 "
                     "recipes turn DeepGEMM off (read from the wheels, not run on sm_120)"
                 ),
             ),
@@ -159,8 +160,9 @@ def check(
     ):
         warnings.append(
             f"max_running_requests {max_running_requests} > cuda_graph_max_bs {cuda_graph_max_bs}: "
-            f"decode batches of {cuda_graph_max_bs + 1}-{max_running_requests} run without CUDA graphs "
-            "(a kernel launch per layer); capture up to the running cap or cap running requests"
+            f"decode batches of {cuda_graph_max_bs + 1}-{max_running_requests} run without CUDA "
+            "graphs (a kernel launch per layer); capture up to the running cap or cap running "
+            "requests"
         )
     return Findings(errors=errors, warnings=warnings)
 

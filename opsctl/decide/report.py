@@ -2,8 +2,8 @@
 
 decide.json is the record (every variant's gates, its sweep, the pairwise greedy comparisons and
 the verdict); decide.md is the same run as tables with links to the per-variant evidence
-(smoke report, bench report, verify result, the server's log), relative to the run directory. Both are
-written afresh, atomically; a run stopped by Ctrl-C is still written, marked partial.
+(smoke report, bench report, verify result, the server's log), relative to the run directory. Both
+are written afresh, atomically; a run stopped by Ctrl-C is still written, marked partial.
 """
 
 from __future__ import annotations

@@ -53,7 +53,8 @@ class LogRotation:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """Everything `docker run` needs, as plain data: rendered and golden-tested without an engine."""
+    """Everything `docker run` needs, as plain data: rendered and golden-tested without an
+    engine."""
 
     image: str
     command: list[str]
@@ -201,7 +202,8 @@ class Engine(Protocol):
     def follow_logs(self, container_id: str, tail: int | str = 10) -> Iterator[str]: ...
 
     def stop_and_remove(self, container_id: str, grace_seconds: int) -> None:
-        """Stop (SIGTERM, then kill after the grace) and remove; a container already gone is fine."""
+        """Stop (SIGTERM, then kill after the grace) and remove; a container already gone is
+        fine."""
         ...
 
     def stop(self, container_id: str, grace_seconds: int) -> None:

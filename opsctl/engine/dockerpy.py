@@ -619,7 +619,8 @@ class DockerEngine:
                     # Gone, or being removed (a removal a Ctrl-C cut short goes on in the
                     # daemon): no log to read; the saved file says so instead.
                     said = " ".join(str(exc.explanation or exc).split())[:200]
-                    yield f"[opsctl: no log: the engine answered {exc.status_code}: {said}]\n".encode()
+                    note = f"[opsctl: no log: the engine answered {exc.status_code}: {said}]\n"
+                    yield note.encode()
                     return
                 unfinished: set[int] = set()  # streams whose last piece ended mid-line
                 while header := read_exactly(response.raw, LOG_FRAME_HEADER.size):
@@ -824,7 +825,8 @@ class DockerEngine:
                     detail = str(chunk.get("error", "")).strip()
                     on_event(BuildEvent(text=detail, step=last_step, error=detail))
                     raise BuildError(
-                        f"build failed at {last_step or 'the first step'}: {detail.splitlines()[-1]}",
+                        f"build failed at {last_step or 'the first step'}: "
+                        f"{detail.splitlines()[-1]}",
                         hint="the log tail above shows the failing step's output",
                     )
                 text = str(chunk.get("stream", "")).rstrip("\n")

@@ -169,7 +169,8 @@ def _gate(ctx: _Ctx, deployment: Deployment, push: Push | None,
         where = (f"bringing back {back.deployment.variant!r} failed too: {problem}; nothing of "
                  f"profile {profile.name!r} is serving")
     error = GateFailed(
-        f"gate failed for {profile.name}/{variant}: {'; '.join(failed)}; {variant!r} removed, {where}",
+        f"gate failed for {profile.name}/{variant}: {'; '.join(failed)}; {variant!r} removed, "
+        f"{where}",
         hint=(f"smoke report: {report}; " if report else "")
         + "`opsctl status` shows what runs now",
     )

@@ -79,7 +79,8 @@ def switch_enabled(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def format_marker(state: str, **fields: object) -> str:
-    """`MARKER state key=value ...`; whitespace is dropped from values so the line splits cleanly."""
+    """`MARKER state key=value ...`; whitespace is dropped from values so the line splits
+    cleanly."""
     parts = [MARKER, state]
     parts += [f"{key}={''.join(str(value).split())}" for key, value in fields.items()]
     return " ".join(parts)

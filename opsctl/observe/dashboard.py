@@ -160,7 +160,8 @@ GPU_PANELS: tuple[PanelSpec, ...] = (
         "short",
         (
             Query(
-                f'sum by (gpu, clock_event) (DCGM_EXP_CLOCK_EVENTS_COUNT{{clock_event=~"{_THROTTLE}"}})',
+                "sum by (gpu, clock_event) "
+                f'(DCGM_EXP_CLOCK_EVENTS_COUNT{{clock_event=~"{_THROTTLE}"}})',
                 "GPU {{gpu}} {{clock_event}}",
             ),
         ),

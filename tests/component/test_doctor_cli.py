@@ -1,5 +1,6 @@
 """`opsctl doctor` in a fresh process, as a user runs it: one line and the documented exit code,
-with no GPU tools on PATH and no Docker engine (the checks themselves: tests/unit/test_doctor.py)."""
+with no GPU tools on PATH and no Docker engine (the checks themselves:
+tests/unit/test_doctor.py)."""
 
 from __future__ import annotations
 

@@ -127,7 +127,8 @@ class Wrapper:
 
 
 def pack(req_to_token: Any, req_pool_indices: Any, lens: Any, indptr: Any, out: Any) -> None:
-    """sglang's index packer: out[indptr[b]: indptr[b] + lens[b]] = req_to_token[req_b, :lens[b]]."""
+    """sglang's index packer: out[indptr[b]: indptr[b] + lens[b]] = req_to_token[req_b,
+    :lens[b]]."""
     for b in range(len(req_pool_indices)):
         start, n = int(indptr[b]), int(lens[b])
         out[start: start + n] = req_to_token[int(req_pool_indices[b]), :n]
@@ -337,7 +338,8 @@ LAYER = types.SimpleNamespace(layer_id=0, tp_q_head_num=HEADS, v_head_dim=512, h
 
 
 def run_attention(be: Any, mode: str, fb: Any) -> None:
-    """One layer's attention through the patched forward (k=None: nothing is written to the pool)."""
+    """One layer's attention through the patched forward (k=None: nothing is written to the
+    pool)."""
     tokens = int(fb.seq_lens.numel()) * (NUM_DRAFT_TOKENS if mode == "extend" else 1)
     q, q_rope = torch.zeros(tokens, HEADS * 512), torch.zeros(tokens, HEADS * 64)
     forward = be.forward_extend if mode == "extend" else be.forward_decode

@@ -131,7 +131,8 @@ def test_apply_in_place_compiles_then_refuses_a_second_time(tree: Path) -> None:
 def test_the_staged_build_context_applies_on_its_own(
     tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The image build: the context's patchset.py and patch set, run by a python without opsctl (-S)."""
+    """The image build: the context's patchset.py and patch set, run by a python without opsctl
+    (-S)."""
     monkeypatch.setenv(lock.LOCK_DIR_ENV, str(tmp_path / "locks"))
     real = load_profile("glm5-nvfp4-rtx6000")
     image = real.image.model_copy(update={"sglang_version": "0.5.15"})

@@ -1,5 +1,6 @@
-"""Rendered Kubernetes objects validated offline (tests/k8sschemas.py; versions in tests/k8s/SCHEMAS.md):
-every committed golden manifest, and every profile x variant rendered with two replicas.
+"""Rendered Kubernetes objects validated offline (tests/k8sschemas.py; versions in
+tests/k8s/SCHEMAS.md): every committed golden manifest, and every profile x variant rendered with
+two replicas.
 
 Each validator is first shown to reject what a cluster would reject (an unknown field, a wrong
 type, a missing required field, a value outside an enum, and what the API server checks beyond

@@ -83,7 +83,8 @@ def standins() -> None:
 
 @pytest.fixture(scope="module", autouse=True)
 def remove_standin_builds() -> Iterator[None]:
-    """Images built on a stand-in exist only for these tests (the sim image is kept: `up` runs it)."""
+    """Images built on a stand-in exist only for these tests (the sim image is kept: `up` runs
+    it)."""
     yield
     built = [image for base in (STANDIN, OTHER_STANDIN) for image in docker(
         "images", "--quiet", "--filter", f"label=org.opencontainers.image.base.name={base}",
@@ -159,7 +160,8 @@ def test_production_dockerfile_on_the_standin(locks: dict[str, str], standins: N
     # The patched bytes and the build metadata, read from a container of the image itself.
     script = (
         "import hashlib, importlib.util, json, pathlib;"
-        "root = pathlib.Path(list(importlib.util.find_spec('sglang').submodule_search_locations)[0]).parent;"
+        "spec = importlib.util.find_spec('sglang');"
+        "root = pathlib.Path(list(spec.submodule_search_locations)[0]).parent;"
         f"data = (root / '{PATCHED}').read_bytes();"
         "print(json.dumps({'sha': hashlib.sha256(data).hexdigest(),"
         " 'switch': b'OPSCTL_KV_GATHER_CAST' in data,"

@@ -1,4 +1,5 @@
-"""The Dockerfiles opsctl builds: hadolint-clean, no secret-shaped ARG/ENV/LABEL, no download step."""
+"""The Dockerfiles opsctl builds: hadolint-clean, no secret-shaped ARG/ENV/LABEL, no download
+step."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`opsctl build` without an engine: planning, content hash, lock file, failure handling (fake engine)."""
+"""`opsctl build` without an engine: planning, content hash, lock file, failure handling (fake
+engine)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def lock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def sglang_profile(**image: Any) -> Profile:
-    """deploy/sim.yaml turned into a patched-sglang profile (independent of the real profile's flags)."""
+    """deploy/sim.yaml turned into a patched-sglang profile (independent of the real profile's
+    flags)."""
     sim = load_profile("sim")
     spec = sim.image.model_copy(
         update={

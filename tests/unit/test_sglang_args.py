@@ -1,4 +1,5 @@
-"""ArgSpec: the pinned sglang parsers rebuilt from the committed patches/sglang/<version>/cli-args.json."""
+"""ArgSpec: the pinned sglang parsers rebuilt from the committed
+patches/sglang/<version>/cli-args.json."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The one wheel cache: lookup, download failures, and every user of it honouring $OPSCTL_WHEEL_CACHE."""
+"""The one wheel cache: lookup, download failures, and every user of it honouring
+$OPSCTL_WHEEL_CACHE."""
 
 from __future__ import annotations
 

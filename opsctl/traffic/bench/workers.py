@@ -53,7 +53,10 @@ STOP_GRACE_S = 5.0  # stopped workers report what finished within this
 EXIT_GRACE_S = 2.0  # then `close` terminates, then kills
 SEED_STRIDE = 1_000_003
 # The worker's command: a fresh interpreter, its socket to the parent as a file descriptor.
-_CHILD = "import sys; from opsctl.traffic.bench.workers import worker_main; worker_main(int(sys.argv[1]))"
+_CHILD = (
+    "import sys; from opsctl.traffic.bench.workers import worker_main; "
+    "worker_main(int(sys.argv[1]))"
+)
 
 
 class WorkerDied(RuntimeError):
