@@ -79,8 +79,7 @@ def switch_enabled(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def format_marker(state: str, **fields: object) -> str:
-    """`MARKER state key=value ...`; whitespace is dropped from values so the line splits
-    cleanly."""
+    """`MARKER state key=value ...`; whitespace is dropped from values so the line splits cleanly."""
     parts = [MARKER, state]
     parts += [f"{key}={''.join(str(value).split())}" for key, value in fields.items()]
     return " ".join(parts)
@@ -252,9 +251,7 @@ class GatherCastWorkspace:
         earlier layer or step left there, or zeros; attention never reads them).
         """
         if pool.shape != self.buffer.shape:
-            raise ValueError(
-                f"pool shape {tuple(pool.shape)} != workspace {tuple(self.buffer.shape)}"
-            )
+            raise ValueError(f"pool shape {tuple(pool.shape)} != workspace {tuple(self.buffer.shape)}")
         bs = kv_indptr.shape[0] - 1
         if bs < 0:
             return self.buffer
@@ -417,10 +414,6 @@ def key_buffer_for_attention(
     `rows` is (kv_indptr[: bs + 1], kv_indices) as planned for this forward; `stock_reason`
     decides between the kernel and the stock full-pool cast.
     """
-    if (
-        workspace is not None
-        and rows is not None
-        and not stock_reason(workspace, pool, rows, dtype)
-    ):
+    if workspace is not None and rows is not None and not stock_reason(workspace, pool, rows, dtype):
         return workspace.convert(pool, rows[0], rows[1])
     return pool.to(dtype)
