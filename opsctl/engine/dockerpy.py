@@ -440,6 +440,59 @@ def joined_piece(stream: int, payload: bytes, unfinished: set[int]) -> bytes:
     return payload
 
 
+def _container_info(attrs: dict[str, Any],
+                    last_exit: Callable[[dict[str, Any]], int | None]) -> ContainerInfo:
+    """ContainerInfo from an inspect answer; `last_exit` finds the exit code that made the
+    policy restart a running container."""
+    state = attrs.get("State") or {}
+    status = state.get("Status", "")
+    restarts = int(attrs.get("RestartCount") or 0)
+    stopped = status in {"exited", "dead", "restarting"}
+    config = attrs.get("Config") or {}
+    last_exit_code = state.get("ExitCode") if stopped else None
+    if not stopped and restarts:
+        last_exit_code = last_exit(attrs)
+    return ContainerInfo(
+        id=attrs["Id"],
+        name=str(attrs.get("Name", "")).lstrip("/"),
+        status=status,
+        exit_code=state.get("ExitCode") if stopped else None,
+        labels=dict(config.get("Labels") or {}),
+        image=config.get("Image", ""),
+        started_at=state.get("StartedAt", ""),
+        restart_count=restarts,
+        **_health(state),
+        restart_max=_restart_max(attrs),
+        finished_at=_finished_at(state),
+        last_exit_code=last_exit_code,
+        oom_killed=bool(state.get("OOMKilled")),
+        error=str(state.get("Error") or ""),
+        ports=published_ports(attrs),
+    )
+
+
+def _health(state: dict[str, Any]) -> dict[str, str]:
+    """The health check's status and its last check's output."""
+    health = state.get("Health") or {}
+    checks = health.get("Log") or []
+    last = str(checks[-1].get("Output", "")).strip() if checks else ""
+    return {"health": health.get("Status", ""), "health_log": last}
+
+
+def _restart_max(attrs: dict[str, Any]) -> int:
+    """The on-failure policy's retry limit; 0 for any other policy."""
+    policy = (attrs.get("HostConfig") or {}).get("RestartPolicy") or {}
+    if policy.get("Name") != "on-failure":
+        return 0
+    return int(policy.get("MaximumRetryCount") or 0)
+
+
+def _finished_at(state: dict[str, Any]) -> str:
+    """When the container last stopped; empty for Docker's zero time (never stopped)."""
+    finished = state.get("FinishedAt", "")
+    return "" if finished.startswith("0001-") else finished
+
+
 class DockerEngine:
     """A connected Docker engine (see `connect`)."""
 
@@ -521,34 +574,7 @@ class DockerEngine:
             except docker.errors.NotFound:
                 raise ContainerGone(f"container {container_id[:12]} is gone",
                                     hint="`opsctl status` shows what runs") from None
-            state = attrs.get("State") or {}
-            status = state.get("Status", "")
-            restarts = int(attrs.get("RestartCount") or 0)
-            stopped = status in {"exited", "dead", "restarting"}
-            health = state.get("Health") or {}
-            checks = health.get("Log") or []
-            policy = (attrs.get("HostConfig") or {}).get("RestartPolicy") or {}
-            return ContainerInfo(
-                id=attrs["Id"],
-                name=str(attrs.get("Name", "")).lstrip("/"),
-                status=status,
-                exit_code=state.get("ExitCode") if stopped else None,
-                labels=dict((attrs.get("Config") or {}).get("Labels") or {}),
-                image=(attrs.get("Config") or {}).get("Image", ""),
-                started_at=state.get("StartedAt", ""),
-                restart_count=restarts,
-                health=health.get("Status", ""),
-                health_log=str(checks[-1].get("Output", "")).strip() if checks else "",
-                restart_max=int(policy.get("MaximumRetryCount") or 0)
-                if policy.get("Name") == "on-failure" else 0,
-                finished_at="" if state.get("FinishedAt", "").startswith("0001-")
-                else state.get("FinishedAt", ""),
-                last_exit_code=state.get("ExitCode") if stopped
-                else self._last_exit(attrs) if restarts else None,
-                oom_killed=bool(state.get("OOMKilled")),
-                error=str(state.get("Error") or ""),
-                ports=published_ports(attrs),
-            )
+            return _container_info(attrs, self._last_exit)
 
     def _last_exit(self, attrs: dict[str, Any]) -> int | None:
         """The exit code that made the policy restart a running container: Docker resets
