@@ -78,11 +78,10 @@ def _walk(node: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ..
             yield from _walk(item, path)
 
 
-def load_receivers(path: Path | None = None) -> dict[str, Any]:
-    """The user's receivers file, checked: the two routed receivers exist, no inline secret."""
-    source = path or receivers_path()
+def _read_receivers(source: Path) -> Any:
+    """The receivers file's YAML; ProfileError (its line never quoted) when it cannot be read."""
     try:
-        doc = load_yaml(read_bounded(source, "receivers file", MAX_RECEIVERS_BYTES))
+        return load_yaml(read_bounded(source, "receivers file", MAX_RECEIVERS_BYTES))
     except OSError as exc:
         raise ProfileError(
             f"cannot read receivers file {source}: {exc.strerror or exc}",
@@ -93,6 +92,12 @@ def load_receivers(path: Path | None = None) -> dict[str, Any]:
             f"cannot read receivers file {source}: {yaml_problem(exc)}",
             hint="see monitoring/alertmanager/receivers.yml for the format",
         ) from None
+
+
+def load_receivers(path: Path | None = None) -> dict[str, Any]:
+    """The user's receivers file, checked: the two routed receivers exist, no inline secret."""
+    source = path or receivers_path()
+    doc = _read_receivers(source)
     if not isinstance(doc, dict) or not isinstance(doc.get("receivers"), list):
         raise ProfileError(f"{source}: needs a `receivers:` list",
                            hint="see monitoring/alertmanager/receivers.yml for the format")
