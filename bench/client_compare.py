@@ -29,9 +29,9 @@ The peer's workload is 0.5.9's `--dataset-name random-ids` (random token ids, as
 --dataset-path. The tokenizer is tests/tinymodel.py's, built by the peer's transformers 4.57.1
 (it cannot read a tokenizer_config.json written by transformers 5; opsctl reads tokenizer.json).
 
-    scripts/peer-bench-env.sh                              # once: .venv-peer with sglang 0.5.9
-    .venv/bin/python bench/client_compare.py               # writes bench/results/client_compare.json
-    .venv/bin/python bench/client_compare.py --quick       # a smoke of the harness, into out/
+    scripts/peer-bench-env.sh                         # once: .venv-peer with sglang 0.5.9
+    .venv/bin/python bench/client_compare.py          # writes bench/results/client_compare.json
+    .venv/bin/python bench/client_compare.py --quick  # a smoke of the harness, into out/
 
 A benchmark, not a test: run the full one on a quiet machine with two free cores.
 """
@@ -81,7 +81,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--concurrency", default="1,16,32,64,128")
     parser.add_argument("--c512-at-5ms", action="store_true",
                         help="add concurrency 512 at ITL 5 ms (only where one core drives it)")
-    parser.add_argument("--rounds", type=int, default=4, help="requests per run: rounds x concurrency")
+    parser.add_argument(
+        "--rounds", type=int, default=4, help="requests per run: rounds x concurrency"
+    )
     parser.add_argument("--min-requests", type=int, default=16)
     parser.add_argument("--reps", type=int, default=2, help="runs per client per cell, alternating")
     parser.add_argument("--input-len", type=int, default=256)
@@ -93,11 +95,20 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None,
                         help="default bench/results/client_compare.json "
                              "(--quick: out/client_compare_quick.json)")
-    parser.add_argument("--quick", action="store_true",
-                        help="a smoke of the harness: ITL 20 ms, concurrency 1 and 8, 2 rounds, 1 rep")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke of the harness: ITL 20 ms, concurrency 1 and 8, 2 rounds, 1 rep",
+    )
     args = parser.parse_args()
     if args.quick:
-        args.itl_ms, args.concurrency, args.rounds, args.min_requests, args.reps = "20", "1,8", 2, 4, 1
+        args.itl_ms, args.concurrency, args.rounds, args.min_requests, args.reps = (
+            "20",
+            "1,8",
+            2,
+            4,
+            1,
+        )
     args.out = args.out or (ROOT / "out" / "client_compare_quick.json" if args.quick
                             else ROOT / "bench" / "results" / "client_compare.json")
     return args
@@ -124,13 +135,39 @@ class Harness:
                 "--seed", str(self.args.seed), "--out", str(out)]
 
     def peer_argv(self, concurrency: int, requests: int, output_len: int, out: Path) -> list[str]:
-        return [str(self.peer_python), "-m", "sglang.bench_serving", "--backend", "sglang-oai",
-                "--base-url", self.url, "--model", str(self.tokenizer), "--served-model-name", SERVED,
-                "--tokenizer", str(self.tokenizer), "--dataset-name", "random-ids",
-                "--random-input-len", str(self.args.input_len), "--random-output-len", str(output_len),
-                "--random-range-ratio", "1", "--num-prompts", str(requests),
-                "--max-concurrency", str(concurrency), "--request-rate", "inf",
-                "--seed", str(self.args.seed), "--output-file", str(out)]
+        return [
+            str(self.peer_python),
+            "-m",
+            "sglang.bench_serving",
+            "--backend",
+            "sglang-oai",
+            "--base-url",
+            self.url,
+            "--model",
+            str(self.tokenizer),
+            "--served-model-name",
+            SERVED,
+            "--tokenizer",
+            str(self.tokenizer),
+            "--dataset-name",
+            "random-ids",
+            "--random-input-len",
+            str(self.args.input_len),
+            "--random-output-len",
+            str(output_len),
+            "--random-range-ratio",
+            "1",
+            "--num-prompts",
+            str(requests),
+            "--max-concurrency",
+            str(concurrency),
+            "--request-rate",
+            "inf",
+            "--seed",
+            str(self.args.seed),
+            "--output-file",
+            str(out),
+        ]
 
     def run(self, client: str, concurrency: int, requests: int, output_len: int) -> dict[str, Any]:
         """One client run: its own figures, its CPU, and the server's view of the same span."""
@@ -187,8 +224,14 @@ class Sampler(threading.Thread):
         while not self.done.wait(SAMPLE_PERIOD_S):
             cpu = process_cpu_s()
             if self.pid in cpu and self.sim_pid in cpu:
-                self.samples.append((time.perf_counter(), tree_cpu_s(cpu, self.pid),
-                                     tree_cpu_s(cpu, self.sim_pid), streamed(scrape(self.url, STREAMED))))
+                self.samples.append(
+                    (
+                        time.perf_counter(),
+                        tree_cpu_s(cpu, self.pid),
+                        tree_cpu_s(cpu, self.sim_pid),
+                        streamed(scrape(self.url, STREAMED)),
+                    )
+                )
 
     def halt(self) -> None:
         self.done.set()
@@ -296,8 +339,12 @@ def derive(run: dict[str, Any], configured_itl_ms: float) -> None:
         run["ttft_minus_server_ms"] = round(run["ttft_mean_ms"] - server["ttft_mean_ms"], 2)
     flags = []
     sim_share = steady["sim_core_share"] if steady else None
-    if (server["itl_mean_ms"] and server["itl_mean_ms"] > configured_itl_ms * (1 + SIM_BOUND_PCT / 100)
-            or sim_share is not None and sim_share >= CLIENT_BOUND_SHARE):
+    if (
+        server["itl_mean_ms"]
+        and server["itl_mean_ms"] > configured_itl_ms * (1 + SIM_BOUND_PCT / 100)
+        or sim_share is not None
+        and sim_share >= CLIENT_BOUND_SHARE
+    ):
         flags.append("sim-bound")
     if run["core_share"] is not None and run["core_share"] >= CLIENT_BOUND_SHARE:
         flags.append("client-bound")
@@ -311,13 +358,19 @@ def build_tokenizer(args: argparse.Namespace, work: Path) -> Path:
     out = work / "tokenizer"
     code = ("import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
             "from tinymodel import build_tiny_tokenizer; build_tiny_tokenizer(Path(sys.argv[2]))")
-    subprocess.run([str(args.peer_venv / "bin" / "python"), "-c", code, str(ROOT / "tests"), str(out)],
-                   check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [str(args.peer_venv / "bin" / "python"), "-c", code, str(ROOT / "tests"), str(out)],
+        check=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        stderr=subprocess.DEVNULL,
+    )
     return out
 
 
 def matrix(args: argparse.Namespace) -> list[tuple[float, int]]:
-    cells = [(float(itl), int(c)) for itl in args.itl_ms.split(",") for c in args.concurrency.split(",")]
+    cells = [
+        (float(itl), int(c)) for itl in args.itl_ms.split(",") for c in args.concurrency.split(",")
+    ]
     if args.c512_at_5ms:
         cells.append((5.0, 512))
     return cells
@@ -352,8 +405,18 @@ def sweep(args: argparse.Namespace, work: Path) -> tuple[list[dict[str, Any]], d
     return runs, sims
 
 
-COLUMNS = ("ITL ms", "conc", "client", "CPU us/tok gross (steady)", "core client / sim",
-           "ITL mean client / server (err %)", "ITL p50", "TTFT - server ms", "done/failed", "flags")
+COLUMNS = (
+    "ITL ms",
+    "conc",
+    "client",
+    "CPU us/tok gross (steady)",
+    "core client / sim",
+    "ITL mean client / server (err %)",
+    "ITL p50",
+    "TTFT - server ms",
+    "done/failed",
+    "flags",
+)
 
 
 def row_line(run: dict[str, Any]) -> str:
@@ -381,14 +444,21 @@ def summary(runs: list[dict[str, Any]]) -> str:
     """One row per (ITL, concurrency): each figure as opsctl / peer, the mean over reps."""
     cells: dict[tuple[float, int], dict[str, list[dict[str, Any]]]] = {}
     for run in runs:
-        cells.setdefault((run["itl_ms"], run["concurrency"]), {}).setdefault(run["client"], []).append(run)
+        cells.setdefault((run["itl_ms"], run["concurrency"]), {}).setdefault(
+            run["client"], []
+        ).append(run)
     head = ("| ITL ms | conc | CPU us/tok steady (opsctl / peer) | core (opsctl / peer) | ITL mean "
             "err % | ITL p50 ms (server mean) | TTFT - server ms | flags |\n" + "|---" * 8 + "|\n")
     rows = []
     for (itl, concurrency), by_client in cells.items():
         def pair(key: str, by: dict[str, list[dict[str, Any]]] = by_client) -> str:
-            return " / ".join(_mean([r.get(key) for r in by.get(c, [])]) for c in ("opsctl", "peer"))
-        server_mean = _mean([r["server"]["itl_mean_ms"] for group in by_client.values() for r in group])
+            return " / ".join(
+                _mean([r.get(key) for r in by.get(c, [])]) for c in ("opsctl", "peer")
+            )
+
+        server_mean = _mean(
+            [r["server"]["itl_mean_ms"] for group in by_client.values() for r in group]
+        )
         flags = sorted({f"{c}: {flag}" for c, group in by_client.items() for r in group
                         for flag in r["flags"]})
         rows.append(f"| {itl:g} | {concurrency} | {pair('cpu_us_per_token_steady')} | "
@@ -413,9 +483,16 @@ def main() -> int:
     os.sched_setaffinity(0, {args.sim_core})  # the simulator, started from here, inherits it
     with tempfile.TemporaryDirectory(prefix="client-compare-") as tmp:
         runs, sims = sweep(args, Path(tmp))
-    peer_version = subprocess.run([str(args.peer_venv / "bin" / "python"), "-c",
-                                   "from importlib.metadata import version; print(version('sglang'))"],
-                                  capture_output=True, text=True, check=True).stdout.strip()
+    peer_version = subprocess.run(
+        [
+            str(args.peer_venv / "bin" / "python"),
+            "-c",
+            "from importlib.metadata import version; print(version('sglang'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     record = {
         "what": "opsctl bench's client against sglang.bench_serving on the same simulator",
         "command": "cd <checkout> && scripts/peer-bench-env.sh && "

@@ -37,7 +37,13 @@ sys.path.insert(0, str(ROOT))
 from opsctl.deploy import localsim  # noqa: E402 - after the checkout is on the path
 
 SIM_ENV = {"OPSCTL_SIM_ITL_MS": "5", "OPSCTL_SIM_TTFT_MS": "50", "OPSCTL_SIM_ITL_SLOPE_MS": "0"}
-SIM_ARGS = ["--model-path", "/models/GLM-5-NVFP4", "--served-model-name", "glm-5", "--enable-metrics"]
+SIM_ARGS = [
+    "--model-path",
+    "/models/GLM-5-NVFP4",
+    "--served-model-name",
+    "glm-5",
+    "--enable-metrics",
+]
 
 
 def _bench(checkout: Path, url: str, args: argparse.Namespace, cpu: str | None) -> dict[str, float]:
@@ -67,7 +73,9 @@ def _summary(runs: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
             b, a = pick(before), pick(after)
             row[how] = {"before": round(b, 2), "after": round(a, 2),
                         "change_pct": round(100 * (a - b) / b, 1)}
-        row["spread_pct_before"] = round(100 * (max(before) - min(before)) / statistics.median(before), 1)
+        row["spread_pct_before"] = round(
+            100 * (max(before) - min(before)) / statistics.median(before), 1
+        )
         table[level] = row
     return table
 
@@ -94,22 +102,32 @@ def main() -> None:
         for rep in range(args.reps):
             for side in ("before", "after"):
                 checkout = args.before if side == "before" else args.after
-                runs[side].append(_bench(checkout.resolve(), sim.url, args, "1" if pinned else None))
+                runs[side].append(
+                    _bench(checkout.resolve(), sim.url, args, "1" if pinned else None)
+                )
                 print(f"rep {rep + 1} {side}: {runs[side][-1]}", flush=True)
     finally:
         sim.stop(timeout_s=10)
     record = {
-        "what": "opsctl bench's client CPU per streamed token (each level's client_cpu_us_per_token, "
-                "measured phase only), two checkouts alternating on one simulator",
+        "what": "opsctl bench's client CPU per streamed token (each level's "
+        "client_cpu_us_per_token, measured phase only), two checkouts alternating on one simulator",
         "command": " ".join(["bench/client_cpu_ab.py", *sys.argv[1:]]),
         "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "pinned": pinned,
-                    "load_before": [round(x, 2) for x in load_before],
-                    "load_after": [round(x, 2) for x in os.getloadavg()]},
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "pinned": pinned,
+            "load_before": [round(x, 2) for x in load_before],
+            "load_after": [round(x, 2) for x in os.getloadavg()],
+        },
         "checkouts": {"before": str(args.before), "after": str(args.after)},
         "simulator": {"env": SIM_ENV, "args": SIM_ARGS},
-        "workload": {"concurrency": args.concurrency, "requests_per_level": args.requests,
-                     "input_words": args.input_words, "output_tokens": args.output_tokens},
+        "workload": {
+            "concurrency": args.concurrency,
+            "requests_per_level": args.requests,
+            "input_words": args.input_words,
+            "output_tokens": args.output_tokens,
+        },
         "runs": runs,
         "summary": _summary(runs),
     }

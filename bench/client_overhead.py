@@ -56,7 +56,9 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--output-tokens", type=int, default=128)
     parser.add_argument("--input-words", type=int, default=64)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "client_overhead.json")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "bench" / "results" / "client_overhead.json"
+    )
     args = parser.parse_args()
 
     sim_env = {"OPSCTL_SIM_ITL_MS": f"{args.itl_ms:g}", "OPSCTL_SIM_TTFT_MS": f"{args.ttft_ms:g}",

@@ -109,9 +109,14 @@ def main() -> int:
                         help="exit 1 when a file's table block differs from the report's")
     args = parser.parse_args()
     table = render(json.loads(args.report.read_text()))
-    stale = [path for path in args.check if _with_table(path.read_text(), table) != path.read_text()]
+    stale = [
+        path for path in args.check if _with_table(path.read_text(), table) != path.read_text()
+    ]
     for path in stale:
-        print(f"{path}: the table block differs from {args.report}; run --update {path}", file=sys.stderr)
+        print(
+            f"{path}: the table block differs from {args.report}; run --update {path}",
+            file=sys.stderr,
+        )
     if args.check:
         return 1 if stale else 0
     if args.update is None:

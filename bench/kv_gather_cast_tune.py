@@ -16,7 +16,8 @@ Candidate knobs (all compile-time):
             before the first block's stores)
 
     python3 bench/kv_gather_cast_tune.py --out bench/results/kv_gather_cast_tune_h200.json
-(passes 1 and 2 ran earlier candidate lists: bench/results/kv_gather_cast_tune_h200_pass1.json, _pass2.log)
+(passes 1 and 2 ran earlier candidate lists: bench/results/kv_gather_cast_tune_h200_pass1.json,
+_pass2.log)
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ ACTIVE = [2_048, 32_768, 131_072, POOL_ROWS - 1]
 READ_WRITE_BYTES = ROW + 2 * ROW
 # (label, chunk, evict, stream, unroll, block_rows, num_warps, programs_per_sm)
 CANDIDATES = [
-    # pass 1 (bench/results/kv_gather_cast_tune_h200_pass1.json): shapes; "split" loads head and tail
-    # before storing either, which alone beat the shipped order; chunk64 lost everywhere.
+    # pass 1 (bench/results/kv_gather_cast_tune_h200_pass1.json): shapes; "split" loads head
+    # and tail before storing either, which alone beat the shipped order; chunk64 lost everywhere.
     # pass 2 (bench/results/kv_gather_cast_tune_h200_pass2.log; it stopped at a
     # .cg + evict_first candidate that ptxas refuses): evict_first loads + streaming stores
     # at 16 rows / 4 warps / 16 programs per SM was the one config under 1.3x at 32K and 131K.
@@ -232,8 +233,12 @@ def main() -> int:
             ms = median_ms(graph.replay, args.reps)
             torch.cuda.synchronize()
             named = perms[n].long()
-            entry["bit_exact"][str(n)] = bool(torch.equal(
-                out[named].view(torch.int16), pools[-1][named].to(torch.bfloat16).view(torch.int16)))
+            entry["bit_exact"][str(n)] = bool(
+                torch.equal(
+                    out[named].view(torch.int16),
+                    pools[-1][named].to(torch.bfloat16).view(torch.int16),
+                )
+            )
             floor_ms = n * READ_WRITE_BYTES / (bandwidth * 1e9) * 1e3 * LAYERS
             entry["step_ms"][str(n)] = ms
             entry["over_floor"][str(n)] = ms / floor_ms

@@ -10,7 +10,8 @@
   `num_nextn_predict_layers: 1` and `model.layers.<num_hidden_layers>.*` holding a whole decoder
   layer (MLA + indexer + MoE) and the NextN parts sglang's loader reads (`enorm`, `hnorm`,
   `eh_proj`, `shared_head.norm`; `embed_tokens` and `shared_head.head` are in the checkpoint and
-  skipped by the loader, which shares the target's). For EAGLE/NEXTN runs (bench/mtp_gathercast_gpu.py).
+  skipped by the loader, which shares the target's). For EAGLE/NEXTN runs
+  (bench/mtp_gathercast_gpu.py).
 
 Weights are random BF16 (seeded), saved as safetensors under the checkpoint names sglang's
 loaders read; the tokenizer is word-level over bench's prompt words (tokenizers library), so
@@ -42,7 +43,9 @@ def write_tokenizer(out: Path) -> int:
     vocab = _vocab()
     tok = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(vocab)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
     fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
     fast.save_pretrained(out)
     return len(vocab)
@@ -105,10 +108,12 @@ def glm5_config(vocab: int) -> dict:
             "scoring_func": "sigmoid",
             "norm_topk_prob": True,
             "routed_scaling_factor": 2.5,
-            # the DSA indexer: GLM-5's top-k, so it selects from 2,048 tokens on (long prompts below)
+            # the DSA indexer: GLM-5's top-k, so it selects from 2,048 tokens on (long prompts
+            # below)
             "index_topk": 2048,  # GLM-5's own; 0.5.15's fused top-k (sgl_kernel) asserts 2048
             "index_head_dim": 128,
-            "index_n_heads": 32,  # GLM-5's own; DeepGEMM's sm_90 paged MQA logits take 32 or 64 only
+            # GLM-5's own; DeepGEMM's sm_90 paged MQA logits take 32 or 64 only
+            "index_n_heads": 32,
         }
     )
     return cfg
@@ -171,7 +176,10 @@ def _tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
         shapes[a + "o_proj.weight"] = (h, heads * cfg["v_head_dim"])
         if "index_topk" in cfg:
             ix = a + "indexer."
-            shapes[ix + "wq_b.weight"] = (cfg["index_n_heads"] * cfg["index_head_dim"], cfg["q_lora_rank"])
+            shapes[ix + "wq_b.weight"] = (
+                cfg["index_n_heads"] * cfg["index_head_dim"],
+                cfg["q_lora_rank"],
+            )
             shapes[ix + "wk.weight"] = (cfg["index_head_dim"], h)
             shapes[ix + "k_norm.weight"] = (cfg["index_head_dim"],)
             shapes[ix + "k_norm.bias"] = (cfg["index_head_dim"],)

@@ -69,7 +69,8 @@ def build_plan(models: Path) -> list[dict[str, Any]]:
 
 
 def prompts(contexts: Sequence[int], repeats: int) -> list[dict[str, Any]]:
-    """Deterministic prompts of `n` words (one token each: the tiny model's word-level vocabulary)."""
+    """Deterministic prompts of `n` words (one token each: the tiny model's word-level
+    vocabulary)."""
     sys.path.insert(0, str(ROOT / "bench"))
     from make_tiny_models import SPECIALS, _vocab
 
@@ -174,7 +175,9 @@ def run_variant(entry: dict[str, Any], work: list[dict[str, Any]], out: Path,
 
 
 def compare(measured: dict[str, dict[str, Any]], contexts: Sequence[int]) -> dict[str, Any]:
-    """Parity of the patched server with stock FP8, request by request; TPOT medians side by side."""
+    """Parity of the patched server with stock FP8, request by request; TPOT medians side by
+    side."""
+
     def by_key(name: str) -> dict[tuple[int, int], dict[str, Any]]:
         reqs = measured.get(name, {}).get("requests", [])
         return {(r["context"], r["repeat"]): r for r in reqs}

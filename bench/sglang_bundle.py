@@ -1,8 +1,11 @@
 """Assemble the smallest set that starts sglang 0.5.15's server on the H200 device image.
 
-    python bench/sglang_bundle.py lock      # pip download each pin (cp312, manylinux), hash, write the lock
-    python bench/sglang_bundle.py assemble  # check each file against the lock, unpack, prune, pack parts
-    python bench/sglang_bundle.py closure   # the CPU import-closure proof (sglang_closure.py), cp311 twins
+    python bench/sglang_bundle.py lock      # pip download each pin (cp312, manylinux), hash,
+                                            # write the lock
+    python bench/sglang_bundle.py assemble  # check each file against the lock, unpack, prune,
+                                            # pack parts
+    python bench/sglang_bundle.py closure   # the CPU import-closure proof (sglang_closure.py),
+                                            # cp311 twins
 
 The device image (bench/sglang_bundle/device_packages.txt, from the device docs' package list)
 has torch 2.11.0+cu130, triton, transformers 5.17 and no network. What it lacks travels here:
@@ -18,7 +21,8 @@ flash_ops.abi3.so (FA3, loaded lazily by sgl_kernel/flash_attn.py), sm100/ (not 
 flashinfer's bundled CUTLASS examples/python/test trees (its JIT includes only include/ and
 tools/). Kept for the GLM-5-shaped DSA model: flashmla_ops.abi3.so (0.5.15 resolves its FP8 KV
 to the flashmla_kv DSA backends) and sgl-deep-gemm (the indexer calls deep_gemm; without it the
-model stopped at `deep_gemm.get_num_sms()`, bench/results/sglang_h200/server-glm5.log of 2026-12-02).
+model stopped at `deep_gemm.get_num_sms()`, bench/results/sglang_h200/server-glm5.log of
+2026-12-02).
 """
 
 from __future__ import annotations
@@ -190,7 +194,9 @@ def cmd_lock(cache: Path) -> None:
         "wheels": entries,
     }
     LOCK.write_text(json.dumps(lock, indent=2) + "\n")
-    print(f"wrote {LOCK}: {len(entries)} wheels, {sum(e['bytes'] for e in entries) / 2**20:.1f} MiB")
+    print(
+        f"wrote {LOCK}: {len(entries)} wheels, {sum(e['bytes'] for e in entries) / 2**20:.1f} MiB"
+    )
 
 
 def _pruned(name: str, member: str) -> bool:
@@ -231,7 +237,9 @@ def cmd_assemble(cache: Path, out: Path) -> None:
                 member = tarfile.TarInfo(info.filename)
                 member.size = len(data)
                 member.mode = (
-                    0o755 if info.filename.endswith(".so") or (info.external_attr >> 16) & 0o111 else 0o644
+                    0o755
+                    if info.filename.endswith(".so") or (info.external_attr >> 16) & 0o111
+                    else 0o644
                 )
                 tar.addfile(member, io.BytesIO(data))
         tar.fileobj.flush()  # type: ignore[union-attr]
@@ -265,7 +273,14 @@ def cmd_closure(cache311: Path, emu: list[Path], stubs: list[str], modules: list
             for info in zf.infolist():
                 if not info.is_dir() and not _pruned(entry["name"], info.filename):
                     zf.extract(info, site)
-    cmd = [sys.executable, str(HERE / "sglang_closure.py"), "--site", str(site), "--emu", str(SHIMS)]
+    cmd = [
+        sys.executable,
+        str(HERE / "sglang_closure.py"),
+        "--site",
+        str(site),
+        "--emu",
+        str(SHIMS),
+    ]
     for path in emu:
         cmd += ["--emu", str(path)]
     for stub in stubs:

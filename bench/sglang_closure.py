@@ -1,6 +1,7 @@
 """CPU proof of sglang's import closure as the H200 device image would see it.
 
-    python bench/sglang_closure.py --site SITE [--emu DIR] [--module sglang.srt.entrypoints.http_server]
+    python bench/sglang_closure.py --site SITE [--emu DIR] \
+        [--module sglang.srt.entrypoints.http_server]
 
 The device image holds a fixed package list (the names in /work/.library/device/KINDS.md, copied
 to bench/sglang_bundle/device_packages.txt). A meta-path finder refuses every top-level module
@@ -110,7 +111,9 @@ def main() -> int:
         import traceback
 
         frames = traceback.extract_tb(exc.__traceback__)
-        result["where"] = [f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in frames[-4:]]
+        result["where"] = [
+            f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in frames[-4:]
+        ]
     result["stubs"] = sorted(finder.names | set(args.scoped_stub))
     result["sglang_modules_imported"] = len([m for m in sys.modules if m.startswith("sglang")])
     print(json.dumps(result))

@@ -23,7 +23,9 @@ def _read_json(path: Path) -> dict | None:
 
 def summarise(res: Path) -> dict:
     out: dict = {
-        "device_env": (res / "env.txt").read_text().splitlines() if (res / "env.txt").exists() else None
+        "device_env": (res / "env.txt").read_text().splitlines()
+        if (res / "env.txt").exists()
+        else None
     }
     out["argv"] = {
         v: (res / f"argv-{v}.txt").read_text().strip()
@@ -53,7 +55,8 @@ def summarise(res: Path) -> dict:
                         "requests": level["requests"],
                         "completed": level["completed"],
                         "failed": level["failed"],
-                        "output_tokens_per_request": level["output_tokens"] // max(level["completed"], 1),
+                        "output_tokens_per_request": level["output_tokens"]
+                        // max(level["completed"], 1),
                         "tpot_ms_p50": level["tpot_ms"]["p50"],
                         "tpot_ms_p99": level["tpot_ms"]["p99"],
                         "itl_ms_p50": level["itl_ms"]["p50"],
@@ -62,7 +65,11 @@ def summarise(res: Path) -> dict:
                         "requests_per_s": level["requests_per_s"],
                     }
                 )
-        out["bench"] = {"passed": bench.get("passed"), "config": bench.get("config"), "levels": table}
+        out["bench"] = {
+            "passed": bench.get("passed"),
+            "config": bench.get("config"),
+            "levels": table,
+        }
         by = {(r["variant"], r["concurrency"]): r for r in table}
         out["gathercast_vs_baseline"] = [
             {
@@ -71,7 +78,8 @@ def summarise(res: Path) -> dict:
                     by[("gathercast", c)]["tpot_ms_p50"] / by[("baseline", c)]["tpot_ms_p50"], 4
                 ),
                 "throughput_ratio": round(
-                    by[("gathercast", c)]["output_tokens_per_s"] / by[("baseline", c)]["output_tokens_per_s"],
+                    by[("gathercast", c)]["output_tokens_per_s"]
+                    / by[("baseline", c)]["output_tokens_per_s"],
                     3,
                 ),
             }

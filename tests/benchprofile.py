@@ -1,5 +1,6 @@
 """A copy of deploy/sim.yaml for bench tests that need a profile without a container: optionally
-with a model directory on this host (model.host_path), and a bench plan (BenchOptions) against a URL."""
+with a model directory on this host (model.host_path), and a bench plan (BenchOptions) against a
+URL."""
 
 from __future__ import annotations
 
@@ -30,5 +31,7 @@ def bench_request(profile: str, url: str, **changes: Any) -> BenchOptions:
         input_words=4, output_tokens=2, model=None, api="completions", api_key=None,
         request_timeout_s=5.0, out_dir=None, gateway=None, dataset="random")
     values.update(changes)
-    settings = {name: values.pop(name) for name in list(values) if name in BenchSettings.model_fields}
+    settings = {
+        name: values.pop(name) for name in list(values) if name in BenchSettings.model_fields
+    }
     return BenchOptions(BenchSettings(**settings), **values)

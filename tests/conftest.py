@@ -170,7 +170,9 @@ def _containers_now() -> dict[str, str] | None:
         return None
     # The low-level list: the SDK's `containers.list` inspects each one and raises NotFound for
     # one removed meanwhile. An engine that answered the ping and then fails is an error here.
-    return {c["Id"]: (c.get("Names") or ["?"])[0].lstrip("/") for c in client.api.containers(all=True)}
+    return {
+        c["Id"]: (c.get("Names") or ["?"])[0].lstrip("/") for c in client.api.containers(all=True)
+    }
 
 
 _BEFORE: dict[str, str] | None = None

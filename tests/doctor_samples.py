@@ -19,8 +19,10 @@ SAMPLE_OLD_DRIVER = SAMPLE_RTX.replace("580.00.01", "570.00.01")
 SAMPLE_FOUR = "".join(SAMPLE_RTX.splitlines(keepends=True)[:4])
 SAMPLE_GARBAGE = "Failed to initialize NVML: Driver/library version mismatch\n"
 # SAMPLE `nvidia-smi -L` from inside a container (made-up UUIDs).
-SAMPLE_LIST = "".join(f"GPU {i}: NVIDIA RTX PRO 6000 Blackwell Server Edition (UUID: GPU-sample-{i})\n"
-                      for i in range(8))
+SAMPLE_LIST = "".join(
+    f"GPU {i}: NVIDIA RTX PRO 6000 Blackwell Server Edition (UUID: GPU-sample-{i})\n"
+    for i in range(8)
+)
 
 
 def _matrix(cell: str) -> str:
@@ -38,17 +40,21 @@ def fake_tools(folder: Path, query: str = SAMPLE_RTX) -> Path:
     the shell's own printf (PATH may hold nothing else)."""
     folder.mkdir(parents=True, exist_ok=True)
     smi = folder / "nvidia-smi"
-    smi.write_text("#!/bin/sh\n# FAKE nvidia-smi: prints SAMPLES written by tests/unit/test_doctor.py\n"
-                   'case "$*" in\n'
-                   f"  *--query-gpu=*) printf '%s' '{query}'; exit ${{FAKE_SMI_EXIT:-0}};;\n"
-                   f"  'topo -m') printf '%s' '{_matrix('NODE')}';;\n"
-                   f"  'topo -p2p r') printf '%s' '{_matrix('OK')}';;\n"
-                   "  *) exit 9;;\n"
-                   "esac\n")
+    smi.write_text(
+        "#!/bin/sh\n# FAKE nvidia-smi: prints SAMPLES written by tests/unit/test_doctor.py\n"
+        'case "$*" in\n'
+        f"  *--query-gpu=*) printf '%s' '{query}'; exit ${{FAKE_SMI_EXIT:-0}};;\n"
+        f"  'topo -m') printf '%s' '{_matrix('NODE')}';;\n"
+        f"  'topo -p2p r') printf '%s' '{_matrix('OK')}';;\n"
+        "  *) exit 9;;\n"
+        "esac\n"
+    )
     lspci = folder / "lspci"
-    lspci.write_text("#!/bin/sh\n# FAKE lspci -vvv: a SAMPLE bridge with ACS control, no SrcValid+\n"
-                     "echo '00:01.0 PCI bridge: Sample bridge'\n"
-                     "echo '\t\tACSCtl:\tSrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd-'\n")
+    lspci.write_text(
+        "#!/bin/sh\n# FAKE lspci -vvv: a SAMPLE bridge with ACS control, no SrcValid+\n"
+        "echo '00:01.0 PCI bridge: Sample bridge'\n"
+        "echo '\t\tACSCtl:\tSrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd-'\n"
+    )
     for script in (smi, lspci):
         script.chmod(0o755)
     return folder

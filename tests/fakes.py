@@ -86,13 +86,22 @@ class FakeContainer:
     oom_killed: bool = False
 
     def info(self) -> ContainerInfo:
-        return ContainerInfo(id=self.id, name=self.name, status=self.status, exit_code=self.exit_code,
-                             labels=dict(self.labels), image=self.image,
-                             started_at=STARTED_AT if self.status == "running" else "",
-                             restart_count=self.restart_count, health=self.health,
-                             health_log=self.health_log, restart_max=self.restart_max,
-                             last_exit_code=self.last_exit_code, oom_killed=self.oom_killed,
-                             ports=tuple(self.ports))
+        return ContainerInfo(
+            id=self.id,
+            name=self.name,
+            status=self.status,
+            exit_code=self.exit_code,
+            labels=dict(self.labels),
+            image=self.image,
+            started_at=STARTED_AT if self.status == "running" else "",
+            restart_count=self.restart_count,
+            health=self.health,
+            health_log=self.health_log,
+            restart_max=self.restart_max,
+            last_exit_code=self.last_exit_code,
+            oom_killed=self.oom_killed,
+            ports=tuple(self.ports),
+        )
 
 
 @dataclass
@@ -120,7 +129,8 @@ class FakeEngine:
         # What `up`'s preflight finds (a run_to_completion of opsctl's preflight probe): a pass
         # by default, as a healthy image with a loadable checkpoint answers it.
         self.preflight_answer: tuple[int, str] = PREFLIGHT_PASS
-        self.preflights: list[tuple[str, list[str], tuple[Mount, ...]]] = []  # image, command, mounts
+        # image, command, mounts
+        self.preflights: list[tuple[str, list[str], tuple[Mount, ...]]] = []
         # What a throwaway container given every GPU answers (`run_to_completion(gpus=True)`):
         # by default the engine's refusal on a host without the NVIDIA runtime or CDI, Docker's
         # own wording; every such run is kept in `gpu_runs` as (image, command, timeout seconds).
@@ -156,8 +166,16 @@ class FakeEngine:
                       **state: object) -> FakeContainer:
         """A container that was there before the test (ours if `labels` carry opsctl.managed);
         `state` sets other FakeContainer fields (restart_count, health, ...)."""
-        container = FakeContainer(id=f"c{next(self._ids)}", name=name, image="img", labels=dict(labels),
-                                  host_ports=[], status=status, exit_code=exit_code, log=list(log))
+        container = FakeContainer(
+            id=f"c{next(self._ids)}",
+            name=name,
+            image="img",
+            labels=dict(labels),
+            host_ports=[],
+            status=status,
+            exit_code=exit_code,
+            log=list(log),
+        )
         for key, value in state.items():
             setattr(container, key, value)
         self.containers[container.id] = container
@@ -195,11 +213,17 @@ class FakeEngine:
             raise name_taken(spec)
         behaviour, self.next_run = self.next_run, Behaviour()
         container = FakeContainer(
-            id=f"c{next(self._ids)}", name=spec.name, image=spec.image, labels=dict(spec.labels),
-            host_ports=[p.host_port for p in spec.ports], ports=list(spec.ports),
+            id=f"c{next(self._ids)}",
+            name=spec.name,
+            image=spec.image,
+            labels=dict(spec.labels),
+            host_ports=[p.host_port for p in spec.ports],
+            ports=list(spec.ports),
             log=list(behaviour.log),
-            exit_after_inspects=behaviour.exit_after_inspects, exit_code_later=behaviour.exit_code,
-            restart_after_inspects=behaviour.restart_after_inspects, restart_max=spec.restart_max or 0,
+            exit_after_inspects=behaviour.exit_after_inspects,
+            exit_code_later=behaviour.exit_code,
+            restart_after_inspects=behaviour.restart_after_inspects,
+            restart_max=spec.restart_max or 0,
         )
         self.containers[container.id] = container
         if behaviour.fail_after_create is not None:
@@ -377,8 +401,12 @@ class FakeEngine:
 class FakeClock:
     """Starts at `start`; `sleep` advances it. `interrupt_on_sleep=n` raises Ctrl-C at the n-th."""
 
-    def __init__(self, start: float = 1000.0, wall: datetime = datetime(2026, 11, 29, 11, tzinfo=UTC),
-                 interrupt_on_sleep: int | None = None) -> None:
+    def __init__(
+        self,
+        start: float = 1000.0,
+        wall: datetime = datetime(2026, 11, 29, 11, tzinfo=UTC),
+        interrupt_on_sleep: int | None = None,
+    ) -> None:
         self._start = start
         self.time = start
         self.wall = wall

@@ -72,7 +72,7 @@ MODES = (
     "deep_json",        # JSON nested far deeper than any parser's recursion limit
     "auth",             # 401 unless `Authorization: Bearer <key>` (like sglang: /health* open)
     "echo_key",         # the bearer token comes back as the model id and in generated text
-    "echo_auth",        # the whole Authorization header (e.g. `Basic <base64>`) comes back, no check
+    "echo_auth",        # the whole Authorization header (`Basic <base64>`) comes back, unchecked
     "echo_token",       # its credential alone (`Basic ` dropped) comes back, in /model_info
                         # too, and a /server_info holding it, a key of its own and userinfo
     "redirect",         # generation requests get 307 to `redirect_to` (another host), the rest OK
@@ -126,7 +126,9 @@ class HostileServer:
         self._server.hostile = self
         self.port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.02,), daemon=True
+        )
         self._thread.start()
 
     def __enter__(self) -> HostileServer:
@@ -199,7 +201,9 @@ class _Handler(socketserver.StreamRequestHandler):
             body = json.loads(raw) if raw else {}
         except ValueError:
             body = {}
-        return Request(method, path.split("?", 1)[0], headers, body if isinstance(body, dict) else {})
+        if not isinstance(body, dict):
+            body = {}
+        return Request(method, path.split("?", 1)[0], headers, body)
 
     # --- answers ------------------------------------------------------------------------------
 
@@ -259,7 +263,8 @@ class _Handler(socketserver.StreamRequestHandler):
             if path == "/model_info":  # verify prints it in its table
                 return self._send_json({"model_path": "/models/hostile",
                                         "served_model_name": bearer, "tokenizer_path": None})
-        if mode in ("auth", "echo_key") and not path.startswith("/health") and bearer != hostile.key:
+        checked = mode in ("auth", "echo_key") and not path.startswith("/health")
+        if checked and bearer != hostile.key:
             return self._send_json({"error": {"message": "Invalid API key"}}, 401)
         if mode == "html_502" and path.startswith("/v1/"):
             return self._send(502, HTML_502, "text/html")
@@ -282,7 +287,8 @@ class _Handler(socketserver.StreamRequestHandler):
             return False
         if mode == "empty_models":
             return self._send_json({"object": "list", "data": []})
-        return self._send_json({"object": "list", "data": [{"id": self._model_id(hostile, bearer)}]})
+        model = {"id": self._model_id(hostile, bearer)}
+        return self._send_json({"object": "list", "data": [model]})
 
     def _model_id(self, hostile: HostileServer, bearer: str) -> str:
         if hostile.mode in ("echo_key", "echo_auth", "echo_token"):

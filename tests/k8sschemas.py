@@ -1,4 +1,5 @@
-"""Offline schema validation of rendered Kubernetes objects (versions and sources: tests/k8s/SCHEMAS.md).
+"""Offline schema validation of rendered Kubernetes objects (versions and sources:
+tests/k8s/SCHEMAS.md).
 
 - Built-in kinds (Deployment, Service, ConfigMap, RBAC, ...): the Kubernetes OpenAPI schema of
   `K8S_VERSION` as the PyPI package kubernetes-validate ships it, strict (unknown fields rejected).
@@ -232,7 +233,8 @@ def _strict(node: Any) -> Any:
 
 
 def monitoring_errors(objects: list[dict[str, Any]]) -> list[list[str]]:
-    """Prometheus operator and KEDA objects through tests/k8s/validate.mjs (one node run for all)."""
+    """Prometheus operator and KEDA objects through tests/k8s/validate.mjs (one node run for
+    all)."""
     if not objects:
         return []
     if shutil.which("node") is None or not (NODE_DIR / "node_modules").is_dir():

@@ -18,7 +18,9 @@ from opsctl.core.paths import project_root
 EVAL_KEY = "sim-gsm8k-test.jsonl"
 
 
-def sim_profile_data(prefix: str, host_port: int, warmup_seconds: str = "1") -> tuple[dict[str, Any], str]:
+def sim_profile_data(
+    prefix: str, host_port: int, warmup_seconds: str = "1"
+) -> tuple[dict[str, Any], str]:
     """deploy/sim.yaml as a dict, renamed `<prefix>-<random>`, on `host_port`, loading in ~1 s."""
     data = yaml.safe_load((project_root() / "deploy" / "sim.yaml").read_text())
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
@@ -36,7 +38,9 @@ def add_weights(data: dict[str, Any], tmp_path: Path) -> Path:
     weights = write_checkpoint(tmp_path / "weights")
     shutil.copy(project_root() / "deploy" / "evals" / EVAL_KEY, weights / EVAL_KEY)
     data["model"]["host_path"] = str(weights)
-    data["container"]["env"]["OPSCTL_SIM_EVAL_KEY"] = f"{data['model']['container_path']}/{EVAL_KEY}"
+    data["container"]["env"]["OPSCTL_SIM_EVAL_KEY"] = (
+        f"{data['model']['container_path']}/{EVAL_KEY}"
+    )
     return weights
 
 

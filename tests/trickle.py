@@ -34,7 +34,8 @@ class _Handler(socketserver.StreamRequestHandler):
         if trickle.mode == "headers":
             head, drip = b"HTTP/1.1 200 OK\r\n", lambda n: f"X-Trickle-{n}: {n}\r\n".encode()
         else:
-            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+            head = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: 100000\r\n\r\n")
             drip = lambda n: b" "  # noqa: E731 - one byte of the announced body
         started = time.monotonic()
         try:
@@ -64,7 +65,9 @@ class TrickleServer:
         self._server.trickle = self
         self.port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), daemon=True
+        )
         self._thread.start()
 
     def __enter__(self) -> TrickleServer:

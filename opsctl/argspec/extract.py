@@ -2,10 +2,10 @@
 
 The flags opsctl renders are checked against this record (`spec.py`), so it must come
 from sglang's own code, never from a hand-kept list: the real wheel comes from the wheel cache
-(opsctl.core.wheels, downloaded with pip once), is unpacked to a temp dir, and `probe.py` imports the real
-`sglang.srt.server_args.ServerArgs` in a clean subprocess (`python -S -I`: no site packages, no
-opsctl, no SGLANG_* environment) and dumps `parser._actions`. Only a few small pure-data
-dependencies are real there (pinned below); every other third-party import is an inert
+(opsctl.core.wheels, downloaded with pip once), is unpacked to a temp dir, and `probe.py` imports
+the real `sglang.srt.server_args.ServerArgs` in a clean subprocess (`python -S -I`: no site
+packages, no opsctl, no SGLANG_* environment) and dumps `parser._actions`. Only a few small
+pure-data dependencies are real there (pinned below); every other third-party import is an inert
 placeholder, which is fine for option strings, nargs and choices, and is recorded in `notes`.
 """
 
@@ -371,22 +371,31 @@ def _local_origin(
     if function is None:
         return ""
     wanted = {node.id for node in ast.walk(choices) if isinstance(node, ast.Name)}
-    parts = []
-    for statement in ast.walk(function):
-        if not isinstance(statement, ast.Assign | ast.Expr | ast.AugAssign):
-            continue
-        if any(node is call for node in ast.walk(statement)):
-            continue
-        if isinstance(statement, ast.Assign):
-            targets = {n.id for t in statement.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-            if not targets & wanted:
-                continue
-        elif not any(_mutates(statement, name) for name in wanted):
-            continue
-        text = " ".join((ast.get_source_segment(source, statement) or "").split())
-        parent = parents.get(statement)
-        if isinstance(parent, ast.If):
-            test = " ".join((ast.get_source_segment(source, parent.test) or "").split())
-            text = f"if {test}: {text}"
-        parts.append(text)
+    parts = [
+        _statement_text(statement, parents, source)
+        for statement in ast.walk(function)
+        if _builds(statement, wanted, call)
+    ]
     return "; ".join(parts)
+
+
+def _builds(statement: ast.AST, wanted: set[str], call: ast.Call) -> bool:
+    """Whether `statement` (not the one holding `call`) assigns or mutates a name in `wanted`."""
+    if not isinstance(statement, ast.Assign | ast.Expr | ast.AugAssign):
+        return False
+    if any(node is call for node in ast.walk(statement)):
+        return False
+    if isinstance(statement, ast.Assign):
+        targets = {n.id for t in statement.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        return bool(targets & wanted)
+    return any(_mutates(statement, name) for name in wanted)
+
+
+def _statement_text(statement: ast.AST, parents: dict[ast.AST, ast.AST], source: str) -> str:
+    """The statement's source on one line, behind the test of the `if` it sits in."""
+    text = " ".join((ast.get_source_segment(source, statement) or "").split())
+    parent = parents.get(statement)
+    if isinstance(parent, ast.If):
+        test = " ".join((ast.get_source_segment(source, parent.test) or "").split())
+        text = f"if {test}: {text}"
+    return text

@@ -351,4 +351,6 @@ def main(sglang_dir: str, deps_dir: str, versions_json: str, argvs_file: str | N
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None))
+    sys.exit(
+        main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
+    )

@@ -30,7 +30,11 @@ VERSION_RE = re.compile(r"\A[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}\Z")
 
 # Value converters the JSON may name. A custom sglang type function (e.g. json_list_type) is not
 # importable here, so such values are checked as plain strings (argparse's default).
-_TYPES: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "custom:json.loads": json.loads}
+_TYPES: dict[str, Callable[[str], Any]] = {
+    "int": int,
+    "float": float,
+    "custom:json.loads": json.loads,
+}
 
 
 def spec_path(version: str) -> Path:
@@ -79,7 +83,9 @@ class _Consume(argparse.Action):
             parser.error(self.error_message)
         if self.exits:
             # --help/--version print and exit: a server launched with them never serves.
-            parser.error(f"argument {option_string}: makes sglang print and exit instead of serving")
+            parser.error(
+                f"argument {option_string}: makes sglang print and exit instead of serving"
+            )
 
 
 @dataclass(frozen=True)

@@ -79,10 +79,12 @@ class StackRecord:
             return None
         error = str(found.get("error") or "").split(". ")[0]
         what = f"{repo}'s" if repo in self.models else f"a {architecture}"
-        return (f"sglang {self.version}'s image holds transformers {self.transformers} (the wheel's "
-                f"pin), which cannot load {what} config.json: {error} "
-                f"(executed on {found.get('config')}; recorded in "
-                f"{RELEASES_DIR}/{self.version}/{STACK_FILE})")
+        return (
+            f"sglang {self.version}'s image holds transformers {self.transformers} (the wheel's "
+            f"pin), which cannot load {what} config.json: {error} "
+            f"(executed on {found.get('config')}; recorded in "
+            f"{RELEASES_DIR}/{self.version}/{STACK_FILE})"
+        )
 
 
 def metadata_pins(wheel: Path) -> dict[str, str]:
@@ -96,7 +98,9 @@ def metadata_pins(wheel: Path) -> dict[str, str]:
             name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
             text = archive.read(name).decode()
     except (zipfile.BadZipFile, StopIteration, OSError, UnicodeDecodeError):
-        raise BuildError(f"{wheel} has no readable METADATA", hint="delete it and run again") from None
+        raise BuildError(
+            f"{wheel} has no readable METADATA", hint="delete it and run again"
+        ) from None
     pins: dict[str, str] = {}
     for line in text.splitlines():
         if not line.startswith("Requires-Dist: ") or ";" in line:
@@ -124,8 +128,9 @@ def side_env(requirement: str, cache: Path | None = None) -> Path:
                "--only-binary=:all:", "--target", str(staging), requirement]
     hint = f"check that PyPI is reachable (pip install --target {target} {requirement})"
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=wheels.PIP_TIMEOUT_S,
-                                check=False)
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=wheels.PIP_TIMEOUT_S, check=False
+        )
     except subprocess.TimeoutExpired:
         shutil.rmtree(staging, ignore_errors=True)
         raise BuildError(f"pip install {requirement} timed out", hint=hint) from None
@@ -145,10 +150,18 @@ def probe_configs(env_dir: Path, config_dirs: list[Path]) -> dict[str, Any]:
     """Run stack_probe.py with the transformers in `env_dir` on each config directory."""
     command = [sys.executable, "-S", "-I", "-B", str(PROBE), str(env_dir), *map(str, config_dirs)]
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
-                                check=False, env={"PATH": os.environ.get("PATH", ""), "HOME": "/nonexistent"})
+        result = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            check=False,
+            env={"PATH": os.environ.get("PATH", ""), "HOME": "/nonexistent"},
+        )
     except subprocess.TimeoutExpired:
-        raise BuildError("the transformers config probe timed out", hint=f"run {PROBE} by hand") from None
+        raise BuildError(
+            "the transformers config probe timed out", hint=f"run {PROBE} by hand"
+        ) from None
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise BuildError(f"the transformers config probe failed: {last}",
@@ -156,7 +169,9 @@ def probe_configs(env_dir: Path, config_dirs: list[Path]) -> dict[str, Any]:
     return dict(json.loads(result.stdout.strip().splitlines()[-1]))
 
 
-def generate(version: str, wheel_dir: Path | None = None, output: Path | None = None) -> StackRecord:
+def generate(
+    version: str, wheel_dir: Path | None = None, output: Path | None = None
+) -> StackRecord:
     """Make the stack record of sglang `version` from the real wheels and write it."""
     if not sglang_args.VERSION_RE.match(version):
         raise UsageError(f"{version!r} is not a sglang version", hint="e.g. --version 0.5.23")

@@ -1,4 +1,5 @@
-"""Load model config.json files with a real transformers. Runs ONLY as a script, in a clean subprocess.
+"""Load model config.json files with a real transformers. Runs ONLY as a script, in a clean
+subprocess.
 
 `opsctl sglang-args stack` starts `python -S -I -B <this file> <env dir> <config dir>...`: no site
 packages, no opsctl. This file imports the stdlib only, then the real transformers installed in

@@ -169,8 +169,11 @@ def _report(exc: OpsctlError) -> None:
     key = api_key_from_env()
     for line in exc.details:
         err_console.print(f"  {printable(redact(line, key))}", highlight=False, soft_wrap=True)
-    err_console.print(Text.assemble(("error:", "bold red"), " ", printable(redact(exc.message, key))),
-                      highlight=False, soft_wrap=True)
+    err_console.print(
+        Text.assemble(("error:", "bold red"), " ", printable(redact(exc.message, key))),
+        highlight=False,
+        soft_wrap=True,
+    )
     if exc.hint:
         err_console.print(Text.assemble(("hint:", "dim"), " ", printable(redact(exc.hint, key))),
                           highlight=False, soft_wrap=True)

@@ -93,8 +93,8 @@ def decide(
     throughput there; inside --margin it is a tie, and the verdict says what would separate
     them. Nothing runs afterwards.
 
-    Exit 0 a recommendation (or a tie), 2 bad usage, 4 (6 without Docker) no variant could start, 5 no
-    variant qualified, 130 interrupted (the server removed, a partial report written).
+    Exit 0 a recommendation (or a tie), 2 bad usage, 4 (6 without Docker) no variant could start, 5
+    no variant qualified, 130 interrupted (the server removed, a partial report written).
     """
     from pathlib import Path
 

@@ -48,25 +48,51 @@ def profile_show(profile: ProfileOpt = None, variant: VariantOpt = None) -> None
 @profile_app.command("resolve")
 def profile_resolve(
     profile: ProfileOpt = None,
-    variant: Annotated[str | None, typer.Option(
-        "--variant", "-v", help="Variant of the profile (default: every variant).",
-        callback=non_empty)] = None,
-    gpu_name: Annotated[str | None, typer.Option(
-        help="GPU reported to sglang (default: the profile's target, RTX PRO 6000 Blackwell).",
-        callback=non_empty)] = None,
-    gpu_count: Annotated[int | None, typer.Option(
-        help="GPUs reported (default: the profile's container.gpus, else its tp_size).",
-        callback=within(1, 64))] = None,
-    gpu_memory_gb: Annotated[float | None, typer.Option(
-        help="GiB per GPU reported (default: the GPU's).", callback=within(1, 4096))] = None,
-    compute_capability: Annotated[str | None, typer.Option(
-        help="MAJOR.MINOR reported (default: the GPU's, 12.0).")] = None,
-    model_config: Annotated[Path | None, typer.Option(
-        help="A GLM-5-shaped config.json (default: the one written from the profile's "
-        "model.repo card, tests/fixtures/glm5*/config.json).")] = None,
-    write_records: Annotated[bool, typer.Option(
-        "--write-records", help="Resolve every variant of every profile under deploy/ on its "
-        "target GPU and write patches/sglang/<version>/resolved/<profile>.<variant>.json.")] = False,
+    variant: Annotated[
+        str | None,
+        typer.Option(
+            "--variant",
+            "-v",
+            help="Variant of the profile (default: every variant).",
+            callback=non_empty,
+        ),
+    ] = None,
+    gpu_name: Annotated[
+        str | None,
+        typer.Option(
+            help="GPU reported to sglang (default: the profile's target, RTX PRO 6000 Blackwell).",
+            callback=non_empty,
+        ),
+    ] = None,
+    gpu_count: Annotated[
+        int | None,
+        typer.Option(
+            help="GPUs reported (default: the profile's container.gpus, else its tp_size).",
+            callback=within(1, 64),
+        ),
+    ] = None,
+    gpu_memory_gb: Annotated[
+        float | None,
+        typer.Option(help="GiB per GPU reported (default: the GPU's).", callback=within(1, 4096)),
+    ] = None,
+    compute_capability: Annotated[
+        str | None, typer.Option(help="MAJOR.MINOR reported (default: the GPU's, 12.0).")
+    ] = None,
+    model_config: Annotated[
+        Path | None,
+        typer.Option(
+            help="A GLM-5-shaped config.json (default: the one written from the profile's "
+            "model.repo card, tests/fixtures/glm5*/config.json)."
+        ),
+    ] = None,
+    write_records: Annotated[
+        bool,
+        typer.Option(
+            "--write-records",
+            help="Resolve every variant of every profile under deploy/ on its "
+            "target GPU and write patches/sglang/<version>/resolved/<profile>.<variant>.json.",
+        ),
+    ] = False,
 ) -> None:
     """Run the pinned sglang's own ServerArgs resolution offline (CPU, real wheel) and print
     what /server_info will say on the box: backends, KV dtype and row, page size, CUDA graphs,
@@ -253,12 +279,13 @@ def _run_gate(root: Root, launch: Launch, deployment: Deployment,
 def down(
     profile: Annotated[
         str | None,
-        typer.Option("--profile", "-p", help="Only this profile's server (default: all of opsctl's)."),
+        typer.Option(
+            "--profile", "-p", help="Only this profile's server (default: all of opsctl's)."
+        ),
     ] = None,
     grace: Annotated[
         int | None,
-        typer.Option(help="Seconds to let the server stop before it is killed.", min=0,
-                     max=3600),
+        typer.Option(help="Seconds to let the server stop before it is killed.", min=0, max=3600),
     ] = None,
 ) -> None:
     """Stop and remove opsctl's server containers (found by label; nothing else is touched),

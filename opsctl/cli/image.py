@@ -45,7 +45,8 @@ def sglang_args_stack(
     output: Annotated[Path | None, typer.Option(
         "--output", help="Write here instead of patches/sglang/<version>/stack.json.")] = None,
 ) -> None:
-    """Record what the release's image holds (its == pins) and whether its transformers loads GLM-5."""
+    """Record what the release's image holds (its == pins) and whether its transformers loads
+    GLM-5."""
     from opsctl.image import app as image_app
     from opsctl.image import view
 
@@ -87,24 +88,55 @@ def patch_apply(
 @app.command("build")
 def build_command(
     profile: ProfileOpt = None,
-    variant: Annotated[str | None, typer.Option(
-        "--variant", "-v", help="Only the image this variant runs (default: every image the "
-        "profile's variants need, one per sglang release).", callback=non_empty)] = None,
-    base_image: Annotated[str | None, typer.Option(
-        "--base-image", help="Build on this image instead of the image's base (e.g. a local "
-        "stand-in); its digest is locked like the profile's. Names one image.")] = None,
-    tag: Annotated[str | None, typer.Option(
-        "--tag", help="Tag to build (default: <repository>:<sglang version>-<content hash>). "
-        "Names one image.")] = None,
-    force: Annotated[bool, typer.Option(
-        "--force", help="Rebuild even if the tag exists; re-lock a base whose digest moved.")] = False,
-    dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="Print each image's plan (base, tag, patch set, build args); no engine "
-        "needed.")] = False,
-    push: Annotated[str | None, typer.Option(
-        "--push", metavar="REGISTRY/REPO", help="After verification, push each image as "
-        "REGISTRY/REPO:<its tag> with docker's own credentials (`docker login`) and record the "
-        "registry's digest for `opsctl render`.")] = None,
+    variant: Annotated[
+        str | None,
+        typer.Option(
+            "--variant",
+            "-v",
+            help="Only the image this variant runs (default: every image the "
+            "profile's variants need, one per sglang release).",
+            callback=non_empty,
+        ),
+    ] = None,
+    base_image: Annotated[
+        str | None,
+        typer.Option(
+            "--base-image",
+            help="Build on this image instead of the image's base (e.g. a local "
+            "stand-in); its digest is locked like the profile's. Names one image.",
+        ),
+    ] = None,
+    tag: Annotated[
+        str | None,
+        typer.Option(
+            "--tag",
+            help="Tag to build (default: <repository>:<sglang version>-<content hash>). "
+            "Names one image.",
+        ),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Rebuild even if the tag exists; re-lock a base whose digest moved."
+        ),
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print each image's plan (base, tag, patch set, build args); no engine needed.",
+        ),
+    ] = False,
+    push: Annotated[
+        str | None,
+        typer.Option(
+            "--push",
+            metavar="REGISTRY/REPO",
+            help="After verification, push each image as "
+            "REGISTRY/REPO:<its tag> with docker's own credentials (`docker login`) and record the "
+            "registry's digest for `opsctl render`.",
+        ),
+    ] = None,
 ) -> None:
     """Build and verify the images `opsctl up` runs (exit 3 on any failure, 6 without a daemon)."""
     from opsctl.config.profiles import load_profile
@@ -138,7 +170,8 @@ def base_image_command(
         "(the base + the real sglang wheel, --no-deps) for testing the real Dockerfile.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Rebuild even if present.")] = False,
 ) -> None:
-    """Build the local Debian base (debootstrap + docker import; needs root) for hosts without a registry."""
+    """Build the local Debian base (debootstrap + docker import; needs root) for hosts without a
+    registry."""
     from opsctl.engine.dockerpy import connect
     from opsctl.image import app as image_app
     from opsctl.image import view

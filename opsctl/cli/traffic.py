@@ -53,45 +53,92 @@ def _smoke(name: str, *flags: str) -> object:
 def smoke(
     profile: ProfileOpt = None,
     variant: VariantOpt = None,
-    base_url: Annotated[str | None, typer.Option("--base-url", help="Check this server "
-                        "instead of the profile's running container.")] = None,
-    json_path: Annotated[str | None, typer.Option("--json", help="Write the JSON report here "
-                         "(overwritten; default out/smoke-<UTC time>.json).")] = None,
-    compare_with: Annotated[str | None, typer.Option(
-        "--compare-with",
-        help="A smoke JSON report of another variant; fail if any greedy output differs, and "
-        "say where the first one does.",
-    )] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(
+            "--base-url", help="Check this server instead of the profile's running container."
+        ),
+    ] = None,
+    json_path: Annotated[
+        str | None,
+        typer.Option(
+            "--json",
+            help="Write the JSON report here (overwritten; default out/smoke-<UTC time>.json).",
+        ),
+    ] = None,
+    compare_with: Annotated[
+        str | None,
+        typer.Option(
+            "--compare-with",
+            help="A smoke JSON report of another variant; fail if any greedy output differs, and "
+            "say where the first one does.",
+        ),
+    ] = None,
     model: Annotated[str | None, _smoke("model", "--model")] = _S.model,
     api: Annotated[str, _smoke("api", "--api")] = _S.api,
-    request_timeout: Annotated[float, _smoke("request_timeout_s", "--request-timeout")
-                               ] = _S.request_timeout_s,
+    request_timeout: Annotated[
+        float, _smoke("request_timeout_s", "--request-timeout")
+    ] = _S.request_timeout_s,
     timeout: Annotated[float, _smoke("overall_timeout_s", "--timeout")] = _S.overall_timeout_s,
-    eval_timeout: Annotated[float, _smoke("eval_timeout_s", "--eval-timeout")
-                            ] = _S.eval_timeout_s,
+    eval_timeout: Annotated[float, _smoke("eval_timeout_s", "--eval-timeout")] = _S.eval_timeout_s,
     pushgateway: PushOpt = None,
-    eval_name: Annotated[str | None, typer.Option(
-        "--eval", help="After the checks, run this accuracy eval ('gsm8k': few-shot, greedy, "
-        "on the profile's pinned dataset); below its threshold exits 5.")] = None,
-    eval_questions: Annotated[int | None, typer.Option(
-        "--eval-questions", min=1, max=1_000_000, help="Ask the first N questions (default: the profile's).",
-    )] = None,
-    eval_dataset: Annotated[str | None, typer.Option(
-        "--eval-dataset", help="GSM8K-shaped JSONL to use instead of the profile's "
-        "(needs --eval-sha256).")] = None,
-    eval_sha256: Annotated[str | None, typer.Option(
-        "--eval-sha256", help="sha256 pin of --eval-dataset (what `sha256sum` prints).")] = None,
-    eval_threshold: Annotated[float | None, typer.Option(
-        "--eval-threshold", callback=within(0, 1), help="Least accuracy that passes, as a "
-        "share (default: the profile's eval.gsm8k.threshold).")] = None,
-    eval_score_thinking: Annotated[bool | None, typer.Option(
-        "--eval-score-thinking/--eval-score-answer", help="Score the thinking a reasoning parser "
-        "split off, then the answer (as without a parser), or the answer alone (default: the "
-        "profile's eval.gsm8k.score_thinking, else the answer); the report's `scored` says "
-        "which.")] = None,
-    long_context: Annotated[bool, typer.Option(
-        "--long-context", help="After the checks, send pass-key probes at the profile's "
-        "eval.long_context sizes and a prefix-cached pair; a miss exits 5.")] = False,
+    eval_name: Annotated[
+        str | None,
+        typer.Option(
+            "--eval",
+            help="After the checks, run this accuracy eval ('gsm8k': few-shot, greedy, "
+            "on the profile's pinned dataset); below its threshold exits 5.",
+        ),
+    ] = None,
+    eval_questions: Annotated[
+        int | None,
+        typer.Option(
+            "--eval-questions",
+            min=1,
+            max=1_000_000,
+            help="Ask the first N questions (default: the profile's).",
+        ),
+    ] = None,
+    eval_dataset: Annotated[
+        str | None,
+        typer.Option(
+            "--eval-dataset",
+            help="GSM8K-shaped JSONL to use instead of the profile's (needs --eval-sha256).",
+        ),
+    ] = None,
+    eval_sha256: Annotated[
+        str | None,
+        typer.Option(
+            "--eval-sha256", help="sha256 pin of --eval-dataset (what `sha256sum` prints)."
+        ),
+    ] = None,
+    eval_threshold: Annotated[
+        float | None,
+        typer.Option(
+            "--eval-threshold",
+            callback=within(0, 1),
+            help="Least accuracy that passes, as a "
+            "share (default: the profile's eval.gsm8k.threshold).",
+        ),
+    ] = None,
+    eval_score_thinking: Annotated[
+        bool | None,
+        typer.Option(
+            "--eval-score-thinking/--eval-score-answer",
+            help="Score the thinking a reasoning parser "
+            "split off, then the answer (as without a parser), or the answer alone (default: the "
+            "profile's eval.gsm8k.score_thinking, else the answer); the report's `scored` says "
+            "which.",
+        ),
+    ] = None,
+    long_context: Annotated[
+        bool,
+        typer.Option(
+            "--long-context",
+            help="After the checks, send pass-key probes at the profile's "
+            "eval.long_context sizes and a prefix-cached pair; a miss exits 5.",
+        ),
+    ] = False,
 ) -> None:
     """Post-deploy check: readiness, served model name, generations, TTFT/TPOT, metrics, SLO.
 

@@ -124,7 +124,9 @@ def extra_args_problem(extra_args: Iterable[str], owned: dict[str, str], spec: A
     flag; `owned` maps each flag a typed field renders to that field. None when all are fine."""
     aliases = {option: action["option_strings"] for action in spec.actions
                for option in action["option_strings"]}
-    field_of = {alias: field for flag, field in owned.items() for alias in aliases.get(flag, [flag])}
+    field_of = {
+        alias: field for flag, field in owned.items() for alias in aliases.get(flag, [flag])
+    }
     for token in extra_args:
         if secret_value_problem(token):
             return (f"extra_args {secret_value_problem(token)}: it would show in clear in the "

@@ -76,9 +76,13 @@ class StrictModel(BaseModel):
 
 class ImageSpec(StrictModel):
     kind: Literal["sglang", "simulator"] = "sglang"
-    repository: str = Field(description="Name of the image opsctl builds (the tag is a content hash).")
+    repository: str = Field(
+        description="Name of the image opsctl builds (the tag is a content hash)."
+    )
     base: str = Field(description="Base image, pinned by tag; its digest is locked at first build.")
-    sglang_version: str = Field(description="Pinned sglang release: flags, patch set and checks follow it.")
+    sglang_version: str = Field(
+        description="Pinned sglang release: flags, patch set and checks follow it."
+    )
     dockerfile: str = "docker/Dockerfile"
     build_args: dict[str, str] = Field(default_factory=dict)
     install_release: bool = Field(
@@ -101,7 +105,9 @@ class ImageOverlay(StrictModel):
     sglang_version: str | None = Field(None, description="The sglang release this variant runs.")
     base: str | None = Field(None, description="Base image of that release, pinned by tag.")
     install_release: bool | None = Field(
-        None, description="Install the release into that base at build time (image.install_release).")
+        None,
+        description="Install the release into that base at build time (image.install_release).",
+    )
 
     @field_validator("base")
     @classmethod
@@ -162,11 +168,16 @@ class ModelSpec(StrictModel):
                                   "`opsctl model fetch` downloads `repo` here.")
     container_path: str = Field(description="Where the server sees the weights (--model-path).")
     served_name: str = Field(description="Name clients send as `model` (--served-model-name).")
-    architecture: str | None = Field(None, description="HF architecture, e.g. GlmMoeDsaForCausalLM.")
+    architecture: str | None = Field(
+        None, description="HF architecture, e.g. GlmMoeDsaForCausalLM."
+    )
     repo: str | None = Field(None, description="Hugging Face repository `opsctl model fetch` "
                              "downloads into host_path (only the files serving reads).")
-    revision: str = Field(DEFAULT_REVISION, description="Branch, tag or commit of `repo`; the commit it "
-                          "resolved to is printed by `model fetch`.")
+    revision: str = Field(
+        DEFAULT_REVISION,
+        description="Branch, tag or commit of `repo`; the commit it "
+        "resolved to is printed by `model fetch`.",
+    )
     token_env: str = Field("HF_TOKEN", description="Environment variable holding the hub token "
                            "for a gated or private `repo` (the name only; never its value).")
     mtp: MtpCheckpoint | None = Field(None, description="The checkpoint with the NextN layer "
@@ -378,8 +389,10 @@ class Variant(StrictModel):
     description: str = ""
     requires_patch: bool = Field(False, description="Runs the gather-then-cast patch: renders "
                                  f"{PATCH_SWITCH_ENV}=1 (else 0) into the container env.")
-    image: ImageOverlay = Field(default_factory=ImageOverlay,
-                                description="Overlay on `image`: another sglang release and its base.")
+    image: ImageOverlay = Field(
+        default_factory=ImageOverlay,
+        description="Overlay on `image`: another sglang release and its base.",
+    )
     model: ModelOverlay = Field(default_factory=ModelOverlay,
                                 description="Overlay on `model`: another checkpoint.")
     server: dict[str, Any] = Field(default_factory=dict, description="Overlay on `server`.")

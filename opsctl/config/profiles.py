@@ -400,7 +400,9 @@ def _check_variant(deployment: Deployment, path: Path, lines: Lines) -> None:
     server, image = deployment.server, deployment.image
     # Before the parser sees them: its complaint would quote a secret's value.
     owned = {flag: field for field, flag, _ in typed_options(deployment)}
-    misused = extra_args_problem(server.extra_args, owned, sglang_args.load_spec(image.sglang_version))
+    misused = extra_args_problem(
+        server.extra_args, owned, sglang_args.load_spec(image.sglang_version)
+    )
     if misused:
         overlay = ("variants", deployment.variant, "server")
         loc = overlay if "extra_args" in deployment.profile.variants[deployment.variant].server \
@@ -418,7 +420,8 @@ def _check_variant(deployment: Deployment, path: Path, lines: Lines) -> None:
     if found:
         raise ProfileError(
             f"{where(path, ('variants', deployment.variant), lines)}: variant "
-            f"{deployment.variant!r} cannot work on sglang {image.sglang_version}: {'; '.join(found)}",
+            f"{deployment.variant!r} cannot work on sglang {image.sglang_version}: "
+            f"{'; '.join(found)}",
             hint="change the variant (or pin a release it can run on), or drop it",
         )
 

@@ -65,18 +65,24 @@ RELEASES: dict[str, Release] = {
             "FP8 rows cannot be mixed (arg_groups/overrides.py:569-575)"
         ),
         sm120_env={
-            "SGLANG_ENABLE_JIT_DEEPGEMM": ("0", (
-                "sglang 0.5.23 turns DeepGEMM on for sm_120 when the installed deep_gemm defines "
-                "fp8_einsum, m_grouped_fp8_fp4_gemm_nt_contiguous and "
-                "transform_sf_into_required_layout (layers/deep_gemm_wrapper/configurer.py:17-55), "
-                "and then forces UE8M0 scales (:58-60); the sgl-deep-gemm 0.2.3.post2 it pins "
-                "defines all three (deep_gemm/__init__.py:119,146,176), and community sm_120 "
-                "recipes turn DeepGEMM off (read from the wheels, not run on sm_120)")),
+            "SGLANG_ENABLE_JIT_DEEPGEMM": (
+                "0",
+                (
+                    "sglang 0.5.23 turns DeepGEMM on for sm_120 when the installed deep_gemm "
+                    "defines fp8_einsum, m_grouped_fp8_fp4_gemm_nt_contiguous and "
+                    "transform_sf_into_required_layout "
+                    "(layers/deep_gemm_wrapper/configurer.py:17-55), and then forces UE8M0 scales "
+                    "(:58-60); the sgl-deep-gemm 0.2.3.post2 it pins defines all three "
+                    "(deep_gemm/__init__.py:119,146,176), and community sm_120 "
+                    "recipes turn DeepGEMM off (read from the wheels, not run on sm_120)"
+                ),
+            ),
         },
         refused_with_env={
             ("--fp8-gemm-backend", "deep_gemm", "SGLANG_ENABLE_JIT_DEEPGEMM", "0"): (
                 "sglang 0.5.23 raises at start-up when --fp8-gemm-backend deep_gemm meets "
-                "SGLANG_ENABLE_JIT_DEEPGEMM=0 (layers/quantization/fp8_utils.py:869-874, 1153-1160)"),
+                "SGLANG_ENABLE_JIT_DEEPGEMM=0 (layers/quantization/fp8_utils.py:869-874, 1153-1160)"
+            ),
         },
     ),
 }
@@ -130,7 +136,9 @@ def check(
     errors: list[str] = []
     warnings: list[str] = []
     if release is None:
-        warnings.append(f"no release facts recorded for sglang {version}: its defaults are unchecked")
+        warnings.append(
+            f"no release facts recorded for sglang {version}: its defaults are unchecked"
+        )
         release = Release(version=version)
     attention = _flag_value(argv, "--attention-backend")
     if (
@@ -152,8 +160,9 @@ def check(
     ):
         warnings.append(
             f"max_running_requests {max_running_requests} > cuda_graph_max_bs {cuda_graph_max_bs}: "
-            f"decode batches of {cuda_graph_max_bs + 1}-{max_running_requests} run without CUDA graphs "
-            "(a kernel launch per layer); capture up to the running cap or cap running requests"
+            f"decode batches of {cuda_graph_max_bs + 1}-{max_running_requests} run without CUDA "
+            "graphs (a kernel launch per layer); capture up to the running cap or cap running "
+            "requests"
         )
     return Findings(errors=errors, warnings=warnings)
 
@@ -176,11 +185,15 @@ def _check_dsa(release: Release, argv: Sequence[str], errors: list[str]) -> None
                 or _flag_value(argv, f"--nsa-{phase}-backend") for phase in ("prefill", "decode")}
     for phase, backend in backends.items():
         if backend in release.cuda_refused_dsa_backends:
-            errors.append(f"{phase} DSA backend {backend}: {release.cuda_refused_dsa_backends[backend]}")
+            errors.append(
+                f"{phase} DSA backend {backend}: {release.cuda_refused_dsa_backends[backend]}"
+            )
     fp8 = (_flag_value(argv, "--kv-cache-dtype") or "").startswith("fp8")
     tilelang = [phase for phase, backend in backends.items() if backend == "tilelang"]
     if fp8 and len(tilelang) == 1 and release.tilelang_fp8_needs_both:
-        errors.append(f"{tilelang[0]} DSA backend tilelang alone: {release.tilelang_fp8_needs_both}")
+        errors.append(
+            f"{tilelang[0]} DSA backend tilelang alone: {release.tilelang_fp8_needs_both}"
+        )
 
 
 def computes(architecture: str, argv: Sequence[str], version: str) -> str:

@@ -115,13 +115,19 @@ def variant_table(profile: Profile) -> str:
             continue
         info, row = found[0]["server_info"], found[0].get("kv_row") or {}
         kv_row = f", {row['bytes']}-byte rows" if row.get("bytes") else ""
-        graph = "off" if info["prefill CUDA graph disabled"] else str(info["prefill CUDA-graph backend"])
+        graph = (
+            "off"
+            if info["prefill CUDA graph disabled"]
+            else str(info["prefill CUDA-graph backend"])
+        )
         speculative = "-" if info["speculative algorithm"] is None else (
             f"{info['speculative algorithm']} {info['speculative steps']}/"
             f"{info['speculative EAGLE top-k']}/{info['speculative draft tokens']}")
-        rows.append(f"| `{name}` | {deployment.image.sglang_version} | {info['attention backend']} | "
-                    f"{info['DSA prefill backend']} / {info['DSA decode backend']} | "
-                    f"{info['KV cache dtype']}{kv_row} | {graph} | {speculative} | {patch} |")
+        rows.append(
+            f"| `{name}` | {deployment.image.sglang_version} | {info['attention backend']} | "
+            f"{info['DSA prefill backend']} / {info['DSA decode backend']} | "
+            f"{info['KV cache dtype']}{kv_row} | {graph} | {speculative} | {patch} |"
+        )
     return "\n".join(rows)
 
 

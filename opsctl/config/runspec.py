@@ -76,7 +76,9 @@ def server_labels(profile_name: str | None = None) -> dict[str, str]:
     return wanted
 
 
-def deployment_labels(deployment: Deployment, image: str, image_labels: dict[str, str]) -> dict[str, str]:
+def deployment_labels(
+    deployment: Deployment, image: str, image_labels: dict[str, str]
+) -> dict[str, str]:
     return {
         labels.MANAGED: labels.TRUE,
         **server_labels(deployment.profile.name),
@@ -119,8 +121,13 @@ def run_spec(deployment: Deployment, image: str, image_labels: dict[str, str] | 
     container = profile.container
     mounts = []
     if deployment.model.host_path:
-        mounts.append(Mount(source=deployment.model.host_path, target=deployment.model.container_path,
-                            read_only=True))
+        mounts.append(
+            Mount(
+                source=deployment.model.host_path,
+                target=deployment.model.container_path,
+                read_only=True,
+            )
+        )
     if container.cache_volume:
         mounts.append(Mount(source=cache_volume(container.cache_volume, image),
                             target=container.cache_mount, kind="volume"))
@@ -135,8 +142,13 @@ def run_spec(deployment: Deployment, image: str, image_labels: dict[str, str] | 
         name=container_name(deployment),
         labels=deployment_labels(deployment, image, image_labels or {}),
         env={HEALTH_GENERATION_ENV: "false", **deployment.env, **deployment.host_env(environ)},
-        ports=[PortBinding(container_port=deployment.server.port, host_port=container.host_port,
-                           host_address=container.publish_address)],
+        ports=[
+            PortBinding(
+                container_port=deployment.server.port,
+                host_port=container.host_port,
+                host_address=container.publish_address,
+            )
+        ],
         mounts=mounts,
         gpus=list(container.gpus),
         ipc_host=container.ipc_host,
@@ -146,5 +158,7 @@ def run_spec(deployment: Deployment, image: str, image_labels: dict[str, str] | 
         stop_grace_seconds=container.stop_grace_seconds,
         restart_max=container.restart_max,
         healthcheck=health_check(deployment),
-        log_rotation=LogRotation(max_size=container.log_max_size, max_files=container.log_max_files),
+        log_rotation=LogRotation(
+            max_size=container.log_max_size, max_files=container.log_max_files
+        ),
     )

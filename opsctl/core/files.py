@@ -123,9 +123,11 @@ def refuse_non_regular(path: Path, option: str = "output", *, directory: bool = 
     if (stat.S_ISDIR(mode) if directory else stat.S_ISREG(mode)):
         return
     wanted = "a directory" if directory else "a regular file or a new path"
-    raise UsageError(f"{option} {path}: is {node_kind(mode)}, not {wanted}",
-                     hint=f"name {wanted}; opsctl never writes over "
-                          f"{'anything else' if directory else 'a device, FIFO, socket or directory'}")
+    raise UsageError(
+        f"{option} {path}: is {node_kind(mode)}, not {wanted}",
+        hint=f"name {wanted}; opsctl never writes over "
+        f"{'anything else' if directory else 'a device, FIFO, socket or directory'}",
+    )
 
 
 def _beside(path: Path) -> Path:

@@ -147,15 +147,7 @@ def decide(
     check_sweep(deployments[0], asked.sweep())  # a dataset or lengths it cannot send: exit 2
     clock = launch.clock
     slo = profile.slo
-    report = DecideReport(started_at=clock.now().isoformat(timespec="seconds"),
-                          profile=profile.name, concurrency=list(asked.concurrency),
-                          requests_per_level=asked.requests_per_level,
-                          skip_eval=asked.skip_eval, variants=records, repeats=asked.repeats,
-                          margin=asked.margin, settings=asked,
-                          slo_ttft_ms=slo.ttft.threshold_ms if slo and slo.ttft else None,
-                          slo_tpot_ms=slo.tpot.threshold_ms if slo and slo.tpot else None,
-                          reference=profile.eval.reference,
-                          max_accuracy_drop=profile.eval.max_accuracy_drop)
+    report = _new_report(profile, asked, records, clock.now().isoformat(timespec="seconds"))
     began = clock.monotonic()
     ticker = Ticker(clock, began, len(records) * asked.repeats, len(records), asked.repeats,
                     on_progress)
@@ -170,32 +162,65 @@ def decide(
             for repeat in range(1, asked.repeats + 1):
                 for index, (deployment, image, running) in enumerate(
                         zip(deployments, images, records, strict=True)):
-                    if repeat > 1 and running.status != "qualified":
-                        ctx.ticker.skip()  # disqualified: not swept again
-                        continue
-                    ctx.ticker.begin(repeat, index, running.variant)
-                    found = _run_variant(ctx, deployment, image, running, repeat)
-                    ctx.ticker.end()
+                    found = _sweep_variant(ctx, deployment, image, running, repeat, index)
                     if found is not None:
                         smoked[running.variant] = found
         except BaseException as exc:
-            on_step("stopped: removing what this run started")
-            report.left_behind = _remove_quietly(ctx, profile.name, exc)
-            report.record_stop(exc)
-            if running.status == "not run":
-                running.status, running.reason = "interrupted", report.partial_reason
-            _conclude(report, smoked, clock.monotonic() - began, out, slo)
-            written = write_report(report, out, chart=request.chart)
-            if is_ctrl_c(exc):
-                stopped = report.stop_error("decide", out / DECIDE_JSON)
-                if stopped is not None:
-                    for line in report.left_behind:
-                        stopped.add_clause(line)
-                return DecideResult(report, out, written, stopped)
-            raise
+            result = _stopped(ctx, report, running, smoked, exc, clock.monotonic() - began, slo)
+            if result is None:
+                raise
+            return result
     _conclude(report, smoked, clock.monotonic() - began, out, slo)
     return DecideResult(report, out, write_report(report, out, chart=request.chart),
                         _verdict_error(report, out))
+
+
+def _new_report(profile: Profile, asked: DecideSettings, records: list[VariantRecord],
+                started_at: str) -> DecideReport:
+    slo = profile.slo
+    return DecideReport(started_at=started_at,
+                        profile=profile.name, concurrency=list(asked.concurrency),
+                        requests_per_level=asked.requests_per_level,
+                        skip_eval=asked.skip_eval, variants=records, repeats=asked.repeats,
+                        margin=asked.margin, settings=asked,
+                        slo_ttft_ms=slo.ttft.threshold_ms if slo and slo.ttft else None,
+                        slo_tpot_ms=slo.tpot.threshold_ms if slo and slo.tpot else None,
+                        reference=profile.eval.reference,
+                        max_accuracy_drop=profile.eval.max_accuracy_drop)
+
+
+def _sweep_variant(ctx: _Ctx, deployment: Deployment, image: str, record: VariantRecord,
+                   repeat: int, index: int) -> SmokeReport | None:
+    """One variant's turn in a repeat; a disqualified variant is not swept again."""
+    if repeat > 1 and record.status != "qualified":
+        ctx.ticker.skip()
+        return None
+    ctx.ticker.begin(repeat, index, record.variant)
+    found = _run_variant(ctx, deployment, image, record, repeat)
+    ctx.ticker.end()
+    return found
+
+
+def _stopped(ctx: _Ctx, report: DecideReport, running: VariantRecord,
+             smoked: dict[str, SmokeReport], exc: BaseException, elapsed_s: float,
+             slo: Slo | None) -> DecideResult | None:
+    """A run stopped by `exc`: what it started removed, the partial report written; the
+    result for a Ctrl-C, None for anything else (the caller raises it on)."""
+    out = ctx.request.out_dir
+    ctx.on_step("stopped: removing what this run started")
+    report.left_behind = _remove_quietly(ctx, report.profile, exc)
+    report.record_stop(exc)
+    if running.status == "not run":
+        running.status, running.reason = "interrupted", report.partial_reason
+    _conclude(report, smoked, elapsed_s, out, slo)
+    written = write_report(report, out, chart=ctx.request.chart)
+    if not is_ctrl_c(exc):
+        return None
+    stopped = report.stop_error("decide", out / DECIDE_JSON)
+    if stopped is not None:
+        for line in report.left_behind:
+            stopped.add_clause(line)
+    return DecideResult(report, out, written, stopped)
 
 
 def chosen(profile: Profile, variants: tuple[str, ...]) -> list[Deployment]:
@@ -232,9 +257,7 @@ def _run_variant(ctx: _Ctx, deployment: Deployment, image: str,
         folder = folder / f"repeat-{repeat}"
     # What ran before this run (the previous variant is down already): its log goes to the run.
     stopped = ctx.launch.down(deployment.profile.name, logs_dir=out, on_note=ctx.on_step).removed
-    ctx.on_step(f"{name}: " + (f"stopped {', '.join(stopped)}; " if stopped else "")
-                + f"starting {image}" + (f" (repeat {repeat} of {ctx.request.settings.repeats})"
-                                         if ctx.request.settings.repeats > 1 else ""))
+    ctx.on_step(_starting_line(ctx, name, stopped, image, repeat))
     verify = ctx.launch.verify
     if verify is None:
         raise ValueError("decide verifies every variant: its launch needs a verify check")
@@ -263,8 +286,7 @@ def _run_variant(ctx: _Ctx, deployment: Deployment, image: str,
         files = [_write(folder / UP_ERROR_FILE, _error_text(exc)), *verified,
                  *sorted(folder.glob("*.log"))]
         _disqualify(ctx, record, "verify" if verifying else "start",
-                    (f"repeat {repeat}: " if repeat > 1 else "") + exc.message, files,
-                    exc.exit_code)
+                    _in_repeat(repeat) + exc.message, files, exc.exit_code)
         return None
     if started.verdict is not None and repeat == 1:
         record.verify = started.verdict.summary()
@@ -288,13 +310,31 @@ def _run_variant(ctx: _Ctx, deployment: Deployment, image: str,
         _teardown(ctx, deployment, folder, record)
     except OpsctlError as exc:  # a lost daemon, a full disk: the clean-up (_remove_quietly)
         # tries again and names what is then still left; until then nothing is said to be left.
-        line = left_line(started.container)
-        exc.left += [line] if line not in exc.left else []
-        for said in exc.left:
-            exc.message = exc.message.replace(f"; {said}", "")
-        exc.args = (exc.message,)
+        _leave_to_cleanup(exc, left_line(started.container))
         raise
     return smoked
+
+
+def _starting_line(ctx: _Ctx, name: str, stopped: list[str], image: str, repeat: int) -> str:
+    """What was stopped and what starts now (and which repeat, when there are several)."""
+    line = f"{name}: " + (f"stopped {', '.join(stopped)}; " if stopped else "")
+    line += f"starting {image}"
+    repeats = ctx.request.settings.repeats
+    return line + (f" (repeat {repeat} of {repeats})" if repeats > 1 else "")
+
+
+def _in_repeat(repeat: int) -> str:
+    return f"repeat {repeat}: " if repeat > 1 else ""
+
+
+def _leave_to_cleanup(exc: OpsctlError, line: str) -> None:
+    """A teardown's failure says nothing is left yet: `line` (the server) and what it named as
+    left go to the caller's clean-up, which names what is then still left."""
+    if line not in exc.left:
+        exc.left.append(line)
+    for said in exc.left:
+        exc.message = exc.message.replace(f"; {said}", "")
+    exc.args = (exc.message,)
 
 
 def _teardown(ctx: _Ctx, deployment: Deployment, folder: Path, record: VariantRecord) -> None:

@@ -99,34 +99,56 @@ def _rounded(interval: tuple[float, float] | None, digits: int) -> tuple[float, 
     return None if interval is None else (round(interval[0], digits), round(interval[1], digits))
 
 
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
 def pool(entry: Pooled, slo: Slo | None) -> Level:
     """The pooled level: failures summed, figures from every repeat's records, intervals."""
-    first = run_level(entry.levels[0])
-    tpots = _values(entry.repeats, "tpot_s")
     throughput = _mean([lv.output_tokens_per_s if lv.completed else None for lv in entry.levels])
     inputs = _mean([run_level(lv).input_tokens_per_s for lv in entry.levels])
     level = Level(
         concurrency=entry.concurrency,
-        tpot_p50_ms=round(percentile(tpots, 50) * 1000, 4) if tpots else first.tpot_p50_ms,
-        tpot_p90_ms=round(percentile(tpots, 90) * 1000, 4) if tpots else first.tpot_p90_ms,
-        output_tokens_per_s=None if throughput is None else round(throughput, 3),
-        input_tokens_per_s=None if inputs is None else round(inputs, 3),
+        **_tpot_percentiles(entry),
+        output_tokens_per_s=_round(throughput, 3),
+        input_tokens_per_s=_round(inputs, 3),
         failures=sum(lv.failed + lv.warmup_failed for lv in entry.levels),
         aborted=next((lv.aborted for lv in entry.levels if lv.aborted), None),
         accept_length=_mean([run_level(lv).accept_length for lv in entry.levels]),
         repeats=len(entry.levels), requests=sum(len(r.records) for r in entry.repeats),
         tpot_p50_ci_ms=_rounded(bootstrap.interval(entry.repeats, bootstrap.tpot_p50), 4),
-        output_tokens_per_s_ci=None if throughput is None else _rounded(
-            bootstrap.scaled_interval(entry.repeats, bootstrap.little_throughput, throughput), 3),
+        output_tokens_per_s_ci=_throughput_interval(entry, throughput),
         note="; ".join(entry.notes) or None,
     )
     if slo is not None and (slo.ttft is not None or slo.tpot is not None):
-        rate = bootstrap.goodput_rate(slo)
-        whole = rate([(r, r.records) for r in entry.repeats])
-        level.goodput_per_s = None if whole is None else round(whole, 4)
-        level.goodput_ci = _rounded(bootstrap.interval(entry.repeats, rate), 4)
-        level.meets_slo = _meets(slo, entry.repeats)
+        _judge(level, entry, slo)
     return level
+
+
+def _tpot_percentiles(entry: Pooled) -> dict[str, float | None]:
+    """TPOT p50 and p90 over every repeat's records; the first repeat's where none has one."""
+    tpots = _values(entry.repeats, "tpot_s")
+    if not tpots:
+        first = run_level(entry.levels[0])
+        return {"tpot_p50_ms": first.tpot_p50_ms, "tpot_p90_ms": first.tpot_p90_ms}
+    return {"tpot_p50_ms": round(percentile(tpots, 50) * 1000, 4),
+            "tpot_p90_ms": round(percentile(tpots, 90) * 1000, 4)}
+
+
+def _throughput_interval(entry: Pooled, throughput: float | None) -> tuple[float, float] | None:
+    if throughput is None:
+        return None
+    return _rounded(
+        bootstrap.scaled_interval(entry.repeats, bootstrap.little_throughput, throughput), 3)
+
+
+def _judge(level: Level, entry: Pooled, slo: Slo) -> None:
+    """The level's goodput under `slo`, its interval, and whether the level meets it."""
+    rate = bootstrap.goodput_rate(slo)
+    whole = rate([(r, r.records) for r in entry.repeats])
+    level.goodput_per_s = _round(whole, 4)
+    level.goodput_ci = _rounded(bootstrap.interval(entry.repeats, rate), 4)
+    level.meets_slo = _meets(slo, entry.repeats)
 
 
 def pool_variant(record: VariantRecord, out: Path, slo: Slo | None, samples: Samples) -> None:

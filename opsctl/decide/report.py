@@ -2,8 +2,8 @@
 
 decide.json is the record (every variant's gates, its sweep, the pairwise greedy comparisons and
 the verdict); decide.md is the same run as tables with links to the per-variant evidence
-(smoke report, bench report, verify result, the server's log), relative to the run directory. Both are
-written afresh, atomically; a run stopped by Ctrl-C is still written, marked partial.
+(smoke report, bench report, verify result, the server's log), relative to the run directory. Both
+are written afresh, atomically; a run stopped by Ctrl-C is still written, marked partial.
 """
 
 from __future__ import annotations
@@ -258,6 +258,18 @@ def _status(record: VariantRecord) -> str:
 
 def markdown(report: DecideReport, chart: str | None = None) -> str:
     """decide.md; `chart`: the comparison chart's file name beside it, embedded."""
+    lines = _head_lines(report)
+    lines += _variant_lines(report)
+    lines += _disqualified_lines(report)
+    lines += _resolved_lines(report)
+    lines += _latency_lines(report, chart)
+    lines += _runs_lines(report)
+    lines += _pairs_lines(report)
+    return "\n".join(lines)
+
+
+def _head_lines(report: DecideReport) -> list[str]:
+    """The title, what was left behind or cut short, the verdict and how it was reached."""
     lines = [f"# opsctl decide: {report.profile}", ""]
     if report.left_behind:
         lines += ["**Left behind** (this run could not remove them):", "",
@@ -265,24 +277,31 @@ def markdown(report: DecideReport, chart: str | None = None) -> str:
     if report.partial:
         lines += [f"**Partial run** ({report.partial_reason}): the variants after the one "
                   "that was running were not measured.", ""]
-    lines += [f"**{report.recommendation}**", "",
-              f"Started {report.started_at}, {report.duration_s:.0f} s; concurrency "
-              f"{', '.join(map(str, report.concurrency))}; "
-              f"{report.requests_per_level or 'max(16, 4 x concurrency)'} measured requests "
-              "per level" + ("; evals skipped (--skip-eval)" if report.skip_eval else "") + ".",
-              *_workload(report.settings), *_reference(report),
-              "", "Ranking by SLO goodput: among variants that passed every gate (start, verify, "
-              "smoke with the profile's evals), the highest concurrency that meets the "
-              f"profile's SLO ({_slo(report)}) without a failed request wins, then the higher "
-              "output throughput there. Each variant was swept "
-              f"{report.repeats} time(s), interleaved with the others (A B A B ...); figures "
-              "are pooled over the repeats, [low-high] is the bootstrap 95% interval from "
-              "the per-request records. Throughputs within "
-              f"{report.margin:.0%} of each other, or whose ratio's interval holds 1, are a "
-              "tie.", "",
-              "## Variants", "",
-              "| variant | status | sglang | computes | verify | checkpoint | GSM8K accuracy | "
-              "probes | reports |", "|---|---|---|---|---|---|---|---|---|"]
+    return lines + [
+        f"**{report.recommendation}**", "",
+        f"Started {report.started_at}, {report.duration_s:.0f} s; concurrency "
+        f"{', '.join(map(str, report.concurrency))}; "
+        f"{report.requests_per_level or 'max(16, 4 x concurrency)'} measured requests "
+        "per level" + ("; evals skipped (--skip-eval)" if report.skip_eval else "") + ".",
+        *_workload(report.settings), *_reference(report),
+        "", "Ranking by SLO goodput: among variants that passed every gate (start, verify, "
+        "smoke with the profile's evals), the highest concurrency that meets the "
+        f"profile's SLO ({_slo(report)}) without a failed request wins, then the higher "
+        "output throughput there. Each variant was swept "
+        f"{report.repeats} time(s), interleaved with the others (A B A B ...); figures "
+        "are pooled over the repeats, [low-high] is the bootstrap 95% interval from "
+        "the per-request records. Throughputs within "
+        f"{report.margin:.0%} of each other, or whose ratio's interval holds 1, are a "
+        "tie.", "",
+    ]
+
+
+def _variant_lines(report: DecideReport) -> list[str]:
+    """The variants' table: each one's status, release, gates and reports."""
+    lines = [
+        "## Variants", "",
+        "| variant | status | sglang | computes | verify | checkpoint | GSM8K accuracy | "
+        "probes | reports |", "|---|---|---|---|---|---|---|---|---|"]
     for r in report.variants:
         reports = " ".join(_link(path, name) for path, name in (
             (r.smoke_report, "smoke"), (r.bench_report, "bench")) if path) or "-"
@@ -290,14 +309,23 @@ def markdown(report: DecideReport, chart: str | None = None) -> str:
         lines.append("| " + " | ".join(_cell(c) for c in (
             r.variant, _status(r), r.release, r.computes, r.verify, checkpoint, _accuracy(r),
             _probes(r), reports)) + " |")
+    return lines
+
+
+def _disqualified_lines(report: DecideReport) -> list[str]:
+    """Each disqualified variant: the gate it failed, why, and the evidence."""
     out = [r for r in report.variants if r.status == "disqualified"]
-    if out:
-        lines += ["", "### Disqualified", ""]
-        lines += [f"- **{r.variant}** ({r.failed_gate}): {r.reason}; evidence: "
-                  + ", ".join(_link(path, _within_variant(path)) for path in r.evidence)
-                  for r in out]
-    lines += _resolved_lines(report)
-    lines += ["", "## Latency and throughput", ""]
+    if not out:
+        return []
+    return ["", "### Disqualified", ""] + [
+        f"- **{r.variant}** ({r.failed_gate}): {r.reason}; evidence: "
+        + ", ".join(_link(path, _within_variant(path)) for path in r.evidence)
+        for r in out]
+
+
+def _latency_lines(report: DecideReport, chart: str | None) -> list[str]:
+    """The chart, if drawn, and every variant's pooled levels."""
+    lines = ["", "## Latency and throughput", ""]
     if chart:
         lines += [f"![every variant's pooled levels: TPOT, output tokens/s, and throughput "
                   f"against interactivity]({chart})", "",
@@ -305,39 +333,51 @@ def markdown(report: DecideReport, chart: str | None = None) -> str:
                   "95% intervals, the SLO's limit dashed, each variant's best level (the one "
                   "the ranking reads) ringed. Each variant's folder holds its own bench charts "
                   "(TPOT and TTFT with their p90-p99 band, and the per-GPU Pareto).", ""]
-    lines += ["TPOT is per output token (a speculative step that yields three tokens counts "
-              "three); accept length is the server's own `sglang:spec_accept_length` (MTP "
-              "variants; `-` without speculation).", "",
-              "| variant | concurrency | repeats | requests | TPOT p50 (ms) [95% CI] | TPOT p90 (ms) "
-              "| input tok/s | output tok/s [95% CI] | SLO goodput req/s [95% CI] | meets SLO "
-              "| accept length | failures |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+    lines += [
+        "TPOT is per output token (a speculative step that yields three tokens counts "
+        "three); accept length is the server's own `sglang:spec_accept_length` (MTP "
+        "variants; `-` without speculation).",
+        "",
+        "| variant | concurrency | repeats | requests | TPOT p50 (ms) [95% CI] | TPOT p90 (ms) "
+        "| input tok/s | output tok/s [95% CI] | SLO goodput req/s [95% CI] | meets SLO "
+        "| accept length | failures |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+    ]
     for r in report.variants:
-        for lv in r.levels:
-            failures = str(lv.failures) + (f" ({lv.aborted})" if lv.aborted else "") + (
-                f"; {lv.note}" if lv.note else "")
-            meets = "-" if lv.meets_slo is None else ("yes" if lv.meets_slo else "no")
-            lines.append(f"| {_cell(r.variant)} | {lv.concurrency} | {lv.repeats} | "
-                         f"{lv.requests} | {_with_ci(lv.tpot_p50_ms, lv.tpot_p50_ci_ms, '{:.2f}')} "
-                         f"| {fmt(lv.tpot_p90_ms, '{:.2f}')} | "
-                         f"{fmt(lv.input_tokens_per_s, '{:.1f}')} | "
-                         f"{_with_ci(lv.output_tokens_per_s, lv.output_tokens_per_s_ci, '{:.1f}')}"
-                         f" | {_with_ci(lv.goodput_per_s, lv.goodput_ci, '{:.3f}')} | {meets} | "
-                         f"{'-' if lv.accept_length is None else f'{lv.accept_length:.2f}'} | "
-                         f"{_cell(failures)} |")
+        lines += [_level_line(r, lv) for lv in r.levels]
         if r.bench_note:
             lines.append(f"| {_cell(r.variant)} | - | - | - | - | - | - | - | - | - | - | "
                          f"{_cell(r.bench_note)} |")
-    lines += _runs_lines(report)
-    lines += ["", "## Greedy outputs, variant against variant", ""]
-    lines += [f"- {p.a} vs {p.b}: **{p.outcome}**: {p.detail}" for p in report.pairs] or [
-        "- fewer than two variants were smoked: nothing to compare"]
+    return lines
+
+
+def _level_line(r: VariantRecord, lv: Level) -> str:
+    """One pooled level's row of the latency table."""
+    failures = str(lv.failures) + (f" ({lv.aborted})" if lv.aborted else "")
+    if lv.note:
+        failures += f"; {lv.note}"
+    meets = "-" if lv.meets_slo is None else ("yes" if lv.meets_slo else "no")
+    return (f"| {_cell(r.variant)} | {lv.concurrency} | {lv.repeats} | "
+            f"{lv.requests} | {_with_ci(lv.tpot_p50_ms, lv.tpot_p50_ci_ms, '{:.2f}')} "
+            f"| {fmt(lv.tpot_p90_ms, '{:.2f}')} | "
+            f"{fmt(lv.input_tokens_per_s, '{:.1f}')} | "
+            f"{_with_ci(lv.output_tokens_per_s, lv.output_tokens_per_s_ci, '{:.1f}')}"
+            f" | {_with_ci(lv.goodput_per_s, lv.goodput_ci, '{:.3f}')} | {meets} | "
+            f"{'-' if lv.accept_length is None else f'{lv.accept_length:.2f}'} | "
+            f"{_cell(failures)} |")
+
+
+def _pairs_lines(report: DecideReport) -> list[str]:
+    """The greedy outputs' comparisons, pair by pair, and how to read them."""
+    compared = [f"- {p.a} vs {p.b}: **{p.outcome}**: {p.detail}" for p in report.pairs]
+    lines = ["", "## Greedy outputs, variant against variant", ""]
+    lines += compared or ["- fewer than two variants were smoked: nothing to compare"]
     lines += ["", "Variants that compute the same attention should give the same greedy "
               "outputs on smoke's fixed prompts; a disagreement disqualifies neither (one of "
               "them is wrong, and the eval decides which), it is evidence to read. Dense and "
               "sparse attention differ past index_topk tokens by design, so such pairs are "
               "not compared.", ""]
-    return "\n".join(lines)
+    return lines
 
 
 def _reference(report: DecideReport) -> list[str]:

@@ -81,8 +81,14 @@ def show_decide(console: Console, result: DecideResult) -> None:
                                         f" (evidence: {', '.join(record.evidence)})"),
                           highlight=False, soft_wrap=True)
     for pair in report.pairs:
-        console.print(Text.assemble((f"{pair.a} vs {pair.b}: {pair.outcome}", _PAIR_STYLE[pair.outcome]),
-                                    f": {pair.detail}"), highlight=False, soft_wrap=True)
+        console.print(
+            Text.assemble(
+                (f"{pair.a} vs {pair.b}: {pair.outcome}", _PAIR_STYLE[pair.outcome]),
+                f": {pair.detail}",
+            ),
+            highlight=False,
+            soft_wrap=True,
+        )
     style = "bold green" if report.winner else ("bold yellow" if report.tie else "bold red")
     console.print(Text(report.recommendation, style=style), highlight=False, soft_wrap=True)
     console.print(Text(f"report: {', '.join(str(path) for path in result.written)} "
@@ -176,23 +182,15 @@ def _ring(axes: Any, best: Level, per_gpu: int, colour: Any) -> None:
     axes[2].scatter([1000.0 / tpot], [rate / per_gpu], **ring)
 
 
-def comparison_chart(plt: Any, report: DecideReport, out: Path) -> Any:
-    """TPOT p50 and output tokens/s against concurrency with their bootstrap 95% intervals, and
-    output tokens/s per GPU against tokens/s per user: every variant, every pooled level; each
-    variant's best level (the one the ranking reads) ringed; the SLO's TPOT limit dashed."""
-    context, count = _bench_context(report, out)
-    fig, axes = plt.subplots(1, 3, figsize=(17.0, 5.4), dpi=100)
+def _span(report: DecideReport, gpus: int) -> tuple[float, float]:
+    """The largest tokens/s per user and output tokens/s per GPU any drawn level reaches."""
     drawn = [lv for record in report.variants for lv in _drawn(record)]
-    span = (max((1000.0 / (lv.tpot_p50_ms or 1.0) for lv in drawn), default=1.0),
-            max(((lv.output_tokens_per_s or 0.0) / (count or 1) for lv in drawn), default=1.0))
-    for index, record in enumerate(report.variants):
-        _draw_variant(axes, record, plt.get_cmap("tab10")(index % 10), count or 1, span)
-    limit = report.slo_tpot_ms
-    if limit:
-        axes[0].axhline(limit, color=SLO_COLOUR, linestyle="--", linewidth=1.2,
-                        label=f"SLO TPOT {limit:g} ms")
-    slo_bound(axes[2], limit, span[0])
-    levels = report.concurrency
+    return (max((1000.0 / (lv.tpot_p50_ms or 1.0) for lv in drawn), default=1.0),
+            max(((lv.output_tokens_per_s or 0.0) / gpus for lv in drawn), default=1.0))
+
+
+def _label_axes(axes: Any, levels: list[int], count: int | None, limit: float | None) -> None:
+    """Concurrency on a log2 axis for the first two charts; titles, labels, limits, grids."""
     for ax in axes[:2]:
         ax.set_xscale("log", base=2)
         ax.set_xticks(levels, [str(level) for level in levels])
@@ -210,6 +208,23 @@ def comparison_chart(plt: Any, report: DecideReport, out: Path) -> Any:
         ax.grid(True, alpha=0.3)
     axes[2].set_xlabel("tokens/s per user (1000 / TPOT p50 ms)")
     axes[2].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+
+def comparison_chart(plt: Any, report: DecideReport, out: Path) -> Any:
+    """TPOT p50 and output tokens/s against concurrency with their bootstrap 95% intervals, and
+    output tokens/s per GPU against tokens/s per user: every variant, every pooled level; each
+    variant's best level (the one the ranking reads) ringed; the SLO's TPOT limit dashed."""
+    context, count = _bench_context(report, out)
+    fig, axes = plt.subplots(1, 3, figsize=(17.0, 5.4), dpi=100)
+    span = _span(report, count or 1)
+    for index, record in enumerate(report.variants):
+        _draw_variant(axes, record, plt.get_cmap("tab10")(index % 10), count or 1, span)
+    limit = report.slo_tpot_ms
+    if limit:
+        axes[0].axhline(limit, color=SLO_COLOUR, linestyle="--", linewidth=1.2,
+                        label=f"SLO TPOT {limit:g} ms")
+    slo_bound(axes[2], limit, span[0])
+    _label_axes(axes, report.concurrency, count, limit)
     verdict = report.winner or (f"tie: {', '.join(report.tie)}" if report.tie else "no winner")
     fig.suptitle(f"opsctl decide: {verdict} (ringed: each variant's best level under the SLO; "
                  f"{report.repeats} repeat(s) pooled)\n{context}", fontsize=10, x=0.01,

@@ -114,9 +114,13 @@ def dry_run(deployment: Deployment, image_for: ImageFor, preflight: bool = True)
     except OpsctlError as exc:
         # Say what is missing instead of failing: the rest of the plan is still worth reading.
         image = f"<{deployment.image.repository}: {exc.message}>"
-    return DryRun(deployment=deployment, spec=run_spec(deployment, image), base_url=base_url(deployment),
-                  summary=summary(deployment),
-                  preflight=describe_preflight(deployment, image, enabled=preflight))
+    return DryRun(
+        deployment=deployment,
+        spec=run_spec(deployment, image),
+        base_url=base_url(deployment),
+        summary=summary(deployment),
+        preflight=describe_preflight(deployment, image, enabled=preflight),
+    )
 
 
 # --- down, status, logs ------------------------------------------------------------------------
@@ -199,7 +203,11 @@ def logs(engine: Engine, profile_name: str | None, *, follow: bool, tail: int) -
         names = ", ".join(i.labels.get(labels.PROFILE, i.name) for i in servers)
         raise LaunchError(f"several servers run ({names})", hint="choose one with --profile")
     server = servers[0]
-    chunks = engine.follow_logs(server.id, tail=tail) if follow else iter([engine.logs(server.id, tail=tail)])
+    chunks = (
+        engine.follow_logs(server.id, tail=tail)
+        if follow
+        else iter([engine.logs(server.id, tail=tail)])
+    )
     secrets, _ = named_secrets(server.labels)  # sglang logs its arguments, --api-key's value too
     return LogsResult(container=server, chunks=redact_stream(chunks, secrets))
 

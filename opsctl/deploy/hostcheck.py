@@ -129,8 +129,11 @@ def verdict(topology: dict[Pair, str], p2p: dict[Pair, str], iommu: Iommu, acs: 
     crossing = sorted(((a, b) for (a, b), link in topology.items()
                        if link in CROSSES_HOST_BRIDGE and gpu_index(a) < gpu_index(b)),
                       key=lambda pair: (gpu_index(pair[0]), gpu_index(pair[1])))
-    not_ok = [f"{a}-{b} {p2p.get((a, b), '?')} ({P2P_STATUS.get(p2p.get((a, b), ''), 'not reported')})"
-              for a, b in crossing if p2p.get((a, b)) != "OK"]
+    not_ok = [
+        f"{a}-{b} {p2p.get((a, b), '?')} ({P2P_STATUS.get(p2p.get((a, b), ''), 'not reported')})"
+        for a, b in crossing
+        if p2p.get((a, b)) != "OK"
+    ]
     blockers: list[str] = []
     if not_ok:
         blockers.append(f"the driver reports P2P reads not OK for {len(not_ok)} of {len(crossing)} "
@@ -180,8 +183,13 @@ def _count(path: Path) -> int:
         return 0
 
 
-def check_p2p(*, which: Callable[[str], str | None] = shutil.which, run: Run = _run,
-              read: Callable[[Path], str] = _read, count: Callable[[Path], int] = _count) -> HostP2pReport:
+def check_p2p(
+    *,
+    which: Callable[[str], str | None] = shutil.which,
+    run: Run = _run,
+    read: Callable[[Path], str] = _read,
+    count: Callable[[Path], int] = _count,
+) -> HostP2pReport:
     """Read the topology, P2P status, IOMMU and ACS state; HostNotReady (exit 7) without
     nvidia-smi."""
     smi = which("nvidia-smi")

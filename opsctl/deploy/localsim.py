@@ -98,8 +98,14 @@ class LocalSim:
         return self.process.returncode
 
 
-def start(flags: Sequence[str], env: Mapping[str, str], log: Path | None = None,
-          ready_timeout_s: float = 120.0, wait: Wait = "ready", clock: Clock = SYSTEM_CLOCK) -> LocalSim:
+def start(
+    flags: Sequence[str],
+    env: Mapping[str, str],
+    log: Path | None = None,
+    ready_timeout_s: float = 120.0,
+    wait: Wait = "ready",
+    clock: Clock = SYSTEM_CLOCK,
+) -> LocalSim:
     """Start `python -m opsctl.sim FLAGS` on a free loopback port and wait as `wait` says.
 
     LaunchError (and the process stopped) when it exits or is not there in time.
@@ -107,7 +113,9 @@ def start(flags: Sequence[str], env: Mapping[str, str], log: Path | None = None,
     port = free_port()
     # Like sglang's argparse, the simulator lets a later flag win: loopback and our port.
     argv = [sys.executable, "-m", "opsctl.sim", *flags, "--host", "127.0.0.1", "--port", str(port)]
-    python_path = os.pathsep.join(p for p in (str(source_root()), os.environ.get("PYTHONPATH")) if p)
+    python_path = os.pathsep.join(
+        p for p in (str(source_root()), os.environ.get("PYTHONPATH")) if p
+    )
     child_env = {**os.environ, **env, "PYTHONPATH": python_path}
     with (log.open("wb") if log else open(os.devnull, "wb")) as out:
         process = subprocess.Popen(argv, env=child_env, cwd=source_root(), stdout=out,
@@ -126,16 +134,29 @@ def start(flags: Sequence[str], env: Mapping[str, str], log: Path | None = None,
 def _wait(sim: LocalSim, flags: Sequence[str], wait: Wait, timeout_s: float, clock: Clock) -> None:
     hint = f"the simulator's log: {sim.log_path}" if sim.log_path else "start it with a log file"
     if wait == "listen":
-        readiness.wait_ready(lambda: _listening(sim.port), exited=sim.exited, timeout_seconds=timeout_s,
-                             poll_seconds=POLL_SECONDS, clock=clock, cleanup=STOPPED, timeout_hint=hint)
+        readiness.wait_ready(
+            lambda: _listening(sim.port),
+            exited=sim.exited,
+            timeout_seconds=timeout_s,
+            poll_seconds=POLL_SECONDS,
+            clock=clock,
+            cleanup=STOPPED,
+            timeout_hint=hint,
+        )
         return
     # The simulator's own reading of the flags: which name it serves, which key it wants.
     args = SimArgs.parse(flags)
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else None
     with capped_client(headers=headers, timeout_s=readiness.PROBE_TIMEOUT_SECONDS) as client:
-        readiness.wait_ready(lambda: readiness.probe(client, sim.url, args.served_model_name),
-                             exited=sim.exited, timeout_seconds=timeout_s, poll_seconds=POLL_SECONDS,
-                             clock=clock, cleanup=STOPPED, timeout_hint=hint)
+        readiness.wait_ready(
+            lambda: readiness.probe(client, sim.url, args.served_model_name),
+            exited=sim.exited,
+            timeout_seconds=timeout_s,
+            poll_seconds=POLL_SECONDS,
+            clock=clock,
+            cleanup=STOPPED,
+            timeout_hint=hint,
+        )
 
 
 def _listening(port: int) -> readiness.Probe:

@@ -57,7 +57,10 @@ def exit_text(info: ContainerInfo) -> str:
     code = info.exit_code if info.exit_code is not None else info.last_exit_code
     if code is None:
         return f"none ({info.status})"
-    notes = [*(["killed for memory"] if info.oom_killed else []), *([info.error] if info.error else [])]
+    notes = [
+        *(["killed for memory"] if info.oom_killed else []),
+        *([info.error] if info.error else []),
+    ]
     return f"{code}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
@@ -73,9 +76,16 @@ def header(info: ContainerInfo, reason: str, now: datetime, unmasked: list[str])
         f"# saved at: {now.isoformat(timespec='seconds')}",
         f"# reason: {' '.join(reason.split())}",
         *(f"# label {key}={' '.join(value.split())}" for key, value in sorted(info.labels.items())),
-        *([f"# masked: the values of ${', $'.join(names)}, the API key, URL credentials"]
-          if names else []),
-        *([f"# NOT masked (not set where opsctl ran): ${', $'.join(unmasked)}"] if unmasked else []),
+        *(
+            [f"# masked: the values of ${', $'.join(names)}, the API key, URL credentials"]
+            if names
+            else []
+        ),
+        *(
+            [f"# NOT masked (not set where opsctl ran): ${', $'.join(unmasked)}"]
+            if unmasked
+            else []
+        ),
         "# --- log (docker logs --timestamps) ---",
     ]
     return "\n".join(lines) + "\n"

@@ -63,7 +63,9 @@ Preflight = Callable[[Deployment, Engine, str], PreflightResult]
 def is_mtp(argv: Sequence[str]) -> bool:
     """The variant drafts with the checkpoint's own NextN layer: EAGLE/NEXTN, no draft model."""
     algorithm = _flag_value(argv, SPECULATIVE_FLAG)
-    return (algorithm or "").upper() in NEXTN_ALGORITHMS and _flag_value(argv, DRAFT_MODEL_FLAG) is None
+    return (algorithm or "").upper() in NEXTN_ALGORITHMS and _flag_value(
+        argv, DRAFT_MODEL_FLAG
+    ) is None
 
 
 def skip_reason(deployment: Deployment) -> str | None:
@@ -94,9 +96,11 @@ def describe(deployment: Deployment, image: str, enabled: bool = True) -> str:
     checks = "config.json and tokenizer (the image's transformers/sglang), the safetensors shards"
     if request["mtp"]:
         checks += ", the NextN (MTP) layer's weights"
-    return (f"preflight: in a throwaway container of {image} (no network, no GPU, {model.host_path} "
-            f"read-only at {model.container_path}): {checks}; a failure exits 4 before the "
-            "server starts")
+    return (
+        f"preflight: in a throwaway container of {image} (no network, no GPU, {model.host_path} "
+        f"read-only at {model.container_path}): {checks}; a failure exits 4 before the "
+        "server starts"
+    )
 
 
 def run_preflight(deployment: Deployment, engine: Engine, image: str) -> PreflightResult:

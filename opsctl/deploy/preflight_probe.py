@@ -196,6 +196,10 @@ def check_tokenizer_files(report: Report, model_dir: Path) -> None:
                   "(not loaded: no transformers here)")
 
 
+class _Failed(Exception):
+    """A check's failure; the message is the check's detail."""
+
+
 def check_shards(report: Report, model_dir: Path) -> dict[str, str]:
     """The index's weight map (tensor name -> shard file) once every shard it names is there."""
     index_path = model_dir / INDEX
@@ -206,27 +210,46 @@ def check_shards(report: Report, model_dir: Path) -> dict[str, str]:
                       + (f"{single.stat().st_size} bytes" if ok else "is missing or empty"))
         return {}
     try:
+        index, weight_map = _read_index(index_path)
+        sizes = _shard_sizes(model_dir, weight_map)
+        declared = _declared_total(index, sizes)
+    except _Failed as exc:
+        report.record("safetensors", False, str(exc))
+        return {}
+    total = sum(sizes.values())
+    declared_note = f" (index total_size {declared})" if declared is not None else ""
+    report.record("safetensors", True, f"{len(weight_map)} tensors in {len(sizes)} shards, "
+                  f"{total / 2**30:.2f} GiB{declared_note}")
+    return weight_map
+
+
+def _read_index(index_path: Path) -> tuple[Any, dict[str, str]]:
+    """The index and its weight map, which names at least one tensor and at most MAX_SHARDS
+    shards."""
+    try:
         index = read_json(index_path)
         weight_map = index["weight_map"]
         if not isinstance(weight_map, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
             raise ValueError("weight_map is not an object of tensor name -> file name")
     except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
-        report.record("safetensors", False, f"{INDEX} does not parse: {why(exc)}")
-        return {}
+        raise _Failed(f"{INDEX} does not parse: {why(exc)}") from None
     if not weight_map:
-        report.record("safetensors", False, f"{INDEX} names no tensor")
-        return {}
-    shards = sorted(set(weight_map.values()))
+        raise _Failed(f"{INDEX} names no tensor")
+    shards = set(weight_map.values())
     if len(shards) > MAX_SHARDS:
-        report.record("safetensors", False, f"{INDEX} names {len(shards)} shards, more than "
-                      f"{MAX_SHARDS}: not a checkpoint's index")
-        return {}
+        raise _Failed(f"{INDEX} names {len(shards)} shards, more than {MAX_SHARDS}: not a "
+                      "checkpoint's index")
+    return index, weight_map
+
+
+def _shard_sizes(model_dir: Path, weight_map: dict[str, str]) -> dict[str, int]:
+    """Each shard's size, once every one is a non-empty file inside the checkpoint folder."""
     try:
         root = resolved(model_dir)
     except OSError as exc:
-        report.record("safetensors", False, f"{model_dir} cannot be resolved: {why(exc)}")
-        return {}
+        raise _Failed(f"{model_dir} cannot be resolved: {why(exc)}") from None
+    shards = sorted(set(weight_map.values()))
     sizes: dict[str, int] = {}
     problems: list[str] = []
     for shard in shards:
@@ -237,20 +260,21 @@ def check_shards(report: Report, model_dir: Path) -> dict[str, str]:
             sizes[shard] = size
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        report.record("safetensors", False, f"{INDEX} names {len(set(weight_map.values()))} "
-                      f"shards; {problems[0]}{more}")
-        return {}
-    total = sum(sizes.values())
+        raise _Failed(f"{INDEX} names {len(shards)} shards; {problems[0]}{more}")
+    return sizes
+
+
+def _declared_total(index: Any, sizes: dict[str, int]) -> int | None:
+    """The index's metadata.total_size where it states one, which the shards must reach."""
     metadata = index.get("metadata") if isinstance(index, dict) else None
     declared = metadata.get("total_size") if isinstance(metadata, dict) else None
-    if isinstance(declared, int) and total < declared:
-        report.record("safetensors", False, f"the {len(sizes)} shards hold {total} bytes, less "
-                      f"than the index's total_size {declared}: truncated or partly downloaded")
-        return {}
-    report.record("safetensors", True, f"{len(weight_map)} tensors in {len(sizes)} shards, "
-                  f"{total / 2**30:.2f} GiB" + (f" (index total_size {declared})"
-                                                 if isinstance(declared, int) else ""))
-    return weight_map
+    if not isinstance(declared, int):
+        return None
+    total = sum(sizes.values())
+    if total < declared:
+        raise _Failed(f"the {len(sizes)} shards hold {total} bytes, less than the index's "
+                      f"total_size {declared}: truncated or partly downloaded")
+    return declared
 
 
 def resolved(path: Path) -> Path:
@@ -278,30 +302,46 @@ def shard_problem(root: Path, model_dir: Path, shard: str) -> tuple[str | None, 
 
 
 def check_nextn(report: Report, config: dict[str, Any] | None, weight_map: dict[str, str]) -> None:
+    check = "MTP (NextN) weights"
     if config is None or not weight_map:
-        report.record("MTP (NextN) weights", False, "not checked: config.json or the index failed")
+        report.record(check, False, "not checked: config.json or the index failed")
         return
+    try:
+        prefix = _nextn_prefix(config)
+        names = _nextn_names(weight_map, prefix, config["num_hidden_layers"])
+    except _Failed as exc:
+        report.record(check, False, str(exc))
+        return
+    shards = sorted({weight_map[n] for n in names})
+    more = " ..." if len(shards) > 3 else ""
+    report.record(check, True, f"{len(names)} tensors under {prefix}* in "
+                  f"{', '.join(shards[:3])}{more}")
+
+
+def _nextn_prefix(config: dict[str, Any]) -> str:
+    """The tensor-name prefix of the NextN layer, which follows the model's layers."""
     layers = config.get("num_hidden_layers")
     predict = config.get("num_nextn_predict_layers")
     if not isinstance(layers, int) or layers < 1:
-        report.record("MTP (NextN) weights", False, "config.json has no num_hidden_layers")
-        return
+        raise _Failed("config.json has no num_hidden_layers")
     if predict != 1:
-        report.record("MTP (NextN) weights", False, f"config.json num_nextn_predict_layers is "
-                      f"{predict!r}; sglang's NextN loader needs exactly 1")
-        return
-    prefix = f"model.layers.{0 if layers == 1 else layers}."
+        raise _Failed(f"config.json num_nextn_predict_layers is {predict!r}; sglang's NextN "
+                      "loader needs exactly 1")
+    return f"model.layers.{0 if layers == 1 else layers}."
+
+
+def _nextn_names(weight_map: dict[str, str], prefix: str, layers: int) -> list[str]:
+    """The index's tensors under `prefix`, once every part of the NextN layer is there."""
     names = [name for name in weight_map if name.startswith(prefix)]
     missing = [part for part in NEXTN_WEIGHTS
                if not any(name.startswith(f"{prefix}{part}.") for name in names)]
-    if not names or missing:
-        report.record("MTP (NextN) weights", False, f"the index has {len(names)} tensors under "
-                      f"{prefix}* (the NextN layer after {layers} layers)"
-                      + (f"; missing {', '.join(missing)}" if names else ""))
-        return
-    shards = sorted({weight_map[n] for n in names})
-    report.record("MTP (NextN) weights", True, f"{len(names)} tensors under {prefix}* in "
-                  f"{', '.join(shards[:3])}{' ...' if len(shards) > 3 else ''}")
+    if not names:
+        raise _Failed(f"the index has 0 tensors under {prefix}* (the NextN layer after "
+                      f"{layers} layers)")
+    if missing:
+        raise _Failed(f"the index has {len(names)} tensors under {prefix}* (the NextN layer "
+                      f"after {layers} layers); missing {', '.join(missing)}")
+    return names
 
 
 def run_checks(request: dict[str, Any]) -> list[dict[str, Any]]:

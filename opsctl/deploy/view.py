@@ -113,12 +113,17 @@ def up_progress(console: Console, deployment: Deployment) -> Iterator[Callable[[
         state = progress.probe
         text = Text()
         text.append(f"{header} ", style="bold")
-        text.append(f"{state.phase.value:<8}", style="green" if state.phase is Phase.READY else "yellow")
+        text.append(
+            f"{state.phase.value:<8}", style="green" if state.phase is Phase.READY else "yellow"
+        )
         text.append(f" {progress.elapsed_seconds:7.1f} s  {state.detail}\n")
         text.append(f"  {progress.last_log_line}", style="dim")
         return text
 
-    with Live(Text(f"{header} starting"), console=console, transient=True, refresh_per_second=4) as live:
+    with Live(
+        Text(f"{header} starting"), console=console, transient=True, refresh_per_second=4
+    ) as live:
+
         def report(progress: Progress) -> None:
             line = lines.line(progress)
             if line is not None:
@@ -234,7 +239,9 @@ def host_p2p_text(report: HostP2pReport) -> str:
     found = report.verdict
     crossing = ("none" if found.crossing_ok is None
                 else "reported OK" if found.crossing_ok else "NOT reported OK")
-    advice = {True: "advisable", False: "not advisable", None: "cannot tell yet"}[found.sys_advisable]
+    advice = {True: "advisable", False: "not advisable", None: "cannot tell yet"}[
+        found.sys_advisable
+    ]
     lines = [
         f"GPUs: {len(report.gpus)} ({' '.join(report.gpus)})",
         f"GPU pairs across the root complex (PHB/NODE/SYS): {found.crossing_pairs}, P2P {crossing}",

@@ -190,7 +190,9 @@ class _Session:
 
     def left(self, cap: float) -> float:
         """`cap` seconds, or what is left of the 60 s when less (at least 1 s)."""
-        return max(1.0, min(cap, self.deadline + (LIMIT_S - BUDGET_S) - self.tools.clock.monotonic()))
+        return max(
+            1.0, min(cap, self.deadline + (LIMIT_S - BUDGET_S) - self.tools.clock.monotonic())
+        )
 
     def run(self, argv: list[str]) -> tuple[int, str]:
         return self.tools.run(argv, self.left(TOOL_TIMEOUT_S))
@@ -257,7 +259,9 @@ class _Session:
         name = "GPUs in a container"
         self.gpus()  # without the host's GPUs no container can get one: one line, no run
         engine = self.engine()
-        image = next((ref for ref in self._local_images() if engine.image_id(ref) is not None), None)
+        image = next(
+            (ref for ref in self._local_images() if engine.image_id(ref) is not None), None
+        )
         if image is None:
             return [Check(name, FAIL, "no local image to run nvidia-smi in (doctor never pulls)",
                           "`opsctl build` (or `opsctl base-image`) first")]
@@ -310,7 +314,9 @@ class _Session:
     def drivers(self) -> list[Check]:
         driver = self.driver()
         checks = []
-        for base in dict.fromkeys(self.profile.variant_image(v).base for v in self.profile.variants):
+        for base in dict.fromkeys(
+            self.profile.variant_image(v).base for v in self.profile.variants
+        ):
             name = f"driver for {base}"
             env = self.engine().image_env(base)
             if env is None:
@@ -354,13 +360,21 @@ class _Session:
                           "(model.host_path unset)")]
         path = Path(str(folder))
         if not self.tools.host.is_dir(path):
-            return [Check("checkpoint", FAIL, f"checkpoint folder {path} does not exist on this "
-                          "host", "`opsctl model fetch` downloads them there, or fix model.host_path")]
+            return [
+                Check(
+                    "checkpoint",
+                    FAIL,
+                    f"checkpoint folder {path} does not exist on this host",
+                    "`opsctl model fetch` downloads them there, or fix model.host_path",
+                )
+            ]
         report = preflight_probe.Report()
         config = preflight_probe.check_config(report, path)
         preflight_probe.check_tokenizer_files(report, path)
         weight_map = preflight_probe.check_shards(report, path)
-        mtp = [v for v in self.profile.variants if preflight.is_mtp(to_argv(self.profile.resolve(v)))]
+        mtp = [
+            v for v in self.profile.variants if preflight.is_mtp(to_argv(self.profile.resolve(v)))
+        ]
         if mtp:
             preflight_probe.check_nextn(report, config, weight_map)
         fix = f"check the checkpoint in {path} (a partial download?)"

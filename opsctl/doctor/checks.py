@@ -127,7 +127,9 @@ def judge_capability(gpus: list[Gpu], target: tuple[int, int]) -> Check:
 
 
 def judge_memory(gpus: list[Gpu], target_gib: float) -> Check:
-    small = [gpu for gpu in gpus if gpu.memory_mib is None or round(gpu.memory_mib / 1024) < target_gib]
+    small = [
+        gpu for gpu in gpus if gpu.memory_mib is None or round(gpu.memory_mib / 1024) < target_gib
+    ]
     if small:
         shown = ", ".join(f"GPU{g.index} {'?' if g.memory_mib is None else g.memory_mib} MiB"
                           for g in small[:4])

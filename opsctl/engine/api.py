@@ -53,7 +53,8 @@ class LogRotation:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """Everything `docker run` needs, as plain data: rendered and golden-tested without an engine."""
+    """Everything `docker run` needs, as plain data: rendered and golden-tested without an
+    engine."""
 
     image: str
     command: list[str]
@@ -77,8 +78,14 @@ class RunSpec:
     def docker_run_argv(self) -> list[str]:
         """The equivalent `docker run` command, for --dry-run and for humans."""
         argv = ["docker", "run", "--detach", "--name", self.name]
-        if self.init:
-            argv.append("--init")
+        argv += self._wiring_argv() + self._resource_argv()
+        argv += self._restart_argv() + self._health_argv() + self._log_argv()
+        argv += ["--stop-timeout", str(self.stop_grace_seconds), self.image, *self.command]
+        return argv
+
+    def _wiring_argv(self) -> list[str]:
+        """--init, labels, environment, published ports and mounts."""
+        argv = ["--init"] if self.init else []
         for key, value in sorted(self.labels.items()):
             argv += ["--label", f"{key}={value}"]
         for key, value in sorted(self.env.items()):
@@ -88,6 +95,11 @@ class RunSpec:
         for mount in self.mounts:
             option = f"type={mount.kind},source={mount.source},target={mount.target}"
             argv += ["--mount", option + (",readonly" if mount.read_only else "")]
+        return argv
+
+    def _resource_argv(self) -> list[str]:
+        """GPUs, IPC namespace, shared memory, ulimits and network."""
+        argv = []
         if self.gpus:
             argv += ["--gpus", '"device=' + ",".join(str(g) for g in self.gpus) + '"']
         if self.ipc_host:
@@ -98,21 +110,30 @@ class RunSpec:
             argv += ["--ulimit", f"{name}={soft}:{hard}"]
         if self.network_mode:
             argv += ["--network", self.network_mode]
-        if self.restart_max is not None:
-            argv += ["--restart", f"on-failure:{self.restart_max}" if self.restart_max else "no"]
-        if self.healthcheck:
-            check = self.healthcheck
-            argv += ["--health-cmd", check.command,
-                     "--health-interval", f"{check.interval_seconds}s",
-                     "--health-timeout", f"{check.timeout_seconds}s",
-                     "--health-retries", str(check.retries),
-                     "--health-start-period", f"{check.start_period_seconds}s"]
-        if self.log_rotation:
-            argv += ["--log-driver", "json-file",
-                     "--log-opt", f"max-size={self.log_rotation.max_size}",
-                     "--log-opt", f"max-file={self.log_rotation.max_files}"]
-        argv += ["--stop-timeout", str(self.stop_grace_seconds), self.image, *self.command]
         return argv
+
+    def _restart_argv(self) -> list[str]:
+        if self.restart_max is None:
+            return []
+        return ["--restart", f"on-failure:{self.restart_max}" if self.restart_max else "no"]
+
+    def _health_argv(self) -> list[str]:
+        check = self.healthcheck
+        if not check:
+            return []
+        return ["--health-cmd", check.command,
+                "--health-interval", f"{check.interval_seconds}s",
+                "--health-timeout", f"{check.timeout_seconds}s",
+                "--health-retries", str(check.retries),
+                "--health-start-period", f"{check.start_period_seconds}s"]
+
+    def _log_argv(self) -> list[str]:
+        rotation = self.log_rotation
+        if not rotation:
+            return []
+        return ["--log-driver", "json-file",
+                "--log-opt", f"max-size={rotation.max_size}",
+                "--log-opt", f"max-file={rotation.max_files}"]
 
 
 @dataclass(frozen=True)
@@ -201,7 +222,8 @@ class Engine(Protocol):
     def follow_logs(self, container_id: str, tail: int | str = 10) -> Iterator[str]: ...
 
     def stop_and_remove(self, container_id: str, grace_seconds: int) -> None:
-        """Stop (SIGTERM, then kill after the grace) and remove; a container already gone is fine."""
+        """Stop (SIGTERM, then kill after the grace) and remove; a container already gone is
+        fine."""
         ...
 
     def stop(self, container_id: str, grace_seconds: int) -> None:

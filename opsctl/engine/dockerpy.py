@@ -63,8 +63,12 @@ LOG_FRAME_HEADER = struct.Struct(">BxxxL")  # stream (1 stdout, 2 stderr), paylo
 TRANSPORT = (requests.exceptions.RequestException, urllib3.exceptions.HTTPError,
              ConnectionError, TimeoutError)
 # Docker's own words for failures a user can cause, mapped to what to do about them.
-PORT_TAKEN = re.compile(r"port is already allocated|address already in use|bind for .* failed", re.I)
-_NO_GPU_RUNTIME = re.compile(r"could not select device driver|nvidia-container-cli|unknown runtime", re.I)
+PORT_TAKEN = re.compile(
+    r"port is already allocated|address already in use|bind for .* failed", re.I
+)
+_NO_GPU_RUNTIME = re.compile(
+    r"could not select device driver|nvidia-container-cli|unknown runtime", re.I
+)
 _NANOSECONDS = 1_000_000_000
 _EXIT_CODE_WAIT_S = 5.0  # after its output ends, how long the daemon may take to record the exit
 
@@ -80,9 +84,10 @@ def answering(what: str) -> Iterator[None]:
         if exc.status_code is None or exc.status_code < 500:
             raise
         said = " ".join(str(exc.explanation or exc).split())[:200]
-        raise DaemonUnreachable(f"the Docker engine failed mid-call ({exc.status_code}: {said}) "
-                                f"while {what}",
-                                hint="check `docker info`; `opsctl status` shows what is left") from None
+        raise DaemonUnreachable(
+            f"the Docker engine failed mid-call ({exc.status_code}: {said}) while {what}",
+            hint="check `docker info`; `opsctl status` shows what is left",
+        ) from None
     except (*TRANSPORT, docker.errors.DockerException) as exc:
         said = " ".join(str(exc).split())[:200]
         raise DaemonUnreachable(
@@ -102,10 +107,13 @@ def create_kwargs(spec: RunSpec) -> dict[str, Any]:
     device_requests = []
     if spec.gpus:
         device_requests.append(
-            docker.types.DeviceRequest(device_ids=[str(g) for g in spec.gpus], capabilities=[["gpu"]])
+            docker.types.DeviceRequest(
+                device_ids=[str(g) for g in spec.gpus], capabilities=[["gpu"]]
+            )
         )
     ulimits = [
-        docker.types.Ulimit(name=name, soft=soft, hard=hard) for name, (soft, hard) in spec.ulimits.items()
+        docker.types.Ulimit(name=name, soft=soft, hard=hard)
+        for name, (soft, hard) in spec.ulimits.items()
     ]
     return {
         "image": spec.image,
@@ -432,6 +440,59 @@ def joined_piece(stream: int, payload: bytes, unfinished: set[int]) -> bytes:
     return payload
 
 
+def _container_info(attrs: dict[str, Any],
+                    last_exit: Callable[[dict[str, Any]], int | None]) -> ContainerInfo:
+    """ContainerInfo from an inspect answer; `last_exit` finds the exit code that made the
+    policy restart a running container."""
+    state = attrs.get("State") or {}
+    status = state.get("Status", "")
+    restarts = int(attrs.get("RestartCount") or 0)
+    stopped = status in {"exited", "dead", "restarting"}
+    config = attrs.get("Config") or {}
+    last_exit_code = state.get("ExitCode") if stopped else None
+    if not stopped and restarts:
+        last_exit_code = last_exit(attrs)
+    return ContainerInfo(
+        id=attrs["Id"],
+        name=str(attrs.get("Name", "")).lstrip("/"),
+        status=status,
+        exit_code=state.get("ExitCode") if stopped else None,
+        labels=dict(config.get("Labels") or {}),
+        image=config.get("Image", ""),
+        started_at=state.get("StartedAt", ""),
+        restart_count=restarts,
+        **_health(state),
+        restart_max=_restart_max(attrs),
+        finished_at=_finished_at(state),
+        last_exit_code=last_exit_code,
+        oom_killed=bool(state.get("OOMKilled")),
+        error=str(state.get("Error") or ""),
+        ports=published_ports(attrs),
+    )
+
+
+def _health(state: dict[str, Any]) -> dict[str, str]:
+    """The health check's status and its last check's output."""
+    health = state.get("Health") or {}
+    checks = health.get("Log") or []
+    last = str(checks[-1].get("Output", "")).strip() if checks else ""
+    return {"health": health.get("Status", ""), "health_log": last}
+
+
+def _restart_max(attrs: dict[str, Any]) -> int:
+    """The on-failure policy's retry limit; 0 for any other policy."""
+    policy = (attrs.get("HostConfig") or {}).get("RestartPolicy") or {}
+    if policy.get("Name") != "on-failure":
+        return 0
+    return int(policy.get("MaximumRetryCount") or 0)
+
+
+def _finished_at(state: dict[str, Any]) -> str:
+    """When the container last stopped; empty for Docker's zero time (never stopped)."""
+    finished = state.get("FinishedAt", "")
+    return "" if finished.startswith("0001-") else finished
+
+
 class DockerEngine:
     """A connected Docker engine (see `connect`)."""
 
@@ -513,34 +574,7 @@ class DockerEngine:
             except docker.errors.NotFound:
                 raise ContainerGone(f"container {container_id[:12]} is gone",
                                     hint="`opsctl status` shows what runs") from None
-            state = attrs.get("State") or {}
-            status = state.get("Status", "")
-            restarts = int(attrs.get("RestartCount") or 0)
-            stopped = status in {"exited", "dead", "restarting"}
-            health = state.get("Health") or {}
-            checks = health.get("Log") or []
-            policy = (attrs.get("HostConfig") or {}).get("RestartPolicy") or {}
-            return ContainerInfo(
-                id=attrs["Id"],
-                name=str(attrs.get("Name", "")).lstrip("/"),
-                status=status,
-                exit_code=state.get("ExitCode") if stopped else None,
-                labels=dict((attrs.get("Config") or {}).get("Labels") or {}),
-                image=(attrs.get("Config") or {}).get("Image", ""),
-                started_at=state.get("StartedAt", ""),
-                restart_count=restarts,
-                health=health.get("Status", ""),
-                health_log=str(checks[-1].get("Output", "")).strip() if checks else "",
-                restart_max=int(policy.get("MaximumRetryCount") or 0)
-                if policy.get("Name") == "on-failure" else 0,
-                finished_at="" if state.get("FinishedAt", "").startswith("0001-")
-                else state.get("FinishedAt", ""),
-                last_exit_code=state.get("ExitCode") if stopped
-                else self._last_exit(attrs) if restarts else None,
-                oom_killed=bool(state.get("OOMKilled")),
-                error=str(state.get("Error") or ""),
-                ports=published_ports(attrs),
-            )
+            return _container_info(attrs, self._last_exit)
 
     def _last_exit(self, attrs: dict[str, Any]) -> int | None:
         """The exit code that made the policy restart a running container: Docker resets
@@ -611,7 +645,8 @@ class DockerEngine:
                     # Gone, or being removed (a removal a Ctrl-C cut short goes on in the
                     # daemon): no log to read; the saved file says so instead.
                     said = " ".join(str(exc.explanation or exc).split())[:200]
-                    yield f"[opsctl: no log: the engine answered {exc.status_code}: {said}]\n".encode()
+                    note = f"[opsctl: no log: the engine answered {exc.status_code}: {said}]\n"
+                    yield note.encode()
                     return
                 unfinished: set[int] = set()  # streams whose last piece ended mid-line
                 while header := read_exactly(response.raw, LOG_FRAME_HEADER.size):
@@ -816,7 +851,8 @@ class DockerEngine:
                     detail = str(chunk.get("error", "")).strip()
                     on_event(BuildEvent(text=detail, step=last_step, error=detail))
                     raise BuildError(
-                        f"build failed at {last_step or 'the first step'}: {detail.splitlines()[-1]}",
+                        f"build failed at {last_step or 'the first step'}: "
+                        f"{detail.splitlines()[-1]}",
                         hint="the log tail above shows the failing step's output",
                     )
                 text = str(chunk.get("stream", "")).rstrip("\n")
@@ -851,7 +887,9 @@ class DockerEngine:
         token = secrets.token_hex(6)
         name = f"opsctl-verify-{token}"
         # `docker run --gpus all`: every GPU through the engine's NVIDIA device driver.
-        requests_all = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpus else None
+        requests_all = (
+            [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpus else None
+        )
         try:
             container = self._client.containers.create(
                 image=image, command=command, network_disabled=True, detach=True, name=name,
@@ -860,7 +898,9 @@ class DockerEngine:
                 device_requests=requests_all,
             )
         except docker.errors.ImageNotFound:
-            raise BuildError(f"image {image} vanished before verification", hint="rebuild") from None
+            raise BuildError(
+                f"image {image} vanished before verification", hint="rebuild"
+            ) from None
         except docker.errors.APIError:  # the daemon answered: one look by name is enough
             with contextlib.suppress(docker.errors.DockerException, requests.RequestException):
                 self._remove_quietly(name)

@@ -1,1 +1,2 @@
-"""Orchestration: `up --gate` (verify, smoke, compare with the last good, roll back), above the rooms."""
+"""Orchestration: `up --gate` (verify, smoke, compare with the last good, roll back), above the
+rooms."""

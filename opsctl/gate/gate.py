@@ -115,6 +115,31 @@ def gate(
         return _gate(ctx, deployment, push, gateway)
 
 
+def _say_rollback(on_step: Callable[[str], None], back: Rollback | None,
+                  last: LastGood | None) -> None:
+    """What a failed gate would bring back, before anything is stopped."""
+    if last is None:
+        on_step(f"no last good variant recorded: a failed gate brings back {_what(back)}"
+                if back is not None else
+                "no last good variant recorded and nothing was running: a failed gate "
+                "brings nothing back")
+    elif back is not None and back.deployment.config_hash() != last.config_hash:
+        on_step(f"note: the profile changed since {back.deployment.variant!r} passed; "
+                "a rollback brings it back as the profile says now")
+
+
+def _after_failure(profile: Profile, back: Rollback | None, last: LastGood | None,
+                   rolled_back: str | None, problem: str | None) -> str:
+    """What serves after a failed gate: nothing rolled back, the rollback, or its failure."""
+    if back is None:
+        return ("nothing was rolled back: no last good variant is recorded"
+                + ("" if last is not None else " and nothing was running before the gate"))
+    if rolled_back:
+        return f"rolled back to {_what(back)}"
+    return (f"bringing back {back.deployment.variant!r} failed too: {problem}; nothing of "
+            f"profile {profile.name!r} is serving")
+
+
 def _gate(ctx: _Ctx, deployment: Deployment, push: Push | None,
           gateway: str | None) -> GateResult:
     launch, state, on_step = ctx.launch, ctx.state, ctx.on_step
@@ -129,14 +154,7 @@ def _gate(ctx: _Ctx, deployment: Deployment, push: Push | None,
     evals = profile_evals(deployment)
     check_launched(deployment, evals, ctx.traffic)  # a dataset off its pin: refused here
     path = state.gate_report_path(profile.name, variant, clock.now())
-    if last is None:
-        on_step(f"no last good variant recorded: a failed gate brings back {_what(back)}"
-                if back is not None else
-                "no last good variant recorded and nothing was running: a failed gate "
-                "brings nothing back")
-    if back is not None and last is not None and back.deployment.config_hash() != last.config_hash:
-        on_step(f"note: the profile changed since {back.deployment.variant!r} passed; "
-                "a rollback brings it back as the profile says now")
+    _say_rollback(on_step, back, last)
     try:
         stopped = launch.down(profile.name).removed
         on_step(f"stopped {', '.join(stopped)}" if stopped else "nothing was running")
@@ -160,16 +178,10 @@ def _gate(ctx: _Ctx, deployment: Deployment, push: Push | None,
                           _push(push, gateway, deployment, "passed", clock), None)
     on_step(f"failed: {'; '.join(failed)}")
     rolled_back, problem = _restore(ctx, profile, back)
-    if back is None:
-        where = ("nothing was rolled back: no last good variant is recorded"
-                 + ("" if last is not None else " and nothing was running before the gate"))
-    elif rolled_back:
-        where = f"rolled back to {_what(back)}"
-    else:
-        where = (f"bringing back {back.deployment.variant!r} failed too: {problem}; nothing of "
-                 f"profile {profile.name!r} is serving")
+    where = _after_failure(profile, back, last, rolled_back, problem)
     error = GateFailed(
-        f"gate failed for {profile.name}/{variant}: {'; '.join(failed)}; {variant!r} removed, {where}",
+        f"gate failed for {profile.name}/{variant}: {'; '.join(failed)}; {variant!r} removed, "
+        f"{where}",
         hint=(f"smoke report: {report}; " if report else "")
         + "`opsctl status` shows what runs now",
     )

@@ -37,7 +37,10 @@ def build_plans(profile: Profile, variant: str | None = None, base_image: str | 
 
 def build(the_plan: BuildPlan, engine: Engine, force: bool, on_event: OnEvent) -> BuildResult:
     """Build and verify one planned image; opsctl's own Debian base is built first when absent."""
-    if the_plan.base_image == baseimage.DEBIAN_BASE and engine.image_id(the_plan.base_image) is None:
+    if (
+        the_plan.base_image == baseimage.DEBIAN_BASE
+        and engine.image_id(the_plan.base_image) is None
+    ):
         # opsctl's own local base is built, never pulled: a fresh machine gets it here.
         on_event(BuildEvent(text=f"{the_plan.base_image} is absent: building it first "
                             "(debootstrap + docker import, about a minute)"))
@@ -70,7 +73,9 @@ def base_image(engine: Engine, sglang_standin: str | None, force: bool,
     """The local Debian base, and the sglang stand-in of a version when asked for."""
     results = [baseimage.build_debian_base(engine, force=force, on_event=on_event)]
     if sglang_standin:
-        results.append(baseimage.build_standin(engine, sglang_standin, force=force, on_event=on_event))
+        results.append(
+            baseimage.build_standin(engine, sglang_standin, force=force, on_event=on_event)
+        )
     return results
 
 
@@ -97,7 +102,8 @@ def sglang_args_extract(version: str, wheel_dir: Path | None, output: Path | Non
 
 def sglang_args_stack(version: str, wheel_dir: Path | None, output: Path | None
                       ) -> stack.StackRecord:
-    """Record the image stack of sglang `version`: its pins, and its transformers on the model configs."""
+    """Record the image stack of sglang `version`: its pins, and its transformers on the model
+    configs."""
     return stack.generate(version, wheel_dir, output)
 
 

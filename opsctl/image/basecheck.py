@@ -61,7 +61,9 @@ class BaseNote:
     warning: bool  # the host cannot run it (else: what could not be checked)
 
 
-def host_driver(run: Run = run_tool, which: Callable[[str], str | None] = shutil.which) -> str | None:
+def host_driver(
+    run: Run = run_tool, which: Callable[[str], str | None] = shutil.which
+) -> str | None:
     """The NVIDIA driver version this host runs (`nvidia-smi`), None without one that answers."""
     if which(DRIVER_QUERY[0]) is None:
         return None
@@ -83,8 +85,12 @@ def driver_note(base: str, env: dict[str, str], driver: str | None) -> BaseNote 
     major = cuda_major(cuda)
     minimum = MINIMUM_DRIVER.get(major) if major is not None else None
     if minimum is None:
-        return BaseNote(base, f"base {base} is CUDA {cuda}: its minimum driver is unresolved "
-                        f"(not in NVIDIA's table as opsctl records it: {COMPATIBILITY_TABLE})", False)
+        return BaseNote(
+            base,
+            f"base {base} is CUDA {cuda}: its minimum driver is unresolved "
+            f"(not in NVIDIA's table as opsctl records it: {COMPATIBILITY_TABLE})",
+            False,
+        )
     if driver is None:
         return BaseNote(base, f"base {base} is CUDA {cuda}, which needs an NVIDIA driver >= "
                         f"{minimum}; no nvidia-smi answers here, so this host's driver is not "

@@ -66,7 +66,8 @@ def standin_ref(sglang_version: str) -> str:
 
 
 def debian_mirror(sources: tuple[Path, ...] = APT_SOURCES) -> str:
-    """The Debian archive URL this host's apt uses (deb822 `URIs:` or one-line `deb URL bookworm`)."""
+    """The Debian archive URL this host's apt uses (deb822 `URIs:` or one-line `deb URL
+    bookworm`)."""
     for path in sources:
         if not path.is_file():
             continue
@@ -81,7 +82,8 @@ def debian_mirror(sources: tuple[Path, ...] = APT_SOURCES) -> str:
 
 
 def parse_debian_mirror(text: str) -> str | None:
-    """First archive (not -security, not -updates-only) URI serving bookworm in an apt sources file."""
+    """First archive (not -security, not -updates-only) URI serving bookworm in an apt
+    sources file."""
     for stanza in re.split(r"\n\s*\n", text):
         fields: dict[str, str] = {}
         for line in stanza.splitlines():
@@ -108,11 +110,14 @@ def build_debian_base(
 ) -> BaseImageResult:
     existing = engine.image_id(DEBIAN_BASE)
     if existing and not force:
-        on_event(BuildEvent(text=f"{DEBIAN_BASE} is present ({existing[:19]}); --force rebuilds it"))
+        on_event(
+            BuildEvent(text=f"{DEBIAN_BASE} is present ({existing[:19]}); --force rebuilds it")
+        )
         return BaseImageResult(DEBIAN_BASE, existing, skipped=True)
     if os.geteuid() != 0:
         raise BuildError(
-            f"building {DEBIAN_BASE} needs root (debootstrap creates device nodes and chowns files)",
+            f"building {DEBIAN_BASE} needs root (debootstrap creates device nodes and chowns "
+            "files)",
             hint="run `sudo opsctl base-image` once; later builds reuse the image",
         )
     if shutil.which("debootstrap") is None:
@@ -129,7 +134,8 @@ def build_debian_base(
         _strip_rootfs(rootfs)
         tarball = Path(work) / "rootfs.tar"
         on_event(BuildEvent(text=f"docker import -> {DEBIAN_BASE}", step="import"))
-        # GNU tar keeps device nodes, hard links and numeric owners exactly as debootstrap made them.
+        # GNU tar keeps device nodes, hard links and numeric owners exactly as debootstrap
+        # made them.
         _run_logged(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", str(tarball), "."],
                     on_event, step="tar")
         changes = [
@@ -156,7 +162,8 @@ def _base_labels() -> dict[str, str]:
 
 
 def _strip_rootfs(rootfs: Path) -> None:
-    """Drop what only the bootstrap needed: downloaded .debs and apt lists (smaller, no stale index)."""
+    """Drop what only the bootstrap needed: downloaded .debs and apt lists (smaller, no stale
+    index)."""
     for pattern in ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*_*"):
         for path in rootfs.glob(pattern):
             path.unlink()
@@ -175,7 +182,9 @@ def _run_logged(argv: list[str], on_event: Callable[[BuildEvent], None], step: s
     if code != 0:
         last = next((t for t in reversed(tail) if t.strip()), "no output")
         on_event(BuildEvent(text=last, step=step, error=last))
-        raise BuildError(f"{step} failed (exit {code}): {last}", hint="the log tail above shows why")
+        raise BuildError(
+            f"{step} failed (exit {code}): {last}", hint="the log tail above shows why"
+        )
 
 
 # --- the sglang stand-in ------------------------------------------------------------------------

@@ -95,23 +95,7 @@ def build(
 
     existing = engine.image_labels(tag)
     if existing is not None and not force:
-        if existing.get(labels.CONTENT_HASH) != content_hash:
-            raise BuildError(f"{tag} exists but was built from other inputs",
-                             hint="pick another --tag, or --force to replace it")
-        image_id = engine.image_id(tag) or ""
-        if trust.is_verified(image_id, content_hash):
-            on_event(BuildEvent(text=f"{tag} is up to date (content hash {content_hash[:16]}); "
-                                "--force rebuilds it"))
-            if plan.locked_digest != base.digest:  # first build here, or just re-locked
-                write_lock(plan.lock_path, plan.profile, base)
-            return BuildResult(tag, image_id, content_hash, base, skipped=True, relocked=relocked)
-        on_event(BuildEvent(text=f"{tag} exists but was never verified on this host: "
-                            "verifying it now"))
-        checks = verify(engine, plan, image_id, content_hash, on_event)
-        trust.record_verified(image_id, tag, content_hash)
-        write_lock(plan.lock_path, plan.profile, base)
-        return BuildResult(tag, image_id, content_hash, base, skipped=False, relocked=relocked,
-                           checks=checks, reverified=True)
+        return _existing(plan, engine, base, tag, existing, content_hash, relocked, on_event)
 
     # --force over an image verified here: a Ctrl-C during the new one's verification must leave
     # that one tagged (issue 25, L: it left none, since an unchanged rebuild is the same image).
@@ -140,6 +124,29 @@ def build(
     write_lock(plan.lock_path, plan.profile, base)
     return BuildResult(tag, image_id, content_hash, base, skipped=False, relocked=relocked,
                        checks=checks)
+
+
+def _existing(plan: BuildPlan, engine: Engine, base: BaseResolution, tag: str,
+              existing: dict[str, str], content_hash: str, relocked: bool,
+              on_event: Callable[[BuildEvent], None]) -> BuildResult:
+    """The tag exists and no --force: up to date, verified now, or built from other inputs."""
+    if existing.get(labels.CONTENT_HASH) != content_hash:
+        raise BuildError(f"{tag} exists but was built from other inputs",
+                         hint="pick another --tag, or --force to replace it")
+    image_id = engine.image_id(tag) or ""
+    if trust.is_verified(image_id, content_hash):
+        on_event(BuildEvent(text=f"{tag} is up to date (content hash {content_hash[:16]}); "
+                            "--force rebuilds it"))
+        if plan.locked_digest != base.digest:  # first build here, or just re-locked
+            write_lock(plan.lock_path, plan.profile, base)
+        return BuildResult(tag, image_id, content_hash, base, skipped=True, relocked=relocked)
+    on_event(BuildEvent(text=f"{tag} exists but was never verified on this host: "
+                        "verifying it now"))
+    checks = verify(engine, plan, image_id, content_hash, on_event)
+    trust.record_verified(image_id, tag, content_hash)
+    write_lock(plan.lock_path, plan.profile, base)
+    return BuildResult(tag, image_id, content_hash, base, skipped=False, relocked=relocked,
+                       checks=checks, reverified=True)
 
 
 def _interrupted(engine: Engine, image_id: str, previous: str | None, tag: str) -> None:
@@ -226,7 +233,9 @@ def verify(engine: Engine, plan: BuildPlan, image_id: str, content_hash: str,
             first = failed[0]
             message = f"verification failed: {first['check']}: {first['detail']}"
         else:
-            message = f"verification did not run (exit {code}): {output.strip()[-200:] or 'no output'}"
+            message = (
+                f"verification did not run (exit {code}): {output.strip()[-200:] or 'no output'}"
+            )
         raise BuildError(message + " (image removed)",
                          hint="the base or the patch set is not what the profile pins")
     return checks

@@ -25,6 +25,7 @@ import importlib.util
 import json
 import py_compile
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -100,34 +101,18 @@ def installed_version(dist: str) -> str | None:
         return None
 
 
+Record = Callable[[str, bool, str], None]
+
+
 def run_checks(expect: dict[str, Any], compile_files: bool) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
 
     def record(name: str, ok: bool, detail: str) -> None:
         results.append({"check": name, "ok": ok, "detail": detail})
 
-    metadata_path = expect.get("metadata_path")
-    if metadata_path:
-        path = Path(metadata_path)
-        if not path.is_file():
-            record("build-metadata", False, f"{path} is missing")
-        else:
-            found = json.loads(path.read_text()).get("content_hash")
-            record("build-metadata", found == expect.get("content_hash"),
-                   f"{path} content_hash={found}")
-
-    for module in expect.get("modules", []):
-        try:
-            ok = importlib.util.find_spec(module) is not None
-            record(f"module {module}", ok, "importable" if ok else "not found")
-        except ImportError as exc:
-            record(f"module {module}", False, str(exc))
-
-    for dist, version in sorted(expect.get("distributions", {}).items()):
-        found = installed_version(dist)
-        record(f"{dist} version", found is not None and same_version(found, version),
-               f"installed {found}, pinned {version}" if found else f"not installed, pinned {version}")
-
+    _check_metadata(expect, record)
+    _check_modules(expect, record)
+    _check_distributions(expect, record)
     files: dict[str, str] = expect.get("files", {})
     if not files:
         return results
@@ -137,7 +122,44 @@ def run_checks(expect: dict[str, Any], compile_files: bool) -> list[dict[str, An
         record("sglang location", False, str(exc))
         return results
     record("sglang location", True, str(root))
+    _check_files(root, files, compile_files, record)
+    _check_switch(root, expect, files, record)
+    return results
 
+
+def _check_metadata(expect: dict[str, Any], record: Record) -> None:
+    metadata_path = expect.get("metadata_path")
+    if not metadata_path:
+        return
+    path = Path(metadata_path)
+    if not path.is_file():
+        record("build-metadata", False, f"{path} is missing")
+        return
+    found = json.loads(path.read_text()).get("content_hash")
+    record("build-metadata", found == expect.get("content_hash"), f"{path} content_hash={found}")
+
+
+def _check_modules(expect: dict[str, Any], record: Record) -> None:
+    for module in expect.get("modules", []):
+        try:
+            ok = importlib.util.find_spec(module) is not None
+            record(f"module {module}", ok, "importable" if ok else "not found")
+        except ImportError as exc:
+            record(f"module {module}", False, str(exc))
+
+
+def _check_distributions(expect: dict[str, Any], record: Record) -> None:
+    for dist, version in sorted(expect.get("distributions", {}).items()):
+        found = installed_version(dist)
+        if found is None:
+            record(f"{dist} version", False, f"not installed, pinned {version}")
+            continue
+        record(f"{dist} version", same_version(found, version),
+               f"installed {found}, pinned {version}")
+
+
+def _check_files(root: Path, files: dict[str, str], compile_files: bool,
+                 record: Record) -> None:
     for rel, want in sorted(files.items()):
         path = root / rel
         if not path.is_file():
@@ -145,22 +167,26 @@ def run_checks(expect: dict[str, Any], compile_files: bool) -> list[dict[str, An
             continue
         got = sha256_file(path)
         record(f"sha256 {rel}", got == want, f"{got}" if got == want else f"{got}, expected {want}")
-        if rel.endswith(".py"):
-            if compile_files:
-                py_compile.compile(str(path), doraise=True,
-                                   invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
-            record(f"pyc {rel}", pyc_matches(path), "checked-hash .pyc of these bytes")
+        if not rel.endswith(".py"):
+            continue
+        if compile_files:
+            py_compile.compile(str(path), doraise=True,
+                               invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+        record(f"pyc {rel}", pyc_matches(path), "checked-hash .pyc of these bytes")
 
+
+def _check_switch(root: Path, expect: dict[str, Any], files: dict[str, str],
+                  record: Record) -> None:
     switch = expect.get("switch")
     module_rel = expect.get("switch_module")
-    if switch and module_rel:
-        record("runtime switch", *check_switch(root, module_rel, switch))
-        stem = Path(module_rel).stem
-        users = [rel for rel in sorted(files) if rel != module_rel and (root / rel).is_file()
-                 and rel.endswith(".py") and stem in imported_names(root / rel)]
-        record("patched code uses the switch module", bool(users),
-               f"{', '.join(users)} import {stem}" if users else f"no patched file imports {stem}")
-    return results
+    if not (switch and module_rel):
+        return
+    record("runtime switch", *check_switch(root, module_rel, switch))
+    stem = Path(module_rel).stem
+    users = [rel for rel in sorted(files) if rel != module_rel and (root / rel).is_file()
+             and rel.endswith(".py") and stem in imported_names(root / rel)]
+    record("patched code uses the switch module", bool(users),
+           f"{', '.join(users)} import {stem}" if users else f"no patched file imports {stem}")
 
 
 def main(argv: list[str]) -> int:

@@ -48,8 +48,14 @@ def lock_dir() -> Path:
 
 
 def _packaged(path: Path) -> Path:
-    """The wheel's own copy of the lock at `path` where opsctl is installed and has none of its own."""
-    if path.is_file() or not is_installed() or os.environ.get(LOCK_DIR_ENV) or path.parent != lock_dir():
+    """The wheel's own copy of the lock at `path` where opsctl is installed and has none of
+    its own."""
+    if (
+        path.is_file()
+        or not is_installed()
+        or os.environ.get(LOCK_DIR_ENV)
+        or path.parent != lock_dir()
+    ):
         return path
     return project_root() / "deploy" / "locks" / path.name
 
@@ -83,12 +89,16 @@ def write_lock(path: Path, profile: str, base: BaseResolution) -> None:
 
 def check_lock(path: Path, base: BaseResolution, force: bool, base_labels: dict[str, str],
                on_event: Callable[[BuildEvent], None]) -> bool:
-    """Whether the base must be re-locked; BuildError when its digest moved and that is not allowed."""
+    """Whether the base must be re-locked; BuildError when its digest moved and that is not
+    allowed."""
     locked = read_lock(path).get(base.ref)
     if locked is None or locked.get("digest") == base.digest:
         return False
-    own_local_base = (base.kind == "image-id" and base_labels.get(labels.ROLE) in {ROLE_BASE, ROLE_STANDIN}
-                      and base_labels.get(labels.MANAGED) == labels.TRUE)
+    own_local_base = (
+        base.kind == "image-id"
+        and base_labels.get(labels.ROLE) in {ROLE_BASE, ROLE_STANDIN}
+        and base_labels.get(labels.MANAGED) == labels.TRUE
+    )
     if not force and not own_local_base:
         raise BuildError(
             f"base {base.ref} is now {base.digest}, but {path} locked {locked.get('digest')}",

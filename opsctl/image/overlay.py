@@ -70,8 +70,10 @@ def main(argv: list[str]) -> int:
         print(f"opsctl overlay: {dist} {have or 'absent'} -> {pinned}")
     print(f"opsctl overlay: {len(pins) - len(todo)} of {len(pins)} pins already in the base")
     changed = {dist for dist, _, _ in todo}
-    report = {"installed": {dist: {"base": have, "pinned": pinned} for dist, have, pinned in todo},
-              "held": {dist: pinned for dist, pinned in sorted(pins.items()) if dist not in changed}}
+    report = {
+        "installed": {dist: {"base": have, "pinned": pinned} for dist, have, pinned in todo},
+        "held": {dist: pinned for dist, pinned in sorted(pins.items()) if dist not in changed},
+    }
     if not todo:
         return _write_report(record_path, report)
     # Environment, not options: an older pip ignores an unknown variable but fails on a flag.

@@ -291,7 +291,9 @@ def apply(site_packages: Path, patch_dir: Path) -> CheckReport:
     with tempfile.TemporaryDirectory(prefix="opsctl-patch-") as tmp:
         stage = Path(tmp)
         report = _stage_readable(Path(site_packages), Path(patch_dir), manifest, stage)
-        install(Path(site_packages), stage, [f.path for f in report.patched], list(report.new_files))
+        install(
+            Path(site_packages), stage, [f.path for f in report.patched], list(report.new_files)
+        )
     return report
 
 
@@ -308,42 +310,60 @@ def install(root: Path, stage: Path, replaced: list[str], added: list[str]) -> N
     """
     pairs = [(stage / rel, root / rel) for rel in [*replaced, *added]]
     for rel in [*replaced, *added]:
-        for part in [root / rel, *(root / rel).parents]:
-            if part == root:
-                break
-            if part.is_symlink():
-                raise PatchError(f"{part} is a symlink; refusing to write through it",
-                                 hint="patch a real sglang tree (a copy, not a link farm)")
+        _refuse_links(root, root / rel)
     staged: list[Path] = []
     backups: list[tuple[Path, Path]] = []
     placed: list[Path] = []
     try:
-        for source, target in pairs:
-            beside = target.with_name(target.name + _NEW)
-            beside.unlink(missing_ok=True)  # left by a run that was killed
-            staged.append(beside)
-            shutil.copyfile(source, beside)
-            shutil.copymode(target if target.exists() else source, beside)
-        for rel in replaced:
-            backup = (root / rel).with_name((root / rel).name + _OLD)
-            backup.unlink(missing_ok=True)
-            os.link(root / rel, backup)
-            backups.append((backup, root / rel))
+        _stage_beside(pairs, staged)
+        _back_up(root, replaced, backups)
         for (_, target), beside in zip(pairs, staged, strict=True):
             os.replace(beside, target)
             placed.append(target)
     except OSError as exc:
-        for backup, target in backups:
-            os.replace(backup, target)
-            backup.unlink(missing_ok=True)  # still there when the target was never replaced
-        for target in placed[len(replaced):]:
-            target.unlink(missing_ok=True)
-        for beside in staged:
-            beside.unlink(missing_ok=True)
+        _roll_back(backups, placed[len(replaced):], staged)
         raise PatchError(f"cannot write {exc.filename or root}: {exc.strerror or exc}; the tree "
                          "is unchanged", hint="make the tree writable, then apply again") from None
     for backup, _ in backups:
         backup.unlink()
+
+
+def _refuse_links(root: Path, path: Path) -> None:
+    """A symlink between `root` and `path` (or `path` itself) is refused."""
+    for part in [path, *path.parents]:
+        if part == root:
+            return
+        if part.is_symlink():
+            raise PatchError(f"{part} is a symlink; refusing to write through it",
+                             hint="patch a real sglang tree (a copy, not a link farm)")
+
+
+def _stage_beside(pairs: list[tuple[Path, Path]], staged: list[Path]) -> None:
+    """Each new file written beside its target (same directory: the rename is atomic)."""
+    for source, target in pairs:
+        beside = target.with_name(target.name + _NEW)
+        beside.unlink(missing_ok=True)  # left by a run that was killed
+        staged.append(beside)
+        shutil.copyfile(source, beside)
+        shutil.copymode(target if target.exists() else source, beside)
+
+
+def _back_up(root: Path, replaced: list[str], backups: list[tuple[Path, Path]]) -> None:
+    for rel in replaced:
+        backup = (root / rel).with_name((root / rel).name + _OLD)
+        backup.unlink(missing_ok=True)
+        os.link(root / rel, backup)
+        backups.append((backup, root / rel))
+
+
+def _roll_back(backups: list[tuple[Path, Path]], added: list[Path], staged: list[Path]) -> None:
+    for backup, target in backups:
+        os.replace(backup, target)
+        backup.unlink(missing_ok=True)  # still there when the target was never replaced
+    for target in added:
+        target.unlink(missing_ok=True)
+    for beside in staged:
+        beside.unlink(missing_ok=True)
 
 
 def _main(argv: Sequence[str] | None = None) -> int:

@@ -121,15 +121,25 @@ class BuildPlan:
             ("variants", ", ".join(self.variants) or "none"),
             ("kind", self.kind),
             ("base", self.base_image + ("  (--base-image)" if self.base_overridden else "")),
-            ("base digest", self.locked_digest or f"not locked yet ({self.lock_path} records it "
-             "at the first build)"),
+            (
+                "base digest",
+                self.locked_digest
+                or f"not locked yet ({self.lock_path} records it at the first build)",
+            ),
             ("dockerfile", str(self.dockerfile)),
             ("sglang", self.sglang_version),
             ("patch set", f"sha256 {self.patch_set_sha256}" if self.patch_set_sha256 else "none"),
             ("release", self._release_row()),
-            ("build args", " ".join(f"{k}={v}" for k, v in sorted(self.build_args.items())) or "none"),
+            (
+                "build args",
+                " ".join(f"{k}={v}" for k, v in sorted(self.build_args.items())) or "none",
+            ),
             ("context", " ".join(sorted(self.files))),
-            ("tag", tag or "<repository>:<version>-<content hash>, decided once the base digest is known"),
+            (
+                "tag",
+                tag
+                or "<repository>:<version>-<content hash>, decided once the base digest is known",
+            ),
         ]
 
     def _release_row(self) -> str:
@@ -148,8 +158,10 @@ def plan(profile: Profile, base_image: str | None = None, tag: str | None = None
     root = project_root()
     dockerfile = root / spec.dockerfile
     if not dockerfile.is_file():
-        raise ProfileError(f"profile {profile.name!r}: image.dockerfile {spec.dockerfile} does not exist",
-                           hint="fix image.dockerfile (a path relative to the project root)")
+        raise ProfileError(
+            f"profile {profile.name!r}: image.dockerfile {spec.dockerfile} does not exist",
+            hint="fix image.dockerfile (a path relative to the project root)",
+        )
     _check_build_args(profile.name, spec.build_args)
     base = base_image or spec.base
     if tag is not None:
@@ -231,8 +243,10 @@ def expected_image(deployment: Deployment) -> str:
 def _check_build_args(profile: str, build_args: dict[str, str]) -> None:
     for name in build_args:
         if name in RESERVED_BUILD_ARGS:
-            raise ProfileError(f"profile {profile!r}: build arg {name} is set by opsctl itself",
-                               hint="use image.base / --base-image and image.sglang_version instead")
+            raise ProfileError(
+                f"profile {profile!r}: build arg {name} is set by opsctl itself",
+                hint="use image.base / --base-image and image.sglang_version instead",
+            )
         # Build args end up in `docker history`: a secret's name means one is about to leak.
         if is_secret_name(name):
             raise ProfileError(
@@ -244,8 +258,14 @@ def _check_build_args(profile: str, build_args: dict[str, str]) -> None:
 
 def _check_tag(tag: str) -> None:
     name, _, version = tag.rpartition(":")
-    if not name or "/" in version or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", version):
-        raise UsageError(f"--tag {tag!r} is not repository:tag", hint="e.g. opsctl/sglang-glm5:test")
+    if (
+        not name
+        or "/" in version
+        or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", version)
+    ):
+        raise UsageError(
+            f"--tag {tag!r} is not repository:tag", hint="e.g. opsctl/sglang-glm5:test"
+        )
 
 
 def _sglang_inputs(version: str) -> tuple[dict[str, Path], dict[str, Any], str]:
@@ -275,9 +295,14 @@ def _sglang_inputs(version: str) -> tuple[dict[str, Path], dict[str, Any], str]:
             f"patch set {version} names runtime switch {switch!r}, profiles use "
             f"{PATCH_SWITCH_ENV!r}", hint="the manifest and opsctl.config.profiles must agree")
     # The new file that defines the switch (the kernel module the patched backend imports).
-    switch_module = next((entry["destination"] for entry in manifest["new_files"]
-                          if f'SWITCH_ENV = "{switch}"' in (source_root() / entry["source"]).read_text()),
-                         None)
+    switch_module = next(
+        (
+            entry["destination"]
+            for entry in manifest["new_files"]
+            if f'SWITCH_ENV = "{switch}"' in (source_root() / entry["source"]).read_text()
+        ),
+        None,
+    )
     if switch_module is None:
         raise BuildError(f"no new file of patch set {version} defines SWITCH_ENV = {switch!r}",
                          hint="the kernel module must define the runtime switch the manifest names")
@@ -307,18 +332,23 @@ def sim_modules(root: Path) -> list[Path]:
             continue
         seen.add(name)
         for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
-            if isinstance(node, ast.Import):
-                wanted += [alias.name.split(".")[2] for alias in node.names
-                           if alias.name.startswith("opsctl.sim.")]
-            elif isinstance(node, ast.ImportFrom):
-                module = node.module or ""
-                if node.level:  # relative: from .x import y / from . import x
-                    module = f"opsctl.sim.{module}" if module else "opsctl.sim"
-                if module == "opsctl.sim":
-                    wanted += [alias.name for alias in node.names]
-                elif module.startswith("opsctl.sim."):
-                    wanted.append(module.split(".")[2])
+            wanted += _sim_imports(node)
     return sorted(sim_dir / f"{name}.py" for name in seen)
+
+
+def _sim_imports(node: ast.AST) -> list[str]:
+    """The `opsctl.sim` module names an import statement names (possibly names inside one)."""
+    if isinstance(node, ast.Import):
+        return [alias.name.split(".")[2] for alias in node.names
+                if alias.name.startswith("opsctl.sim.")]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    module = node.module or ""
+    if node.level:  # relative: from .x import y / from . import x
+        module = f"opsctl.sim.{module}" if module else "opsctl.sim"
+    if module == "opsctl.sim":
+        return [alias.name for alias in node.names]
+    return [module.split(".")[2]] if module.startswith("opsctl.sim.") else []
 
 
 def _simulator_inputs(root: Path, source: Path) -> dict[str, Path]:

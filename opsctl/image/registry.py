@@ -114,7 +114,9 @@ def pushed_reference(ref: str, repository: str | None = None) -> str | None:
     None when it was never pushed from this host."""
     found: list[tuple[str, str]] = []  # (pushed_at, reference)
     for image_id, entry in trust.read_records(record_path()).items():
-        if ref not in (image_id, entry.get("local_tag")) or not isinstance(entry.get("pushes"), dict):
+        if ref not in (image_id, entry.get("local_tag")) or not isinstance(
+            entry.get("pushes"), dict
+        ):
             continue
         for repo, push_entry in entry["pushes"].items():
             if repository not in (None, repo) or not isinstance(push_entry, dict):

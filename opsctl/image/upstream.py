@@ -33,7 +33,9 @@ def unpack_wheel(wheel: Path, dest: Path, members: Iterable[str] | None = None) 
 def members_for(version: str) -> list[str]:
     """The files a patch set reads from (or adds to) the sglang tree."""
     manifest = patchsets.load_manifest(version)
-    return [f["path"] for f in manifest["files"]] + [n["destination"] for n in manifest["new_files"]]
+    return [f["path"] for f in manifest["files"]] + [
+        n["destination"] for n in manifest["new_files"]
+    ]
 
 
 def check_release(sglang_version: str, patch_version: str | None = None,

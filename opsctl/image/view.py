@@ -122,7 +122,8 @@ def show_push(out: Console, err: Console, result: PushResult) -> None:
 
 
 def show_base_notes(err: Console, notes: list[BaseNote]) -> None:
-    """Before the builds: a base this host's driver cannot run (warning), or what was not checked."""
+    """Before the builds: a base this host's driver cannot run (warning), or what was not
+    checked."""
     for note in notes:
         label = ("warning:", "bold yellow") if note.warning else ("note:", "bold")
         err.print(Text.assemble(label, f" {note.text}"), highlight=False, soft_wrap=True)
@@ -131,7 +132,9 @@ def show_base_notes(err: Console, notes: list[BaseNote]) -> None:
 def show_base_images(console: Console, results: list[BaseImageResult]) -> None:
     for result in results:
         state = "present" if result.skipped else "built"
-        console.print(f"{result.ref} {state} ({result.image_id[:19]})", highlight=False, markup=False)
+        console.print(
+            f"{result.ref} {state} ({result.image_id[:19]})", highlight=False, markup=False
+        )
 
 
 def show_patch_report(console: Console, report: CheckReport) -> None:
@@ -140,8 +143,13 @@ def show_patch_report(console: Console, report: CheckReport) -> None:
 
 
 def show_stack(console: Console, record: StackRecord) -> None:
-    console.print(f"wrote {record.path}: sglang {record.version} pins transformers "
-                  f"{record.transformers or '(none)'}", highlight=False, soft_wrap=True, markup=False)
+    console.print(
+        f"wrote {record.path}: sglang {record.version} pins transformers "
+        f"{record.transformers or '(none)'}",
+        highlight=False,
+        soft_wrap=True,
+        markup=False,
+    )
     for repo, found in sorted(record.models.items()):
         verdict = "loads" if found.get("loads") else f"does NOT load: {found.get('error')}"
         console.print(f"  {repo} ({found.get('config')}): {verdict}", highlight=False,

@@ -14,8 +14,8 @@ expectations and so of its content hash. `stage()` runs when the build context i
 release wheel is checked against the record's sha256, then each pinned wheel is taken from the
 wheel cache, or `pip download --no-deps`ed into it by exact version (pip's own index settings
 apply, e.g. PIP_EXTRA_INDEX_URL for PyTorch's CUDA 13 index), copied to `opsctl-build/wheels/`,
-and its sha256 written to `opsctl-build/wheels.json` (and build.json). Every cached wheel of a pinned
-version is staged, whatever its Python and platform tags: pip in the image picks the one the
+and its sha256 written to `opsctl-build/wheels.json` (and build.json). Every cached wheel of a
+pinned version is staged, whatever its Python and platform tags: pip in the image picks the one the
 base's interpreter can install. Inside the build, overlay.py compares each pin with the base's
 installed version and installs only those that differ, `--no-index --no-deps`.
 """

@@ -1,1 +1,2 @@
-"""GPU kernels opsctl ships into the sglang image (imported lazily: `import opsctl` needs no torch)."""
+"""GPU kernels opsctl ships into the sglang image (imported lazily: `import opsctl` needs no
+torch)."""

@@ -78,17 +78,26 @@ def _walk(node: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ..
             yield from _walk(item, path)
 
 
+def _read_receivers(source: Path) -> Any:
+    """The receivers file's YAML; ProfileError (its line never quoted) when it cannot be read."""
+    try:
+        return load_yaml(read_bounded(source, "receivers file", MAX_RECEIVERS_BYTES))
+    except OSError as exc:
+        raise ProfileError(
+            f"cannot read receivers file {source}: {exc.strerror or exc}",
+            hint="see monitoring/alertmanager/receivers.yml for the format",
+        ) from None
+    except yaml.YAMLError as exc:  # its text quotes the line, which may hold a password
+        raise ProfileError(
+            f"cannot read receivers file {source}: {yaml_problem(exc)}",
+            hint="see monitoring/alertmanager/receivers.yml for the format",
+        ) from None
+
+
 def load_receivers(path: Path | None = None) -> dict[str, Any]:
     """The user's receivers file, checked: the two routed receivers exist, no inline secret."""
     source = path or receivers_path()
-    try:
-        doc = load_yaml(read_bounded(source, "receivers file", MAX_RECEIVERS_BYTES))
-    except OSError as exc:
-        raise ProfileError(f"cannot read receivers file {source}: {exc.strerror or exc}",
-                           hint="see monitoring/alertmanager/receivers.yml for the format") from None
-    except yaml.YAMLError as exc:  # its text quotes the line, which may hold a password
-        raise ProfileError(f"cannot read receivers file {source}: {yaml_problem(exc)}",
-                           hint="see monitoring/alertmanager/receivers.yml for the format") from None
+    doc = _read_receivers(source)
     if not isinstance(doc, dict) or not isinstance(doc.get("receivers"), list):
         raise ProfileError(f"{source}: needs a `receivers:` list",
                            hint="see monitoring/alertmanager/receivers.yml for the format")
@@ -131,15 +140,27 @@ def _inhibit(source: str, target: str, equal: list[str]) -> dict[str, Any]:
 # gauges stale; a fast burn already says what the slow burn would; KV pressure includes
 # "KV high"; a crash loop is the louder name of a restart.
 INHIBIT_RULES = (
-    _inhibit('alertname="SglangServerDown"',
-             'alertname=~"Sglang(Tpot|Ttft)Slo(Fast|Slow)Burn|SglangDecodeStalled'
-             '|SglangKvCache(High|Pressure)"', ["instance"]),
-    _inhibit('alertname=~"Sglang(Tpot|Ttft)SloFastBurn"', 'alertname=~"Sglang(Tpot|Ttft)SloSlowBurn"',
-             ["slo", "variant", "instance"]),
-    _inhibit('alertname="SglangKvCachePressure"', 'alertname="SglangKvCacheHigh"',
-             ["variant", "instance"]),
-    _inhibit('alertname="SglangServerCrashLooping"', 'alertname="SglangServerRestarting"',
-             ["profile", "variant"]),
+    _inhibit(
+        'alertname="SglangServerDown"',
+        'alertname=~"Sglang(Tpot|Ttft)Slo(Fast|Slow)Burn|SglangDecodeStalled'
+        '|SglangKvCache(High|Pressure)"',
+        ["instance"],
+    ),
+    _inhibit(
+        'alertname=~"Sglang(Tpot|Ttft)SloFastBurn"',
+        'alertname=~"Sglang(Tpot|Ttft)SloSlowBurn"',
+        ["slo", "variant", "instance"],
+    ),
+    _inhibit(
+        'alertname="SglangKvCachePressure"',
+        'alertname="SglangKvCacheHigh"',
+        ["variant", "instance"],
+    ),
+    _inhibit(
+        'alertname="SglangServerCrashLooping"',
+        'alertname="SglangServerRestarting"',
+        ["profile", "variant"],
+    ),
 )
 
 

@@ -135,29 +135,52 @@ _THROTTLE = "|".join(gpu.THROTTLE_EVENTS)
 _FB_USED = "DCGM_FI_DEV_FB_USED / (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE)"
 GPU_PANELS: tuple[PanelSpec, ...] = (
     PanelSpec(
-        "GPU temperature", "DCGM_FI_DEV_GPU_TEMP per GPU and the lowest slowdown temperature "
-        "(DCGM_FI_DEV_SLOWDOWN_TEMP); the alert fires 5 C below it.", "celsius",
-        (Query("max by (gpu) (DCGM_FI_DEV_GPU_TEMP)", "GPU {{gpu}}"),
-         Query("min(DCGM_FI_DEV_SLOWDOWN_TEMP)", "slowdown")),
+        "GPU temperature",
+        "DCGM_FI_DEV_GPU_TEMP per GPU and the lowest slowdown temperature "
+        "(DCGM_FI_DEV_SLOWDOWN_TEMP); the alert fires 5 C below it.",
+        "celsius",
+        (
+            Query("max by (gpu) (DCGM_FI_DEV_GPU_TEMP)", "GPU {{gpu}}"),
+            Query("min(DCGM_FI_DEV_SLOWDOWN_TEMP)", "slowdown"),
+        ),
     ),
     PanelSpec(
-        "GPU memory used", "Framebuffer used / (used + free) per GPU. sglang reserves most of "
-        "it at start (--mem-fraction-static); the alert fires at 98%.", "percentunit",
+        "GPU memory used",
+        "Framebuffer used / (used + free) per GPU. sglang reserves most of "
+        "it at start (--mem-fraction-static); the alert fires at 98%.",
+        "percentunit",
         (Query(f"max by (gpu) ({_FB_USED})", "GPU {{gpu}}"),),
-        max_value=1.0, threshold=gpu.MEMORY_FULL_RATIO,
+        max_value=1.0,
+        threshold=gpu.MEMORY_FULL_RATIO,
     ),
     PanelSpec(
-        "GPU throttling", "Clock events for heat or a hardware limit within dcgm-exporter's "
-        "window (DCGM_EXP_CLOCK_EVENTS_COUNT), per GPU and reason.", "short",
-        (Query(f'sum by (gpu, clock_event) (DCGM_EXP_CLOCK_EVENTS_COUNT{{clock_event=~"{_THROTTLE}"}})',
-               "GPU {{gpu}} {{clock_event}}"),),
+        "GPU throttling",
+        "Clock events for heat or a hardware limit within dcgm-exporter's "
+        "window (DCGM_EXP_CLOCK_EVENTS_COUNT), per GPU and reason.",
+        "short",
+        (
+            Query(
+                "sum by (gpu, clock_event) "
+                f'(DCGM_EXP_CLOCK_EVENTS_COUNT{{clock_event=~"{_THROTTLE}"}})',
+                "GPU {{gpu}} {{clock_event}}",
+            ),
+        ),
     ),
     PanelSpec(
-        "GPU errors", "Last Xid code per GPU (DCGM_FI_DEV_XID_ERRORS, 0: none since the exporter "
-        "started) and uncorrectable ECC errors over the last hour.", "short",
-        (Query("max by (gpu, err_msg) (DCGM_FI_DEV_XID_ERRORS)", "GPU {{gpu}} last Xid ({{err_msg}})"),
-         Query("sum by (gpu) (increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[1h]))",
-               "GPU {{gpu}} ECC DBE 1h")),
+        "GPU errors",
+        "Last Xid code per GPU (DCGM_FI_DEV_XID_ERRORS, 0: none since the exporter "
+        "started) and uncorrectable ECC errors over the last hour.",
+        "short",
+        (
+            Query(
+                "max by (gpu, err_msg) (DCGM_FI_DEV_XID_ERRORS)",
+                "GPU {{gpu}} last Xid ({{err_msg}})",
+            ),
+            Query(
+                "sum by (gpu) (increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[1h]))",
+                "GPU {{gpu}} ECC DBE 1h",
+            ),
+        ),
         kind="stat",
     ),
 )

@@ -37,14 +37,24 @@ COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (MiB)."),
     ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (MiB)."),
     ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Code of the last Xid error."),
-    ("DCGM_EXP_XID_ERRORS_COUNT", "gauge", "Xid errors within the exporter's window by code (label xid)."),
-    ("DCGM_EXP_CLOCK_EVENTS_COUNT", "gauge",
-     "Clock events (throttle reasons) within the exporter's window by clock_event."),
+    (
+        "DCGM_EXP_XID_ERRORS_COUNT",
+        "gauge",
+        "Xid errors within the exporter's window by code (label xid).",
+    ),
+    (
+        "DCGM_EXP_CLOCK_EVENTS_COUNT",
+        "gauge",
+        "Clock events (throttle reasons) within the exporter's window by clock_event.",
+    ),
     ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Single-bit volatile ECC errors."),
     ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Double-bit volatile ECC errors."),
     ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "Rows remapped for correctable errors."),
-    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter",
-     "Rows remapped for uncorrectable errors."),
+    (
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "Rows remapped for uncorrectable errors.",
+    ),
     ("DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge", "1 if remapped rows wait for a GPU reset."),
     ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "1 if a row remapping failed."),
     ("DCGM_FI_DRIVER_VERSION", "label", "Driver version."),
@@ -95,8 +105,12 @@ def alert_rules(timing: RuleTiming) -> list[dict[str, Any]]:
         alert(
             "GpuXidErrors",
             f"{_max('DCGM_EXP_XID_ERRORS_COUNT')} > 0\nor\n"
-            + _max(f"DCGM_FI_DEV_XID_ERRORS > 0\n  unless DCGM_FI_DEV_XID_ERRORS offset {ERROR_WINDOW}"),
-            "0s", "critical", f"{where} reported an Xid error",
+            + _max(
+                f"DCGM_FI_DEV_XID_ERRORS > 0\n  unless DCGM_FI_DEV_XID_ERRORS offset {ERROR_WINDOW}"
+            ),
+            "0s",
+            "critical",
+            f"{where} reported an Xid error",
             "The NVIDIA driver reported an Xid error on this GPU in the last "
             f"{ERROR_WINDOW} (DCGM_FI_DEV_XID_ERRORS holds the last code). Some codes mean the "
             "GPU has fallen off the bus or needs a reset; sglang usually stalls or exits.",
@@ -105,16 +119,19 @@ def alert_rules(timing: RuleTiming) -> list[dict[str, Any]]:
             "GpuTemperatureHigh",
             f"{_max('DCGM_FI_DEV_GPU_TEMP')}\n>= on ({BY})\n"
             f"{_max('DCGM_FI_DEV_SLOWDOWN_TEMP')} - {TEMPERATURE_MARGIN_C}",
-            timing.gpu_for, "warning", f"{where} is {{{{ $value }}}} C, near its slowdown",
+            timing.gpu_for,
+            "warning",
+            f"{where} is {{{{ $value }}}} C, near its slowdown",
             f"The GPU is within {TEMPERATURE_MARGIN_C} C of the temperature at which it cuts its "
             "clocks (DCGM_FI_DEV_SLOWDOWN_TEMP): decode slows down, and a board kept that hot "
             "may hang.",
         ),
         alert(
             "GpuClockThrottled",
-            f'max by ({BY}, clock_event) '
+            f"max by ({BY}, clock_event) "
             f'(DCGM_EXP_CLOCK_EVENTS_COUNT{{clock_event=~"{events}"}}) > 0',
-            timing.gpu_for, "warning",
+            timing.gpu_for,
+            "warning",
             f"{where} is throttled ({{{{ $labels.clock_event }}}})",
             "The GPU lowered its clocks for heat or a hardware limit "
             "(clock_event {{ $labels.clock_event }}): every token takes longer on this GPU, and "
@@ -125,7 +142,9 @@ def alert_rules(timing: RuleTiming) -> list[dict[str, Any]]:
             f"{_max(f'increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[{ERROR_WINDOW}])')} > 0\nor\n"
             f"{_max(f'increase(DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS[{ERROR_WINDOW}])')} > 0"
             f"\nor\n{_max('DCGM_FI_DEV_ROW_REMAP_FAILURE')} > 0",
-            "0s", "critical", f"{where} has uncorrectable memory errors",
+            "0s",
+            "critical",
+            f"{where} has uncorrectable memory errors",
             "Uncorrectable (double-bit) ECC errors, rows remapped for uncorrectable errors, or a "
             "failed row remapping: data in GPU memory was lost, results may be wrong, and the "
             "GPU needs a reset or replacement.",
@@ -133,7 +152,9 @@ def alert_rules(timing: RuleTiming) -> list[dict[str, Any]]:
         alert(
             "GpuRowRemapPending",
             f"{_max('DCGM_FI_DEV_ROW_REMAP_PENDING')} > 0",
-            timing.gpu_for, "warning", f"{where} waits for a reset to remap memory rows",
+            timing.gpu_for,
+            "warning",
+            f"{where} waits for a reset to remap memory rows",
             "The GPU remapped memory rows that take effect only after a GPU reset: plan one "
             "(it restarts the server).",
         ),
@@ -141,13 +162,18 @@ def alert_rules(timing: RuleTiming) -> list[dict[str, Any]]:
             "GpuMemoryNearFull",
             f"{_max('DCGM_FI_DEV_FB_USED / (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE)')} > "
             f"{MEMORY_FULL_RATIO:g}",
-            timing.gpu_for, "warning", f"{where} memory is {{{{ $value | humanizePercentage }}}} full",
+            timing.gpu_for,
+            "warning",
+            f"{where} memory is {{{{ $value | humanizePercentage }}}} full",
             f"More than {MEMORY_FULL_RATIO:.0%} of the GPU's memory is in use. sglang reserves "
             "--mem-fraction-static of it at start, so this is what is left for activations and "
             "CUDA graphs: a longer prompt or a new batch size can fail with out-of-memory.",
         ),
         alert(
-            "GpuExporterDown", f'up{{job="{JOB}"}} == 0', timing.gpu_for, "warning",
+            "GpuExporterDown",
+            f'up{{job="{JOB}"}} == 0',
+            timing.gpu_for,
+            "warning",
             "dcgm-exporter {{ $labels.instance }} is down",
             "Prometheus cannot scrape dcgm-exporter, so no GPU alert can fire.",
         ),

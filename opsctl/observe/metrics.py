@@ -74,7 +74,10 @@ def _timestamp(text: str | None) -> float | None:
 
 def smoke_families(report: dict[str, Any]) -> list[Metric]:
     """SmokeReport (as JSON dict) -> gauges. The last-success timestamp only on success."""
-    base = {"profile": report.get("profile") or UNKNOWN, "variant": report.get("variant") or UNKNOWN}
+    base = {
+        "profile": report.get("profile") or UNKNOWN,
+        "variant": report.get("variant") or UNKNOWN,
+    }
     passed = bool(report["passed"])
     finished = (_timestamp(report.get("started_at")) or time.time()) + float(report["duration_s"])
     out = [
@@ -148,7 +151,10 @@ def gate_families(record: dict[str, Any]) -> list[Metric]:
     Every outcome has its series (1 for this run's, 0 for the others), so a query for one
     outcome never finds a stale series; the dashboard's gate annotation reads both gauges.
     """
-    base = {"profile": record.get("profile") or UNKNOWN, "variant": record.get("variant") or UNKNOWN}
+    base = {
+        "profile": record.get("profile") or UNKNOWN,
+        "variant": record.get("variant") or UNKNOWN,
+    }
     out = [_gauge("opsctl_gate_last_outcome", "1 for the outcome of the last opsctl up --gate "
                   "of the profile, 0 for the others.", {**base, "outcome": outcome},
                   1.0 if record["outcome"] == outcome else 0.0) for outcome in GATE_OUTCOMES]

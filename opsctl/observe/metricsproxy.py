@@ -124,7 +124,8 @@ def handle(method: str, path: str, headers: Mapping[str, str], token: str, fetch
 
 def make_server(address: str, port: int, respond: Callable[[str, str, Any], Reply],
                 tls: tuple[Path, Path] | None = None) -> ThreadingHTTPServer:
-    """A threaded HTTP(S) server that answers every request with `respond(method, path, headers)`."""
+    """A threaded HTTP(S) server that answers every request with `respond(method, path,
+    headers)`."""
 
     class Handler(BaseHTTPRequestHandler):
         timeout = CLIENT_TIMEOUT_S

@@ -4,10 +4,10 @@ GPU profile) dcgm-exporter for one host.
 Rendering is pure: the profile's SLO, the scrape targets and the user's Alertmanager receivers
 become the files under monitoring/ (committed for the shipped profile) or under a config folder
 for `up`. The containers run with the host's network namespace because Prometheus must reach
-sglang and the exporter on 127.0.0.1; each listens on 127.0.0.1 only. This module only plans: the engine is
-handed to `opsctl.observe.app`, which starts and stops the containers. Images are pinned by tag
-in monitoring/images.yaml and by digest in monitoring/images.lock.json, written at the first pull
-on the user's host.
+sglang and the exporter on 127.0.0.1; each listens on 127.0.0.1 only. This module only plans: the
+engine is handed to `opsctl.observe.app`, which starts and stops the containers. Images are pinned
+by tag in monitoring/images.yaml and by digest in monitoring/images.lock.json, written at the first
+pull on the user's host.
 
 Grafana's admin password is generated once per host and handed over as a file
 (`GF_SECURITY_ADMIN_PASSWORD__FILE`, Grafana's `__FILE` convention), never as an environment
@@ -196,8 +196,9 @@ def compose_for(profile: Profile) -> str:
     """monitoring/compose.yaml: `run_specs` of `monitor up`, the images by their pinned tags."""
     images = load_images()
     refs = {component: images.ref(component) for component in COMPONENTS}
-    return compose.compose_yaml(run_specs(refs, _COMPOSE_ROOT, profile.name, profile.container.gpus),
-                                _COMPOSE_ROOT)
+    return compose.compose_yaml(
+        run_specs(refs, _COMPOSE_ROOT, profile.name, profile.container.gpus), _COMPOSE_ROOT
+    )
 
 
 # --- containers --------------------------------------------------------------------------------

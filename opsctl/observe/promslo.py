@@ -76,8 +76,9 @@ def _limit(rule: SloRule, window: BurnWindow) -> str:
     budget = round(1.0 - rule.target, 6)
     if factor * budget >= 1.0:
         raise ProfileError(
-            f"slo.{rule.name}: a target of {rule.target:g} over {human_seconds(rule.window_seconds)}"
-            f" leaves a budget of {budget:g}, which a {factor:g}x burn-rate alert can never exceed",
+            f"slo.{rule.name}: a target of {rule.target:g} over "
+            f"{human_seconds(rule.window_seconds)} leaves a budget of {budget:g}, which a "
+            f"{factor:g}x burn-rate alert can never exceed",
             hint="raise target (e.g. 0.99) or shorten window",
         )
     return f"{factor:g} * {budget:g}"

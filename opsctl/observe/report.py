@@ -81,7 +81,9 @@ def _malformed(client: httpx.Client, what: str) -> PrometheusError:
                            hint="is --prometheus a Prometheus server (its /api/v1/query_range)?")
 
 
-def _points(client: httpx.Client, item: dict[str, Any]) -> tuple[dict[str, str], list[tuple[float, float]]]:
+def _points(
+    client: httpx.Client, item: dict[str, Any]
+) -> tuple[dict[str, str], list[tuple[float, float]]]:
     """A matrix series' labels and its (time, value) points, NaN points dropped."""
     labels, values = item.get("metric"), item.get("values")
     if not isinstance(labels, dict) or not isinstance(values, list):

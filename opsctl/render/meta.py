@@ -100,7 +100,8 @@ def split_metadata(values: dict[str, str]) -> tuple[dict[str, str], dict[str, st
 
 
 def quantity(docker_size: str) -> str:
-    """A Docker size (profile_checks.SIZE_RE: digits, then b, k, m or g) as a Kubernetes quantity."""
+    """A Docker size (profile_checks.SIZE_RE: digits, then b, k, m or g) as a Kubernetes
+    quantity."""
     match = _DOCKER_SIZE.fullmatch(docker_size)
     if match is None:  # the profile refuses such sizes when it loads
         raise UsageError(f"{docker_size!r} is not a Docker size", hint="e.g. 32g")

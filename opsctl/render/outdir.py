@@ -88,7 +88,9 @@ def read_record(out: Path) -> Record | None:
         raise _bad_record(out, f"not JSON ({str(exc).split(';')[0]})") from None
     if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT:
         raise _bad_record(out, f"not a {RECORD_FORMAT} record")
-    return Record(files=_hashes(out, data.get("files")), pending=_hashes(out, data.get("pending", {})))
+    return Record(
+        files=_hashes(out, data.get("files")), pending=_hashes(out, data.get("pending", {}))
+    )
 
 
 def _hashes(out: Path, found: Any) -> dict[str, str]:
@@ -128,11 +130,7 @@ def plan_write(out: Path, files: dict[str, str], force: bool) -> WritePlan:
     record = check_folder(out)
     if record is None:
         return WritePlan(write=files, delete=[], record=None)
-    for name in sorted(set(files) - record.names()):
-        if (out / name).exists() or (out / name).is_symlink():
-            raise UsageError(f"--out {out}: {name} is there and `render k8s` did not write it; "
-                             "it is never replaced", hint="move it away, or choose another "
-                                                          "directory")
+    _refuse_foreign_targets(out, files, record)
     found = {name: folder(out).inspect(name) for name in sorted(record.names())}
     present = {name: item for name, item in found.items() if item is not None}
     _refuse_foreign_stale(out, present, set(files))
@@ -140,11 +138,20 @@ def plan_write(out: Path, files: dict[str, str], force: bool) -> WritePlan:
     edited = [name for name, item in present.items()
               if not item.marked or not record.accepts(name, item.sha256)]
     if edited and not force:
-        raise UsageError(f"--out {out}: {edited[0]} was edited since `render k8s` wrote it"
-                         + (f" (and {len(edited) - 1} more)" if len(edited) > 1 else ""),
+        more = f" (and {len(edited) - 1} more)" if len(edited) > 1 else ""
+        raise UsageError(f"--out {out}: {edited[0]} was edited since `render k8s` wrote it{more}",
                          hint=EDIT_HINT)
     stale = [name for name in present if name not in files]
     return WritePlan(write=files, delete=stale, record=record, force=force)
+
+
+def _refuse_foreign_targets(out: Path, files: dict[str, str], record: Record) -> None:
+    """A file the render would write that is there but not in the record is never replaced."""
+    for name in sorted(set(files) - record.names()):
+        if (out / name).exists() or (out / name).is_symlink():
+            raise UsageError(f"--out {out}: {name} is there and `render k8s` did not write it; "
+                             "it is never replaced",
+                             hint="move it away, or choose another directory")
 
 
 def _refuse_foreign_stale(out: Path, present: dict[str, Found], writing: set[str]) -> None:

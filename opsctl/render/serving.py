@@ -15,8 +15,8 @@ the profile gives one; the host's /dev/shm that ipc_host shares has no size of i
 `--init` as shareProcessNamespace (the pause container reaps orphans as PID 1),
 stop_grace_seconds as terminationGracePeriodSeconds. Kubernetes also takes CPU and memory
 requests, which Docker has no need of: without them a pod is BestEffort and the first evicted
-under node memory pressure, so they are always rendered (resources()). Kubernetes has no per-pod ulimits
-(memlock, stack: the node's container runtime sets them) and rotates logs itself.
+under node memory pressure, so they are always rendered (resources()). Kubernetes has no per-pod
+ulimits (memlock, stack: the node's container runtime sets them) and rotates logs itself.
 
 A multi-host unit is one LeaderWorkerSet group of nnodes pods: every pod runs the same argv plus
 `--dist-init-addr $(LWS_LEADER_ADDRESS):PORT --node-rank $(LWS_WORKER_INDEX)`. LWS injects those

@@ -15,7 +15,9 @@ def show_render(console: Console, err_console: Console, result: RenderResult) ->
     kinds = ", ".join(f"{kind} {name}" for kind, name in result.objects)
     err_console.print(Text(f"rendered {len(result.objects)} objects into {result.out}: {kinds}"))
     for name in result.removed:
-        err_console.print(Text(f"removed {result.out / name}: the earlier render's, not in this one"))
+        err_console.print(
+            Text(f"removed {result.out / name}: the earlier render's, not in this one")
+        )
     err_console.print(Text(f"image: {result.image}" + ("" if result.pushed else " (local tag)")))
     for note in result.notes:
         err_console.print(Text(f"note: {note}", style="yellow"))

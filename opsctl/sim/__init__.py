@@ -41,11 +41,12 @@ the metrics are 0.5.23's.
 
 Behaviour (environment variables; the admin endpoint takes the same keys, lower case, no prefix):
 
-=================================  =======  =========================================================
-``OPSCTL_SIM_LOAD_SECONDS``        0        port closed this long before listening (weights loading)
+=================================  =======  ========================================================
+``OPSCTL_SIM_LOAD_SECONDS``        0        port closed this long before listening (loading weights)
 ``OPSCTL_SIM_WARMUP_SECONDS``      0        after listening: ``/health``, ``/health_generate``,
-                                            ``/ready`` and generation endpoints answer 503 this long;
-                                            ``/v1/models``, ``/model_info``, ``/server_info`` 200
+                                            ``/ready`` and generation endpoints answer 503 this
+                                            long; ``/v1/models``, ``/model_info``,
+                                            ``/server_info`` answer 200
 ``OPSCTL_SIM_TTFT_MS``             50       time to first token (after admission)
 ``OPSCTL_SIM_ITL_MS``              20       inter-token latency with one running request
 ``OPSCTL_SIM_ITL_SLOPE_MS``        0        ITL grows by this per additional running request
@@ -53,8 +54,8 @@ Behaviour (environment variables; the admin endpoint takes the same keys, lower 
                                             slow_first_token | error_rate | corrupt |
                                             misresolve
 ``OPSCTL_SIM_STREAM_CUT_AFTER``    3        stream_cut: tokens sent before the connection drops
-``OPSCTL_SIM_ERROR_RATE``          0        error_rate: fraction of generation requests answering 500
-                                            (deterministic: exactly round-down(n * rate) of n fail)
+``OPSCTL_SIM_ERROR_RATE``          0        error_rate: the fraction of generation requests that
+                                            answer 500 (deterministic: round-down(n * rate) of n)
 ``OPSCTL_SIM_EXTRA_MODELS``        ""       comma-separated extra ids listed by ``/v1/models``
 ``OPSCTL_SIM_KV_USAGE``            unset    pins ``sglang:token_usage`` (0..1); unset: derived from
                                             the tokens of running requests
@@ -63,7 +64,7 @@ Behaviour (environment variables; the admin endpoint takes the same keys, lower 
 ``OPSCTL_SIM_TRACE_CAST``          auto     the traces /start_profile writes: ``auto`` carries the
                                             full-pool KV cast where the flags say stock flashinfer
                                             + FP8 KV (switch off), ``on``, ``off``
-=================================  =======  =========================================================
+=================================  =======  ========================================================
 
 Profiler: ``/start_profile`` and ``/stop_profile`` as sglang's (``opsctl.sim.profiler``) write
 a synthetic torch-profiler Chrome trace per TP rank. Knobs for ``opsctl tune``

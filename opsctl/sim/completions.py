@@ -132,7 +132,9 @@ class Generation:
             salt = f"seed={seed}".encode() if isinstance(seed, int) else os.urandom(8)
         if behaviour.fault == "corrupt":
             salt += b"|corrupt"
-        return eval_plan(prompt, max_new) or Plan.make(prompt_key(prompt, salt), max_new, ignore_eos)
+        return eval_plan(prompt, max_new) or Plan.make(
+            prompt_key(prompt, salt), max_new, ignore_eos
+        )
 
     def _stream_cut_after(self) -> int | None:
         behaviour = self._box.get()

@@ -173,7 +173,9 @@ class SimArgs:
 
     def oom_at_start(self) -> bool:
         """Whether this memory fraction fails start-up (see SIM_MAX_MEM_FRACTION)."""
-        return self.mem_fraction_static is not None and self.mem_fraction_static > SIM_MAX_MEM_FRACTION
+        return (
+            self.mem_fraction_static is not None and self.mem_fraction_static > SIM_MAX_MEM_FRACTION
+        )
 
     @classmethod
     def parse(cls, argv: Sequence[str]) -> SimArgs:

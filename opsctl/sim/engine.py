@@ -151,9 +151,7 @@ class Engine:
             steps = behaviour.step_sizes()
             left_in_step = step_size = 1  # the first token is the prefill's
             for position in range(plan.total):
-                delay = deadline - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+                await _sleep_until(loop, deadline)
                 now = loop.time()
                 token_id, text = plan.token(position)
                 produced += 1
@@ -162,16 +160,10 @@ class Engine:
                 first_latency = None
                 if position == 0:
                     first_at = now
-                    first_latency = now - times.received
-                    if self._metrics is not None:
-                        self._metrics.observe_time_to_first_token(first_latency, stream)
+                    first_latency = self._observe_first(now - times.received, stream)
                 step_end = left_in_step == 1 or position == plan.total - 1
-                if position and step_end and self._metrics is not None:
-                    # As sglang: a step's gap split evenly over the tokens it produced
-                    # (0.5.23 observability/metrics_collector.py:2161-2173).
-                    made = step_size - left_in_step + 1
-                    for _ in range(made):
-                        self._metrics.observe_inter_token_latency((now - last_at) / made)
+                if position and step_end:
+                    self._observe_step(now - last_at, step_size - left_in_step + 1)
                 if step_end:
                     last_at = now
                 finish = None
@@ -181,7 +173,8 @@ class Engine:
                     self._observe_finished(plan, prompt_tokens, stream, times, first_at, now)
                 yield TokenEvent(position, token_id, text, produced, finish, first_latency)
                 left_in_step -= 1
-                if left_in_step == 0:  # a decode step ends: the next one's tokens come one ITL later
+                # a decode step ends: the next one's tokens come one ITL later
+                if left_in_step == 0:
                     left_in_step = step_size = next(steps)
                     deadline += self._behaviour().itl_seconds(self._running, self.graph_max_bs)
         finally:
@@ -191,6 +184,19 @@ class Engine:
                 self._slots.release()
             if not finished and self._metrics is not None:
                 self._metrics.observe_aborted()
+
+    def _observe_first(self, latency: float, stream: bool) -> float:
+        if self._metrics is not None:
+            self._metrics.observe_time_to_first_token(latency, stream)
+        return latency
+
+    def _observe_step(self, gap: float, made: int) -> None:
+        """As sglang: a step's gap split evenly over the tokens it produced
+        (0.5.23 observability/metrics_collector.py:2161-2173)."""
+        if self._metrics is None:
+            return
+        for _ in range(made):
+            self._metrics.observe_inter_token_latency(gap / made)
 
     async def _admit(self) -> None:
         if self._slots is None:
@@ -222,3 +228,10 @@ class Engine:
             time_per_output_token=tpot,
             stream=stream,
         )
+
+
+async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+    """Sleep until the loop's clock reaches `deadline` (at once when it has)."""
+    delay = deadline - loop.time()
+    if delay > 0:
+        await asyncio.sleep(delay)

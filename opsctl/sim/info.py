@@ -138,7 +138,8 @@ class ServerView:
             "max_total_num_tokens": SIM_MAX_TOTAL_NUM_TOKENS,
             "max_req_input_len": min(args.context_length, SIM_MAX_TOTAL_NUM_TOKENS) - 1,
         }
-        if self.release == "0.5.15":  # as a real 0.5.15 server answered (tests/fixtures/real-sglang-0.5.15)
+        # as a real 0.5.15 server answered (tests/fixtures/real-sglang-0.5.15)
+        if self.release == "0.5.15":
             del state["world_size"]
             return {**fields, **scheduler, "internal_states": [state], "version": self.release,
                     "kv_events": None}

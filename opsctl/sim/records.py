@@ -23,8 +23,14 @@ from typing import Any
 RELEASES_DIR = "patches/sglang"  # opsctl.core.paths.RELEASES_DIR, relative to the project root
 RECORD_DIR = "resolved"  # opsctl.config.resolve.RECORD_DIR, inside a release's folder
 _PACKAGE = Path(__file__).resolve().parents[1]
-RECORDS_ROOT = next((path for path in (_PACKAGE.parent / RELEASES_DIR, _PACKAGE / "_data" / RELEASES_DIR)
-                     if path.is_dir()), _PACKAGE.parent / RELEASES_DIR)
+RECORDS_ROOT = next(
+    (
+        path
+        for path in (_PACKAGE.parent / RELEASES_DIR, _PACKAGE / "_data" / RELEASES_DIR)
+        if path.is_dir()
+    ),
+    _PACKAGE.parent / RELEASES_DIR,
+)
 MAX_RECORD_BYTES = 1 << 20
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,48 +94,89 @@ class Checkpoint:
         return self.architecture in DSA_ARCHITECTURES
 
 
+@dataclass(frozen=True)
+class _Device:
+    """What a device-dependent default may read: the release, the flags as resolved so far and
+    as given, and the checkpoint."""
+
+    release: str
+    resolved: Mapping[str, Any]
+    raw: Mapping[str, Any]
+    checkpoint: Checkpoint
+
+
+def _quantization(device: _Device) -> Any:
+    # Only SM100 reads the checkpoint's quant_method (0.5.23 arg_groups/overrides.py:808-809);
+    # elsewhere it stays unset.
+    return None
+
+
+def _kv_cache_dtype(device: _Device) -> str:
+    # fp8_e4m3 from SM10 on, bfloat16 below or with learnable sinks (0.5.23
+    # arg_groups/overrides.py:531-537).
+    # 0.5.15 has no sinks rule (arg_groups/overrides.py:1083-1086).
+    sinks = device.release == "0.5.23" and bool(device.checkpoint.config.get("learnable_sink"))
+    return "fp8_e4m3" if SIM_SM_MAJOR >= 10 and not sinks else "bfloat16"
+
+
+def _dsa_fp8(device: _Device) -> str:
+    # GLM on SM12x: flashinfer_sparse_mla (0.5.23 arg_groups/overrides.py:637-675); other
+    # Blackwell trtllm, Hopper flashmla_kv (overrides.py:714-720).
+    if device.checkpoint.architecture == "GlmMoeDsaForCausalLM" and SIM_SM_MAJOR == 12:
+        return "flashinfer_sparse_mla"
+    return _dsa_fp8_no_sm120(device)
+
+
+def _dsa_fp8_no_sm120(device: _Device) -> str:
+    # 0.5.15 has no GLM/SM12x case: trtllm from SM10 on, flashmla_kv below
+    # (arg_groups/overrides.py:1140-1145).
+    return "trtllm" if SIM_SM_MAJOR >= 10 else "flashmla_kv"
+
+
+def _dsa_decode_bf16(device: _Device) -> str:
+    # 0.5.23 arg_groups/overrides.py:721-726.
+    return "trtllm" if SIM_SM_MAJOR >= 10 else "fa3"
+
+
+def _page_size_kpool(device: _Device) -> int:
+    # 64 x index_kpool (1 when the config has none): 0.5.23
+    # model_overrides/deepseek_v2.py:162-172.
+    return 64 * int(device.checkpoint.config.get("index_kpool", 1))
+
+
+def _cuda_graph_max_bs(device: _Device) -> int:
+    # 90-160 GiB cards: 256 below TP4, else 512 (0.5.23 arg_groups/memory_hook.py:146-159).
+    if not 90 <= SIM_GPU_MEMORY_GIB < 160:
+        raise ValueError(f"no cuda graph default recorded for {SIM_GPU_MEMORY_GIB} GiB")
+    return 256 if int(device.resolved["tp_size"]) < 4 else 512
+
+
+def _cuda_graph_max_bs_capped(device: _Device) -> int:
+    # 0.5.23 caps the default at --max-running-requests (memory_hook.py:183-188).
+    value = _cuda_graph_max_bs(device)
+    running = device.raw.get("max_running_requests")
+    return min(value, int(running)) if running is not None else value
+
+
+# sim_rule (patches/sglang/<version>/defaults.json) -> the default on the simulated device.
+_RULES: dict[str, Callable[[_Device], Any]] = {
+    "quantization": _quantization,
+    "kv_cache_dtype": _kv_cache_dtype,
+    "dsa_fp8": _dsa_fp8,
+    "dsa_fp8_no_sm120": _dsa_fp8_no_sm120,
+    "dsa_decode_bf16": _dsa_decode_bf16,
+    "page_size_kpool": _page_size_kpool,
+    "cuda_graph_max_bs": _cuda_graph_max_bs,
+    "cuda_graph_max_bs_capped": _cuda_graph_max_bs_capped,
+}
+
+
 def _on_device(rule: str, release: str, resolved: Mapping[str, Any], raw: Mapping[str, Any],
                checkpoint: Checkpoint) -> Any:
     """The device- or checkpoint-dependent defaults, computed for the simulated device."""
-    if rule == "quantization":
-        # Only SM100 reads the checkpoint's quant_method (0.5.23 arg_groups/overrides.py:808-809);
-        # elsewhere it stays unset.
-        return None
-    if rule == "kv_cache_dtype":
-        # fp8_e4m3 from SM10 on, bfloat16 below or with learnable sinks (0.5.23
-        # arg_groups/overrides.py:531-537).
-        # 0.5.15 has no sinks rule (arg_groups/overrides.py:1083-1086).
-        sinks = release == "0.5.23" and bool(checkpoint.config.get("learnable_sink"))
-        return "fp8_e4m3" if SIM_SM_MAJOR >= 10 and not sinks else "bfloat16"
-    if rule == "dsa_fp8":
-        # GLM on SM12x: flashinfer_sparse_mla (0.5.23 arg_groups/overrides.py:637-675); other
-        # Blackwell trtllm, Hopper flashmla_kv (overrides.py:714-720).
-        if checkpoint.architecture == "GlmMoeDsaForCausalLM" and SIM_SM_MAJOR == 12:
-            return "flashinfer_sparse_mla"
-        return "trtllm" if SIM_SM_MAJOR >= 10 else "flashmla_kv"
-    if rule == "dsa_fp8_no_sm120":
-        # 0.5.15 has no GLM/SM12x case: trtllm from SM10 on, flashmla_kv below
-        # (arg_groups/overrides.py:1140-1145).
-        return "trtllm" if SIM_SM_MAJOR >= 10 else "flashmla_kv"
-    if rule == "dsa_decode_bf16":
-        # 0.5.23 arg_groups/overrides.py:721-726.
-        return "trtllm" if SIM_SM_MAJOR >= 10 else "fa3"
-    if rule == "page_size_kpool":
-        # 64 x index_kpool (1 when the config has none): 0.5.23
-        # model_overrides/deepseek_v2.py:162-172.
-        return 64 * int(checkpoint.config.get("index_kpool", 1))
-    if rule.startswith("cuda_graph_max_bs"):
-        # 90-160 GiB cards: 256 below TP4, else 512 (0.5.23
-        # arg_groups/memory_hook.py:146-159); 0.5.23 caps the default at --max-running-requests
-        # (memory_hook.py:183-188).
-        if not 90 <= SIM_GPU_MEMORY_GIB < 160:
-            raise ValueError(f"no cuda graph default recorded for {SIM_GPU_MEMORY_GIB} GiB")
-        value = 256 if int(resolved["tp_size"]) < 4 else 512
-        running = raw.get("max_running_requests")
-        if rule.endswith("_capped") and running is not None and int(running) < value:
-            value = int(running)
-        return value
-    raise ValueError(f"unknown default rule {rule!r}")
+    if rule not in _RULES:
+        raise ValueError(f"unknown default rule {rule!r}")
+    return _RULES[rule](_Device(release, resolved, raw, checkpoint))
 
 
 def resolve(release: str, raw: Mapping[str, Any], checkpoint: Checkpoint) -> dict[str, Any]:

@@ -112,6 +112,33 @@ async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
         await reader.readexactly(2)
 
 
+def _headers(lines: list[bytes]) -> dict[str, str]:
+    """The header lines by lower-case name; a repeated header's values joined by commas."""
+    headers: dict[str, str] = {}
+    for raw in lines:
+        name, sep, value = raw.decode("latin-1").partition(":")
+        if not sep:
+            raise BadRequest("malformed header line")
+        key = name.strip().lower()
+        headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
+    return headers
+
+
+async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
+    """The request's body, chunked or of its content-length, bounded by MAX_BODY_BYTES."""
+    try:
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            return await _read_chunked(reader)
+        length = int(headers.get("content-length", "0") or "0")
+        if length < 0 or length > MAX_BODY_BYTES:
+            raise BadRequest("bad content-length")
+        return await reader.readexactly(length) if length else b""
+    except ValueError:
+        raise BadRequest("bad content-length") from None
+    except asyncio.IncompleteReadError:
+        raise BadRequest("connection closed inside the request body") from None
+
+
 async def read_request(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> tuple[Request, bool] | None:
@@ -125,29 +152,12 @@ async def read_request(
         raise BadRequest("malformed request line") from None
     if not version.startswith("HTTP/1."):
         raise BadRequest(f"unsupported protocol {version}")
-    headers: dict[str, str] = {}
-    for raw in head[1:]:
-        name, sep, value = raw.decode("latin-1").partition(":")
-        if not sep:
-            raise BadRequest("malformed header line")
-        key = name.strip().lower()
-        headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
+    headers = _headers(head[1:])
     connection = headers.get("connection", "").lower()
     keep_alive = "close" not in connection if version == "HTTP/1.1" else "keep-alive" in connection
     if headers.get("expect", "").lower() == "100-continue":
         writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-    try:
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            body = await _read_chunked(reader)
-        else:
-            length = int(headers.get("content-length", "0") or "0")
-            if length < 0 or length > MAX_BODY_BYTES:
-                raise BadRequest("bad content-length")
-            body = await reader.readexactly(length) if length else b""
-    except ValueError:
-        raise BadRequest("bad content-length") from None
-    except asyncio.IncompleteReadError:
-        raise BadRequest("connection closed inside the request body") from None
+    body = await _read_body(reader, headers)
     path, _, query = target.partition("?")
     request = Request(method=method.upper(), path=path, query=query, headers=headers, body=body)
     return request, keep_alive

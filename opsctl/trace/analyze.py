@@ -77,13 +77,18 @@ def short_name(name: str) -> str:
     base = text[:cut].rsplit("::", 1)[-1] or text[:60]
     if text[cut:cut + 1] != "<" or "elementwise_kernel" not in base:
         return base[:80]
+    inner = _elementwise_inner(text, cut)
+    return f"{base}<{inner}>" if inner else base
+
+
+def _elementwise_inner(text: str, cut: int) -> str:
+    """An elementwise kernel's functor and element type, as far as its name tells them."""
     words = re.findall(r"[A-Za-z_]\w*", text[cut:])
     functors = [w for w in words if w.endswith(("_kernel", "_cuda", "_impl"))
                 and not w.startswith("gpu_kernel")]
     dtype = re.search(r"lambda\((?:c10::)?(\w+)\)", text) if functors else None
     functors = functors or [w for w in words if "Functor" in w][-1:]
-    inner = ", ".join(([functors[0]] if functors else []) + ([dtype.group(1)] if dtype else []))
-    return f"{base}<{inner}>" if inner else base
+    return ", ".join(([functors[0]] if functors else []) + ([dtype.group(1)] if dtype else []))
 
 
 @dataclass
@@ -153,11 +158,19 @@ class _Window:
     host: list[Event] = field(default_factory=list)
 
 
-def _windows(events: list[Event]) -> tuple[str, list[_Window], int]:
+def _annotated_steps(events: list[Event]) -> tuple[list[Event], int]:
+    """The step annotations (decode steps, else profiler steps) and how many steps of other
+    modes were left out."""
     notes = [e for e in events if e.cat == "user_annotation"]
     decode = [e for e in notes if STEP_DECODE.match(e.name)]
     other_modes = sum(1 for e in notes if STEP_ANY_MODE.match(e.name)) - len(decode)
-    chosen = decode or [e for e in notes if STEP_PROFILER.match(e.name)]
+    if decode:
+        return decode, other_modes
+    return [e for e in notes if STEP_PROFILER.match(e.name)], other_modes
+
+
+def _windows(events: list[Event]) -> tuple[str, list[_Window], int]:
+    chosen, other_modes = _annotated_steps(events)
     if chosen:
         return "annotation", [_Window(e.name, e.ts) for e in chosen], other_modes
     launches = [e for e in events if e.cat in HOST_CALL_CATS and e.name.startswith(GRAPH_LAUNCH)]
@@ -224,16 +237,29 @@ def _rows(per_step: list[dict[str, list[Event]]], steps: int, denominator: float
     names = {name for step in per_step for name in step}
     rows = []
     for name in names:
-        instances = [e for step in per_step for e in step.get(name, [])]
-        ms = sum(e.dur for e in instances) / steps / 1000.0
-        sample = next((step[name] for step in per_step if name in step), [])
-        dims = _largest_first(e.args["Input Dims"] for e in instances if "Input Dims" in e.args)
-        rows.append(Row(
-            name=short_name(name) if kind else name, kind=kind_of(instances[0]) if kind else "",
-            count=len(instances) / steps, ms=ms, share=ms / denominator if denominator else 0.0,
-            full_name=name[:400], instance_us=[round(e.dur, 3) for e in sample] if kind else [],
-            input_dims=dims[:4]))
+        row = _row(name, per_step, steps, denominator)
+        if kind:
+            _as_kernel(row, name, per_step)
+        rows.append(row)
     return sorted(rows, key=lambda r: -r.ms)
+
+
+def _row(name: str, per_step: list[dict[str, list[Event]]], steps: int,
+         denominator: float) -> Row:
+    """The per-step means of the events called `name`."""
+    instances = [e for step in per_step for e in step.get(name, [])]
+    ms = sum(e.dur for e in instances) / steps / 1000.0
+    dims = _largest_first(e.args["Input Dims"] for e in instances if "Input Dims" in e.args)
+    return Row(name=name, kind="", count=len(instances) / steps, ms=ms,
+               share=ms / denominator if denominator else 0.0, full_name=name[:400],
+               input_dims=dims[:4])
+
+
+def _as_kernel(row: Row, name: str, per_step: list[dict[str, list[Event]]]) -> None:
+    """A kernel's row: its short name, its kind and one step's instance durations."""
+    sample = next(step[name] for step in per_step if name in step)
+    row.name, row.kind = short_name(name), kind_of(sample[0])
+    row.instance_us = [round(e.dur, 3) for e in sample]
 
 
 def _largest_first(all_dims: Iterable[object]) -> list[str]:
@@ -249,6 +275,9 @@ def _largest_first(all_dims: Iterable[object]) -> list[str]:
     return [text for text, d in sorted(distinct.items(), key=lambda item: -elements(item[1]))]
 
 
+Steps = list[dict[str, list[Event]]]
+
+
 def analyze(trace: Trace, meta: dict[str, object] | None = None) -> Analysis:
     """Steps, per-step means and the tables; `signatures.judge` adds the findings."""
     rule, windows, skipped = _assign(trace)
@@ -256,58 +285,32 @@ def analyze(trace: Trace, meta: dict[str, object] | None = None) -> Analysis:
     n = max(len(windows), 1)
     periods = [((w.end or w.start) - w.start) / 1000.0 for w in windows]
     busy = [_union_us(w.gpu) / 1000.0 for w in windows]
-    step_ms = statistics.median(periods) if periods else 0.0
-    busy_ms = statistics.median(busy) if busy else 0.0
-    blocking = {e.correlation for e in trace.events if e.cat == "gpu_memcpy"
-                and "DtoH" in e.name and "Pageable" in e.name and e.correlation is not None}
-    gpu_steps: list[dict[str, list[Event]]] = []
-    cpu_steps: list[dict[str, list[Event]]] = []
-    sync_steps: list[dict[str, list[Event]]] = []
+    step_ms, busy_ms = _median(periods), _median(busy)
+    blocking = _blocking_copies(trace)
+    gpu_steps: Steps = []
+    cpu_steps: Steps = []
+    sync_steps: Steps = []
     summaries = []
     for index, window in enumerate(windows):
-        gpu, cpu, syncs = defaultdict(list), defaultdict(list), defaultdict(list)
-        for e in window.gpu:
-            gpu[e.name].append(e)
-        for e in window.host:
-            if e.cat == "cpu_op":
-                cpu[e.name].append(e)
-            if e.name in SYNC_CALLS or e.name in SYNC_OPS:
-                syncs[e.name].append(e)
-            elif e.cat in HOST_CALL_CATS and e.correlation in blocking:
-                syncs[f"{e.name} (DtoH to pageable memory)"].append(e)
+        gpu, cpu, syncs = _split_step(window, blocking)
         gpu_steps.append(gpu)
         cpu_steps.append(cpu)
         sync_steps.append(syncs)
-        top = max(gpu.items(), key=lambda item: sum(e.dur for e in item[1]), default=None)
-        top_us = sum(e.dur for e in top[1]) if top else 0.0
-        summaries.append(StepSummary(
-            index=index, label=window.label, period_ms=round(periods[index], 4),
-            gpu_busy_ms=round(busy[index], 4), kernels=len(window.gpu),
-            top_kernel=short_name(top[0]) if top else "-",
-            top_share=round(top_us / 1000.0 / busy[index], 4) if top and busy[index] else 0.0))
+        summaries.append(_step_summary(index, window, gpu, periods[index], busy[index]))
     kernels = _rows(gpu_steps, n, busy_ms, kind=True)
-    by_kind: dict[str, list[Row]] = defaultdict(list)
-    for row in kernels:
-        by_kind[row.kind].append(row)
-    kinds = sorted((Row(name=k, kind=k, count=sum(r.count for r in rs), ms=sum(r.ms for r in rs),
-                        share=sum(r.share for r in rs)) for k, rs in by_kind.items()),
-                   key=lambda r: -r.ms)
     # Host figures are means per step, so their shares are of the mean period.
-    mean_period = statistics.fmean(periods) if periods else 0.0
+    mean_period = _mean(periods)
     cpu_rows = _rows(cpu_steps, n, mean_period, kind=False)
-    host_calls = [e for w in windows for e in w.host if e.cat in HOST_CALL_CATS]
-    device = trace.meta.get("deviceProperties")
+    graph_launches, host_launches = _launches(windows, n)
     return Analysis(
         file=trace.path,
-        device=str(device[0].get("name")) if isinstance(device, list) and device
-        and isinstance(device[0], dict) else None,
+        device=_device_name(trace),
         step_rule=rule, steps=len(windows), skipped_steps=skipped,
         step_ms=step_ms, gpu_busy_ms=busy_ms,
-        idle_share=max(0.0, 1.0 - busy_ms / step_ms) if step_ms else 0.0,
-        graph_launches=sum(1 for e in host_calls if e.name.startswith(GRAPH_LAUNCH)) / n,
-        host_launches=sum(1 for e in host_calls if "Launch" in e.name
-                          and not e.name.startswith(GRAPH_LAUNCH)) / n,
-        kernels=kernels, kinds=kinds,
+        idle_share=_idle_share(busy_ms, step_ms),
+        graph_launches=graph_launches,
+        host_launches=host_launches,
+        kernels=kernels, kinds=_kinds(kernels),
         copies=[r for r in kernels if r.kind in ("copy", "memcpy", "gather_cast")],
         cpu_ops=cpu_rows[:TOP_N],
         cast_ops=[row for row in cpu_rows if row.name in CAST_OPS],
@@ -315,6 +318,86 @@ def analyze(trace: Trace, meta: dict[str, object] | None = None) -> Analysis:
         per_step=summaries,
         meta={**_recorded(trace), **(meta or {})},
     )
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+def _mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else 0.0
+
+
+def _idle_share(busy_ms: float, step_ms: float) -> float:
+    """The share of the step the GPU ran nothing."""
+    return max(0.0, 1.0 - busy_ms / step_ms) if step_ms else 0.0
+
+
+def _blocking_copies(trace: Trace) -> set[int | None]:
+    """The correlation ids of device-to-host copies into pageable memory (the host waits)."""
+    return {e.correlation for e in trace.events
+            if e.cat == "gpu_memcpy" and e.correlation is not None
+            and "DtoH" in e.name and "Pageable" in e.name}
+
+
+def _split_step(
+    window: _Window, blocking: set[int | None]
+) -> tuple[dict[str, list[Event]], dict[str, list[Event]], dict[str, list[Event]]]:
+    """One step's kernels, CPU ops and host syncs, each by name."""
+    gpu: dict[str, list[Event]] = defaultdict(list)
+    cpu: dict[str, list[Event]] = defaultdict(list)
+    syncs: dict[str, list[Event]] = defaultdict(list)
+    for e in window.gpu:
+        gpu[e.name].append(e)
+    for e in window.host:
+        if e.cat == "cpu_op":
+            cpu[e.name].append(e)
+        if e.name in SYNC_CALLS or e.name in SYNC_OPS:
+            syncs[e.name].append(e)
+        elif e.cat in HOST_CALL_CATS and e.correlation in blocking:
+            syncs[f"{e.name} (DtoH to pageable memory)"].append(e)
+    return gpu, cpu, syncs
+
+
+def _step_summary(index: int, window: _Window, gpu: dict[str, list[Event]], period_ms: float,
+                  busy_ms: float) -> StepSummary:
+    """One step's line: its period, GPU busy time and the kernel that took most of it."""
+    summary = StepSummary(index=index, label=window.label, period_ms=round(period_ms, 4),
+                          gpu_busy_ms=round(busy_ms, 4), kernels=len(window.gpu),
+                          top_kernel="-", top_share=0.0)
+    if not gpu:
+        return summary
+    name, events = max(gpu.items(), key=lambda item: sum(e.dur for e in item[1]))
+    summary.top_kernel = short_name(name)
+    if busy_ms:
+        summary.top_share = round(sum(e.dur for e in events) / 1000.0 / busy_ms, 4)
+    return summary
+
+
+def _kinds(kernels: list[Row]) -> list[Row]:
+    """The kernel rows summed per kind, the costliest first."""
+    by_kind: dict[str, list[Row]] = defaultdict(list)
+    for row in kernels:
+        by_kind[row.kind].append(row)
+    kinds = [Row(name=k, kind=k, count=sum(r.count for r in rs), ms=sum(r.ms for r in rs),
+                 share=sum(r.share for r in rs)) for k, rs in by_kind.items()]
+    return sorted(kinds, key=lambda r: -r.ms)
+
+
+def _launches(windows: list[_Window], steps: int) -> tuple[float, float]:
+    """CUDA-graph launches and other kernel launches from the host, per step."""
+    calls = [e for w in windows for e in w.host if e.cat in HOST_CALL_CATS]
+    graph = sum(1 for e in calls if e.name.startswith(GRAPH_LAUNCH))
+    host = sum(1 for e in calls if "Launch" in e.name and not e.name.startswith(GRAPH_LAUNCH))
+    return graph / steps, host / steps
+
+
+def _device_name(trace: Trace) -> str | None:
+    """The first GPU's name as the trace's deviceProperties give it."""
+    device = trace.meta.get("deviceProperties")
+    if not isinstance(device, list) or not device or not isinstance(device[0], dict):
+        return None
+    return str(device[0].get("name"))
 
 
 def _recorded(trace: Trace) -> dict[str, object]:

@@ -30,7 +30,14 @@ from opsctl.traffic.bench.records import load_report as load_bench_report
 from opsctl.traffic.bench.report import BenchReport
 from opsctl.traffic.bench.report import verdict_error as bench_verdict
 from opsctl.traffic.bench.serving import write_report_files
-from opsctl.traffic.bench.sweep import BenchOptions, Launcher, Progress, Target, parse_targets, run_bench
+from opsctl.traffic.bench.sweep import (
+    BenchOptions,
+    Launcher,
+    Progress,
+    Target,
+    parse_targets,
+    run_bench,
+)
 from opsctl.traffic.bench.workloads import Workload, WorkloadSpec, build
 from opsctl.traffic.client import ClientFactory
 from opsctl.traffic.served import local_tokenizer
@@ -287,16 +294,7 @@ def _bench_workload(options: BenchOptions,
     spec = WorkloadSpec.of(settings)
     served_tokenizer, unmapped = None, None
     if driver is None and loaded is not None and spec.name == "random" and spec.tokenizer is None:
-        served_tokenizer = _served_tokenizer(options.deployment or loaded.resolve(
-            options.variants[0] if options.variants else None))
-        try:
-            spec = replace(spec, tokenizer=local_tokenizer(served_tokenizer,
-                                                           loaded.model.container_path,
-                                                           loaded.model.host_path))
-        except UsageError as exc:
-            if not spec.defaulted:  # asked for by name: the missing tokenizer is the error
-                raise
-            served_tokenizer, unmapped = None, exc.message  # the default: words, and why
+        spec, served_tokenizer, unmapped = _served_spec(options, loaded, spec)
     workload = driver.workload(spec, settings) if driver else build(spec)
     if workload.name != "random":
         served_tokenizer = None  # the default fell back to words (the note says why)
@@ -311,6 +309,22 @@ def _bench_workload(options: BenchOptions,
     return replace(options, settings=settings, workload=workload, arrival_seed=spec.seed,
                    profile_alias=loaded.model.served_name if loaded else None,
                    slo=options.slo or (loaded.slo if loaded else None)), served_tokenizer
+
+
+def _served_spec(options: BenchOptions, loaded: Profile,
+                 spec: WorkloadSpec) -> tuple[WorkloadSpec, str | None, str | None]:
+    """`random` with this host's side of the tokenizer the server loads: the spec, the served
+    tokenizer, and (when none is found and `random` was the default) why not."""
+    served_tokenizer = _served_tokenizer(options.deployment or loaded.resolve(
+        options.variants[0] if options.variants else None))
+    try:
+        tokenizer = local_tokenizer(served_tokenizer, loaded.model.container_path,
+                                    loaded.model.host_path)
+    except UsageError as exc:
+        if not spec.defaulted:  # asked for by name: the missing tokenizer is the error
+            raise
+        return spec, None, exc.message  # the default: words, and why
+    return replace(spec, tokenizer=tokenizer), served_tokenizer, None
 
 
 def _note_workload(workload: Workload, spec: WorkloadSpec, unmapped: str | None,

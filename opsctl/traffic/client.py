@@ -154,7 +154,12 @@ class ClientFactory(Protocol):
     """How smoke and bench get their client: `make_client`, or a stand-in in a test."""
 
     def __call__(
-        self, base_url: str, api_key: str | None, *, max_connections: int = ..., timeout_s: float = ...
+        self,
+        base_url: str,
+        api_key: str | None,
+        *,
+        max_connections: int = ...,
+        timeout_s: float = ...,
     ) -> TrafficClient: ...
 
 

@@ -117,6 +117,24 @@ def delta(start: Mapping[Labels, Histogram], end: Mapping[Labels, Histogram]) ->
     """end - start, summed over label sets. A label set new at the end started from zero (sglang
     creates a series on its first observation). Raises HistogramError on a reset (a series gone
     or a count gone down: the server restarted), NaN, or label sets with different buckets."""
+    edges = _common_edges(start, end)
+    totals = [0.0] * len(edges)
+    total_sum = total_count = 0.0
+    for labels, last in end.items():
+        steps, count, added = _series_delta(start.get(labels), last, edges)
+        totals = [t + s for t, s in zip(totals, steps, strict=True)]
+        total_sum += added
+        total_count += count
+    level = Histogram(tuple(zip(edges, totals, strict=True)), total_sum, total_count)
+    if not _finite(level):  # finite figures whose differences or sums overflow
+        raise HistogramError("NaN or infinite values")
+    return level
+
+
+def _common_edges(start: Mapping[Labels, Histogram],
+                  end: Mapping[Labels, Histogram]) -> tuple[float, ...]:
+    """The bucket edges every label set at the end uses; HistogramError where there are no
+    series, a series is gone, or the label sets' buckets differ."""
     if not end:
         raise HistogramError("no series at the end of the level")
     gone = [labels for labels in start if labels not in end]
@@ -126,29 +144,27 @@ def delta(start: Mapping[Labels, Histogram], end: Mapping[Labels, Histogram]) ->
     edges = {tuple(edge for edge, _ in h.buckets) for h in end.values()}
     if len(edges) != 1:
         raise HistogramError("its label sets use different buckets")
-    totals = [0.0] * len(next(iter(edges)))
-    total_sum = total_count = 0.0
-    for labels, last in end.items():
-        first = start.get(labels)
-        if not _finite(last) or (first is not None and not _finite(first)):
-            raise HistogramError("NaN or infinite values")
-        if first is not None and tuple(e for e, _ in first.buckets) != next(iter(edges)):
-            raise HistogramError("its buckets changed during the level")
-        before = first.buckets if first else tuple((edge, 0.0) for edge, _ in last.buckets)
-        steps = [b - a for (_, a), (_, b) in zip(before, last.buckets, strict=True)]
-        count = last.count - (first.count if first else 0.0)
-        added = last.sum - (first.sum if first else 0.0)
-        # Latencies are never negative, so neither a count nor the sum may go down.
-        if min(steps, default=0.0) < 0 or count < 0 or added < -1e-9 * abs(last.sum):
-            raise HistogramError("reset: a count went down during the level (the server "
-                                 "restarted?)")
-        totals = [t + s for t, s in zip(totals, steps, strict=True)]
-        total_sum += added
-        total_count += count
-    level = Histogram(tuple(zip(next(iter(edges)), totals, strict=True)), total_sum, total_count)
-    if not _finite(level):  # finite figures whose differences or sums overflow
+    return next(iter(edges))
+
+
+def _series_delta(first: Histogram | None, last: Histogram,
+                  edges: tuple[float, ...]) -> tuple[list[float], float, float]:
+    """One label set's bucket increments, count and sum over the level (from zero when it is
+    new at the end); HistogramError on NaN, changed buckets or a reset."""
+    if not _finite(last) or (first is not None and not _finite(first)):
         raise HistogramError("NaN or infinite values")
-    return level
+    if first is None:
+        first = Histogram(tuple((edge, 0.0) for edge, _ in last.buckets), 0.0, 0.0)
+    elif tuple(e for e, _ in first.buckets) != edges:
+        raise HistogramError("its buckets changed during the level")
+    steps = [b - a for (_, a), (_, b) in zip(first.buckets, last.buckets, strict=True)]
+    count = last.count - first.count
+    added = last.sum - first.sum
+    # Latencies are never negative, so neither a count nor the sum may go down.
+    if min(steps, default=0.0) < 0 or count < 0 or added < -1e-9 * abs(last.sum):
+        raise HistogramError("reset: a count went down during the level (the server "
+                             "restarted?)")
+    return steps, count, added
 
 
 def bucket_quantile(q: float, histogram: Histogram) -> tuple[float | None, bool]:

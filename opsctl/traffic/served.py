@@ -131,7 +131,9 @@ async def read_model_info(
         async with asyncio.timeout(timeout_s):
             response = await client.get("/model_info")
     except (TimeoutError, httpx.HTTPError) as exc:
-        return None, f"GET /model_info failed: {type(exc).__name__}" + (f": {exc}" if str(exc) else "")
+        return None, f"GET /model_info failed: {type(exc).__name__}" + (
+            f": {exc}" if str(exc) else ""
+        )
     if response.status_code == 404:
         return None, "the server has no /model_info (not sglang)"
     if response.status_code in (401, 403):

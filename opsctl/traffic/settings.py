@@ -39,7 +39,8 @@ class SmokeSettings(_Settings):
     """What smoke sends and how long it waits (`opsctl smoke`, `up --gate`, `decide`)."""
 
     api: Api = Field("completions", description=_API)
-    model: str | None = Field(None, description=_MODEL)  # None: the profile's alias, or the only one
+    # None: the profile's alias, or the only one
+    model: str | None = Field(None, description=_MODEL)
     request_timeout_s: float = Field(120.0, ge=0.01, le=_DAY_S, description="Seconds per request.")
     overall_timeout_s: float = Field(600.0, ge=0.01, le=_DAY_S, description=(
         "Seconds for the checks (readiness to compare); each eval has --eval-timeout of its own."))

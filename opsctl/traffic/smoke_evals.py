@@ -107,44 +107,59 @@ def plan_evals(request: EvalRequest, config: EvalConfig | None,
 def _plan_gsm8k(request: EvalRequest, config: Gsm8kConfig | None,
                 load: DatasetLoader) -> Gsm8kPlan:
     """Every setting checked first, then the files read (a read is the slow, last step)."""
-    asked = "--eval gsm8k"
-    if (request.dataset is None) != (request.sha256 is None):
-        raise UsageError("--eval-dataset and --eval-sha256 go together",
-                         hint="pin the file: pass what `sha256sum FILE` prints as --eval-sha256")
-    if request.dataset is not None and request.sha256 is not None:
-        source = request.dataset, request.sha256
-    elif config is not None and config.dataset is not None and config.sha256 is not None:
-        source = resolve_path(config.dataset), config.sha256
-    elif config is not None:  # the pinned public test split, downloaded once (below)
-        source = None
-    else:
-        raise UsageError(f"{asked}: the profile has no eval.gsm8k section and no "
-                         "--eval-dataset was given",
-                         hint=f"fetch GSM8K's test.jsonl on this host and pin it ({_GUIDE}), "
-                              "then add eval.gsm8k to the profile or pass --eval-dataset PATH "
-                              "--eval-sha256 HEX --eval-threshold SHARE")
-    threshold = request.threshold if request.threshold is not None else (
-        config.threshold if config is not None else None)
-    if threshold is None or not 0.0 < threshold <= 1.0:
-        raise UsageError(f"{asked} needs an accuracy threshold in (0, 1], got {threshold}",
-                         hint="set eval.gsm8k.threshold in the profile or pass --eval-threshold")
+    source = _gsm8k_source(request, config)
+    threshold = _gsm8k_threshold(request, config)
     dataset = load(*(source or (public_file(GSM8K_TEST), GSM8K_TEST.sha256)))
     shots_from = dataset
     if config is not None and config.shots_from is not None and config.shots_sha256 is not None:
         shots_from = load(resolve_path(config.shots_from), config.shots_sha256)
     questions = request.questions or (config.questions if config else DEFAULT_QUESTIONS)
     if questions > len(dataset.items):
-        raise UsageError(f"{asked}: {questions} questions asked, {dataset.path} holds "
+        raise UsageError(f"{_ASKED}: {questions} questions asked, {dataset.path} holds "
                          f"{len(dataset.items)}",
                          hint="lower --eval-questions (or eval.gsm8k.questions)")
     shots = config.shots if config else DEFAULT_SHOTS
     if shots > len(shots_from.items):
-        raise UsageError(f"{asked}: {shots} few-shot examples asked, {shots_from.path} "
+        raise UsageError(f"{_ASKED}: {shots} few-shot examples asked, {shots_from.path} "
                          f"holds {len(shots_from.items)}", hint="lower eval.gsm8k.shots")
-    score_thinking = (request.score_thinking if request.score_thinking is not None
-                      else config is not None and config.score_thinking)
+    score_thinking = request.score_thinking
+    if score_thinking is None:
+        score_thinking = config is not None and config.score_thinking
     return Gsm8kPlan(dataset=dataset, shots_from=shots_from, questions=questions, shots=shots,
                      threshold=threshold, score_thinking=score_thinking)
+
+
+_ASKED = "--eval gsm8k"
+
+
+def _gsm8k_source(request: EvalRequest, config: Gsm8kConfig | None) -> tuple[Path, str] | None:
+    """The dataset file and its pinned sha256: --eval-dataset, else the profile's; None for
+    the pinned public test split (downloaded once)."""
+    if (request.dataset is None) != (request.sha256 is None):
+        raise UsageError("--eval-dataset and --eval-sha256 go together",
+                         hint="pin the file: pass what `sha256sum FILE` prints as --eval-sha256")
+    if request.dataset is not None and request.sha256 is not None:
+        return request.dataset, request.sha256
+    if config is None:
+        raise UsageError(f"{_ASKED}: the profile has no eval.gsm8k section and no "
+                         "--eval-dataset was given",
+                         hint=f"fetch GSM8K's test.jsonl on this host and pin it ({_GUIDE}), "
+                              "then add eval.gsm8k to the profile or pass --eval-dataset PATH "
+                              "--eval-sha256 HEX --eval-threshold SHARE")
+    if config.dataset is not None and config.sha256 is not None:
+        return resolve_path(config.dataset), config.sha256
+    return None
+
+
+def _gsm8k_threshold(request: EvalRequest, config: Gsm8kConfig | None) -> float:
+    """The accuracy to reach: --eval-threshold, else the profile's; in (0, 1]."""
+    threshold = request.threshold
+    if threshold is None and config is not None:
+        threshold = config.threshold
+    if threshold is None or not 0.0 < threshold <= 1.0:
+        raise UsageError(f"{_ASKED} needs an accuracy threshold in (0, 1], got {threshold}",
+                         hint="set eval.gsm8k.threshold in the profile or pass --eval-threshold")
+    return threshold
 
 
 # Receives a progress line of an eval as it runs ("gsm8k: 30/60 answered, 12s").

@@ -27,13 +27,18 @@ def stream_record(results: Sequence[RequestResult], max_tokens: int,
         requests=len(results), ok=len(ok), max_tokens=max_tokens,
         ttft_s=ttfts, tpot_s=tpots, output_tokens=[r.output_tokens for r in ok],
         token_count_source="+".join(sources) or "none",
-        ttft_p50_s=percentile(ttfts, 50) if ttfts else None,
-        tpot_p50_s=percentile(tpots, 50) if tpots else None,
-        itl_p50_s=percentile(gaps, 50) if gaps else None,
-        itl_p90_s=percentile(gaps, 90) if gaps else None,
+        ttft_p50_s=_percentile(ttfts, 50),
+        tpot_p50_s=_percentile(tpots, 50),
+        itl_p50_s=_percentile(gaps, 50),
+        itl_p90_s=_percentile(gaps, 90),
         itl_note=itl_note(ok),
         errors=[redact(f"{r.error_kind}: {r.error}", api_key) for r in results if not r.ok],
     )
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    """The q-th percentile; None for no values."""
+    return percentile(values, q) if values else None
 
 
 def stream_verdict(stream: StreamRecord) -> tuple[CheckStatus, str]:

@@ -8,7 +8,7 @@ so older reports still load as references.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -193,6 +193,43 @@ def checkpoint_warning(current: dict[str, Any] | None,
             "outputs of different weights are not expected to match")
 
 
+def _compare_failed(report: SmokeReport) -> tuple[str, str] | None:
+    """Where the outputs first diverged."""
+    divergence = report.divergence
+    if divergence is None:
+        return None
+    at = "" if divergence.unit == "missing" else f" at {divergence.unit} {divergence.offset}"
+    return (f"compare (first divergence: request {divergence.request_index} "
+            f"({divergence.request_id}){at})", "")
+
+
+def _gsm8k_failed(report: SmokeReport) -> tuple[str, str] | None:
+    """The accuracy's verdict, and how to tell a regression from the model's own level."""
+    if report.gsm8k is None:
+        return None
+    return (f"gsm8k ({report.gsm8k.score.verdict})",
+            "run the baseline variant with the same --eval to tell a regression from the "
+            "model's own level")
+
+
+def _long_context_failed(report: SmokeReport) -> tuple[str, str] | None:
+    """The probes that failed, and what failures only at the larger sizes point at."""
+    if report.long_context is None:
+        return None
+    missed = [p.name for p in report.long_context if not p.passed]
+    return (f"long_context ({', '.join(missed)} failed)",
+            "a pass key missed only at the larger sizes points at the long-context attention "
+            "path")
+
+
+# A failed check -> how the one-line error names it, and a hint ("" for none).
+_FAILED_CHECKS: dict[str, Callable[[SmokeReport], tuple[str, str] | None]] = {
+    "compare": _compare_failed,
+    "gsm8k": _gsm8k_failed,
+    "long_context": _long_context_failed,
+}
+
+
 def verdict_error(report: SmokeReport, json_path: Path) -> OpsctlError | None:
     """The error the CLI raises for this report: exit 4 unreachable, 5 failed, None passed.
 
@@ -213,17 +250,11 @@ def verdict_error(report: SmokeReport, json_path: Path) -> OpsctlError | None:
     failed = [c.name for c in report.checks if c.status == "fail"]
     hints = [f"details in the table above and in {json_path}"]
     said = {name: name for name in failed}
-    if "compare" in said and (divergence := report.divergence) is not None:
-        said["compare"] = f"compare (first divergence: request {divergence.request_index} " \
-            f"({divergence.request_id})" + ("" if divergence.unit == "missing" else
-                                            f" at {divergence.unit} {divergence.offset}") + ")"
-    if "gsm8k" in said and report.gsm8k is not None:
-        said["gsm8k"] = f"gsm8k ({report.gsm8k.score.verdict})"
-        hints.append("run the baseline variant with the same --eval to tell a regression from "
-                     "the model's own level")
-    if "long_context" in said and report.long_context is not None:
-        missed = [p.name for p in report.long_context if not p.passed]
-        said["long_context"] = f"long_context ({', '.join(missed)} failed)"
-        hints.append("a pass key missed only at the larger sizes points at the long-context "
-                     "attention path")
+    for name, explain in _FAILED_CHECKS.items():
+        if name in said:
+            explained = explain(report)
+            if explained is not None:
+                said[name], hint = explained
+                if hint:
+                    hints.append(hint)
     return SmokeError(f"smoke failed: {', '.join(said.values())}", hint="; ".join(hints))

@@ -202,11 +202,18 @@ def live_progress(console: Console) -> Iterator[Progress]:
     """A rich progress bar per (variant, concurrency) level, updated on every finished request
     (a total of 0: a timed level, whose count is open)."""
     tasks: dict[tuple[str, int], TaskID] = {}
-    with RichProgress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console, transient=False,
-                      # Redrawing costs the client CPU it measures: twice a second on a
-                      # terminal, and not at all when nobody watches (a pipe, a log file).
-                      auto_refresh=console.is_terminal, refresh_per_second=2) as bar:
+    with RichProgress(
+        TextColumn("{task.description}", markup=False),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+        # Redrawing costs the client CPU it measures: twice a second on a
+        # terminal, and not at all when nobody watches (a pipe, a log file).
+        auto_refresh=console.is_terminal,
+        refresh_per_second=2,
+    ) as bar:
 
         def update(label: str, concurrency: int, done: int, total: int) -> None:
             key = (label, concurrency)

@@ -37,12 +37,18 @@ class DeployRunner:
         alias, the SLO): nothing is read from the profile file again."""
         asked = self.settings
         profile = deployment.profile
-        options = BenchOptions(BenchSettings(concurrency=(concurrency,), requests_per_level=requests,
-                                             input_words=asked.input_words,
-                                             output_tokens=asked.output_tokens,
-                                             request_timeout_s=asked.request_timeout_s),
-                               api_key=self.api_key, profile_alias=profile.model.served_name,
-                               slo=profile.slo)
+        options = BenchOptions(
+            BenchSettings(
+                concurrency=(concurrency,),
+                requests_per_level=requests,
+                input_words=asked.input_words,
+                output_tokens=asked.output_tokens,
+                request_timeout_s=asked.request_timeout_s,
+            ),
+            api_key=self.api_key,
+            profile_alias=profile.model.served_name,
+            slo=profile.slo,
+        )
         report = run_bench([Target(label=LABEL, base_url=base_url)], options,
                            client_factory=self.client_factory)
         stopped = report.stop_error("bench", "tune")

@@ -97,9 +97,11 @@ def grid(knobs: Sequence[Knob], *, budgeted: bool = False) -> list[Point]:
                          "its values: --param NAME=v1,v2")
     size = math.prod(len(k.values) for k in knobs)
     if not budgeted and size > MAX_POINTS:
-        raise UsageError(f"the grid has {size} points; without --budget tune measures each in "
-                         f"full, and more than {MAX_POINTS} is refused (each point starts a server)",
-                         hint="give --budget MINUTES (successive halving) or fewer values")
+        raise UsageError(
+            f"the grid has {size} points; without --budget tune measures each in "
+            f"full, and more than {MAX_POINTS} is refused (each point starts a server)",
+            hint="give --budget MINUTES (successive halving) or fewer values",
+        )
     if size > MAX_POINTS_BUDGETED:
         raise UsageError(f"the grid has {size} points, more than the {MAX_POINTS_BUDGETED} tune "
                          "searches even with --budget", hint="fewer knobs or values")

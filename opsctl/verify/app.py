@@ -81,15 +81,19 @@ def fetch_json(client: httpx.Client, path: str, timeout_s: float, clock: Clock =
                 if clock.monotonic() > deadline:
                     raise httpx.ReadTimeout(f"no whole answer within {timeout_s:g}s")
     except httpx.ConnectError as exc:
-        raise ServerUnreachable(f"no server answers at {client.base_url}: {exc}",
-                                hint="is it running? `opsctl status`, or check --base-url") from None
+        raise ServerUnreachable(
+            f"no server answers at {client.base_url}: {exc}",
+            hint="is it running? `opsctl status`, or check --base-url",
+        ) from None
     except httpx.TimeoutException:
-        raise LaunchError(f"GET {path} did not answer within {timeout_s:g}s",
-                          hint="the server is overloaded or still loading; retry when ready"
-                          ) from None
+        raise LaunchError(
+            f"GET {path} did not answer within {timeout_s:g}s",
+            hint="the server is overloaded or still loading; retry when ready",
+        ) from None
     except httpx.HTTPError as exc:
-        raise LaunchError(f"GET {path} failed: {type(exc).__name__}: {exc}",
-                          hint="check --base-url") from None
+        raise LaunchError(
+            f"GET {path} failed: {type(exc).__name__}: {exc}", hint="check --base-url"
+        ) from None
     try:
         payload = answer_json(httpx.Response(200, content=bytes(body)))
     except ValueError:

@@ -106,29 +106,44 @@ def expectations(facts: Mapping[str, FieldFact], argv: Sequence[str], architectu
     dsa = architecture in DSA_ARCHITECTURES
     out: dict[str, Expectation] = {}
     for name, fact in facts.items():
-        if expect and name in expect:
-            out[name] = Expectation(expect[name], True, "the variant's expect")
-            continue
-        if resolution is not None:
-            present, value = lookup(resolution.resolved, fact.key)
-            if present and (value is None or isinstance(value, str | int)):
-                out[name] = Expectation(value, True, resolution.source)
-                continue
+        stated = _stated(name, fact, expect, resolution)
         given = given_flags.get(fact.flag)
-        if given is not None and given not in fact.unset and not (dsa and fact.forced):
-            value = fact.aliases.get(given, given) if dsa else given
-            source = f"flag {fact.flag}" + (f" ({given} normalised)" if value != given else "")
-            out[name] = Expectation(_typed(value, fact.integer), True, source)
-        elif fact.dsa_only and not dsa:
-            out[name] = _unknown(f"architecture {architecture or '(not in the profile)'}: "
-                                 "defaults are recorded for DSA models only")
-        else:
-            found = _from_default(name, fact, fact.default, out)
-            if given is not None and fact.forced and found.known:
-                found = Expectation(found.value, True,
-                                    f"{found.source}; a DSA model gets it whatever {fact.flag} says")
-            out[name] = found
+        out[name] = stated or _expected(name, fact, given, dsa, architecture, out)
     return out
+
+
+def _stated(name: str, fact: FieldFact, expect: Mapping[str, Value] | None,
+            resolution: Resolution | None) -> Expectation | None:
+    """The variant's `expect` for the field, else the release's own resolution of the argv."""
+    if expect and name in expect:
+        return Expectation(expect[name], True, "the variant's expect")
+    if resolution is None:
+        return None
+    present, value = lookup(resolution.resolved, fact.key)
+    if present and (value is None or isinstance(value, str | int)):
+        return Expectation(value, True, resolution.source)
+    return None
+
+
+def _expected(name: str, fact: FieldFact, given: str | None, dsa: bool,
+              architecture: str | None, out: Mapping[str, Expectation]) -> Expectation:
+    """The field from its flag, else from the hand-read default (unknown for a model the
+    defaults were not recorded for)."""
+    if given is not None and given not in fact.unset and not (dsa and fact.forced):
+        value = fact.aliases.get(given, given) if dsa else given
+        source = f"flag {fact.flag}" + (f" ({given} normalised)" if value != given else "")
+        return Expectation(_typed(value, fact.integer), True, source)
+    if fact.dsa_only and not dsa:
+        return _unknown(f"architecture {architecture or '(not in the profile)'}: "
+                        "defaults are recorded for DSA models only")
+    found = _from_default(name, fact, fact.default, out)
+    if given is not None and fact.forced and found.known:
+        found = Expectation(
+            found.value,
+            True,
+            f"{found.source}; a DSA model gets it whatever {fact.flag} says",
+        )
+    return found
 
 
 def lookup(payload: Mapping[str, Any], key: Sequence[str]) -> tuple[bool, Any]:
@@ -175,6 +190,16 @@ def version_check(pinned: str, server_info: Mapping[str, Any]) -> FieldCheck:
                   server_info, "/server_info version", VERSION_KEY)
 
 
+def _markers_seen(markers: int, active: int, reasons: list[str]) -> str:
+    """What the marker lines said: how many were active, the others' reasons."""
+    if not markers:
+        return "no marker line"
+    if active == markers:
+        return f"{ACTIVE} ({active} line{'s' if active > 1 else ''})"
+    seen = f"{ACTIVE} on {active} of {markers} lines, " if active else ""
+    return seen + f"inactive: reason={','.join(reasons)}"
+
+
 def patch_check(patched: bool, log_text: str | None, parse_marker: MarkerParser) -> FieldCheck:
     """The gather-then-cast start-up line: present and active exactly when the variant runs it."""
     expected = ACTIVE if patched else NOT_ACTIVE
@@ -186,12 +211,6 @@ def patch_check(patched: bool, log_text: str | None, parse_marker: MarkerParser)
     markers = [m for m in map(parse_marker, log_text.splitlines()) if m is not None]
     active = sum(1 for m in markers if m.get("state") == ACTIVE)
     reasons = sorted({str(m.get("reason")) for m in markers if m.get("state") != ACTIVE})
-    if not markers:
-        resolved = "no marker line"
-    elif active == len(markers):
-        resolved = f"{ACTIVE} ({active} line{'s' if active > 1 else ''})"
-    else:
-        resolved = (f"{ACTIVE} on {active} of {len(markers)} lines, " if active else "") + (
-            f"inactive: reason={','.join(reasons)}")
+    resolved = _markers_seen(len(markers), active, reasons)
     ok = (active > 0 and active == len(markers)) if patched else active == 0
     return FieldCheck(PATCH_FIELD, expected, resolved, "ok" if ok else "mismatch", source, where)

@@ -25,8 +25,14 @@ def _cell(value: Any) -> Text:
 
 
 def show_verify(result: VerifyResult, console: Console) -> None:
-    table = Table(title=Text(printable(f"verify {result.base_url}: profile {result.profile}, "
-                                       f"variant {result.variant}, sglang {result.sglang_version}")))
+    table = Table(
+        title=Text(
+            printable(
+                f"verify {result.base_url}: profile {result.profile}, "
+                f"variant {result.variant}, sglang {result.sglang_version}"
+            )
+        )
+    )
     for column in ("field", "expected", "resolved", "status", "expected from / why unknown",
                    "reported at"):
         table.add_column(column, overflow="fold")

@@ -100,7 +100,9 @@ def test_request_rate_run_writes_figures_goodput_and_bench_serving_jsonl(
     assert level.duration_s > 2.0
     assert level.goodput is not None and level.goodput.good == 32 and level.goodput.share == 1.0
     write_report_files(report, tmp_path)
-    rows = [json.loads(line) for line in (tmp_path / "bench_serving.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line) for line in (tmp_path / "bench_serving.jsonl").read_text().splitlines()
+    ]
     assert len(rows) == 1
     row = rows[0]
     assert set(row) >= SGLANG_KEYS

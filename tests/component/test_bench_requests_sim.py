@@ -129,7 +129,9 @@ def test_rescore_never_writes_over_its_run_and_falls_back_to_the_profiles_slo(
     assert (run / "bench.json").read_bytes() == evidence
     # No --goodput: the SLO of the profile named (deploy/sim.yaml: TPOT p50 60 ms).
     by_profile = traffic.rescore(run, None, tmp_path / "by-profile", plots, "sim")
-    assert by_profile.report.config.slo_tpot_ms == 60 and by_profile.report.config.slo_ttft_ms == 600
+    assert (
+        by_profile.report.config.slo_tpot_ms == 60 and by_profile.report.config.slo_ttft_ms == 600
+    )
     # A profile that states no SLO, and no --goodput: nothing to judge by.
     data = yaml.safe_load((project_root() / "deploy" / "sim.yaml").read_text())
     del data["slo"]

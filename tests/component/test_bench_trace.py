@@ -60,7 +60,9 @@ def tokenizer_path(tmp_path: Path) -> Path:
 
 
 def common_prefix(a: str, b: str) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
 
 
 # --- the trace --------------------------------------------------------------------------------
@@ -69,8 +71,12 @@ def common_prefix(a: str, b: str) -> int:
 @pytest.mark.parametrize("with_tokenizer", [False, True])
 def test_shared_hash_ids_give_shared_prefixes_and_nothing_more(
         tmp_path: Path, tokenizer_path: Path, with_tokenizer: bool) -> None:
-    spec = WorkloadSpec(name="mooncake-trace", dataset_path=write_trace(tmp_path / "t.jsonl", TRACE),
-                        tokenizer=tokenizer_path if with_tokenizer else None, seed=3)
+    spec = WorkloadSpec(
+        name="mooncake-trace",
+        dataset_path=write_trace(tmp_path / "t.jsonl", TRACE),
+        tokenizer=tokenizer_path if with_tokenizer else None,
+        seed=3,
+    )
     work = build(spec)
     items = work.items or []
     assert work.name == "mooncake-trace" and len(items) == 4

@@ -1,4 +1,5 @@
-"""`opsctl build --push` in a fresh process: refused before building; the dry run names each push."""
+"""`opsctl build --push` in a fresh process: refused before building; the dry run names each
+push."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """`opsctl doctor` in a fresh process, as a user runs it: one line and the documented exit code,
-with no GPU tools on PATH and no Docker engine (the checks themselves: tests/unit/test_doctor.py)."""
+with no GPU tools on PATH and no Docker engine (the checks themselves:
+tests/unit/test_doctor.py)."""
 
 from __future__ import annotations
 
@@ -38,12 +39,20 @@ def test_cli_on_the_sim_profile_exits_7_with_a_table_and_a_json_report(tmp_path:
                                   "fix": names["GPU count"]["fix"]}
 
 
-@pytest.mark.parametrize(("args", "said"), [
-    (("--gpu-count", "0"), "0 is not between 1 and 64"),
-    (("--gpu-count", "many"), "Invalid value for '--gpu-count'"),
-    (("--checkpoint", "/nonexistent/ckpt"), "--checkpoint /nonexistent/ckpt is not a readable folder"),
-])
-def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: tuple[str, ...], said: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--gpu-count", "0"), "0 is not between 1 and 64"),
+        (("--gpu-count", "many"), "Invalid value for '--gpu-count'"),
+        (
+            ("--checkpoint", "/nonexistent/ckpt"),
+            "--checkpoint /nonexistent/ckpt is not a readable folder",
+        ),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, args: tuple[str, ...], said: str
+) -> None:
     done = _cli(tmp_path, *args)
     assert done.returncode == EXIT_USAGE, done.stdout + done.stderr
     assert said in done.stderr and "Traceback" not in done.stderr

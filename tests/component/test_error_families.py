@@ -78,11 +78,19 @@ FAMILIES = [
     (httpx.InvalidURL("Invalid port: ':x'"), 2, "not a usable URL"),
     (httpx.UnsupportedProtocol("unsupported 'ftp://'", request=_request()), 2, "not a usable URL"),
     (httpx.ConnectError("refused", request=_request()), 4, "the server failed"),
-    (httpx.RemoteProtocolError("closed without answer", request=_request()), 4, "RemoteProtocolError"),
+    (
+        httpx.RemoteProtocolError("closed without answer", request=_request()),
+        4,
+        "RemoteProtocolError",
+    ),
     (httpx.ReadTimeout("timed out"), 4, "ReadTimeout"),
     (_api_error(400), 4, "refused the request (400: nope [/x])"),
     (_api_error(500), 6, "failed mid-call (500: nope [/x])"),
-    (docker.errors.DockerException("Error while fetching server API version"), 6, "stopped answering"),
+    (
+        docker.errors.DockerException("Error while fetching server API version"),
+        6,
+        "stopped answering",
+    ),
     (requests.exceptions.ConnectionError("Connection aborted."), 6, "stopped answering"),
     (KeyboardInterrupt(), 130, "interrupted"),
 ]

@@ -81,7 +81,11 @@ class Tally:
         self.outcomes[f"exit {outcome.code}"] += 1
 
     def report(self) -> None:
-        line = {"class": self.name, "tried": self.tried, "outcomes": dict(sorted(self.outcomes.items()))}
+        line = {
+            "class": self.name,
+            "tried": self.tried,
+            "outcomes": dict(sorted(self.outcomes.items())),
+        }
         if REPORT:
             with open(REPORT, "a") as handle:
                 handle.write(json.dumps(line) + "\n")
@@ -158,7 +162,10 @@ def leaf_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]
             found += leaf_paths(item, (*prefix, key))
         return found
     if isinstance(value, list):
-        return [prefix, *[p for i, item in enumerate(value) for p in leaf_paths(item, (*prefix, i))]]
+        return [
+            prefix,
+            *[p for i, item in enumerate(value) for p in leaf_paths(item, (*prefix, i))],
+        ]
     return [prefix]
 
 
@@ -472,7 +479,9 @@ def test_the_planted_secrets_are_the_ones_opsctl_would_see() -> None:
     from opsctl.config.profile_checks import is_secret_name, secret_value_problem
     from opsctl.core.redact import redact
 
-    assert is_secret_name("HF_TOKEN") and is_secret_name("DB_PASS") and is_secret_name("UPSTREAM_AUTH")
+    assert (
+        is_secret_name("HF_TOKEN") and is_secret_name("DB_PASS") and is_secret_name("UPSTREAM_AUTH")
+    )
     assert secret_value_problem(HF_TOKEN) and not secret_value_problem("flashinfer")
     assert API_KEY not in redact(f"x {API_KEY} y", API_KEY)
     with socket.socket() as probe:  # REFUSED really refuses: nothing listens on port 1

@@ -32,7 +32,8 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in [n for n in __import__("os").environ if n.startswith("OPSCTL_")]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("OPSCTL_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/opsctl-l-items.sock")  # exit 6 if reached
+    # exit 6 if reached
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/opsctl-l-items.sock")
 
 
 # --- every exit-2 error has a hint -------------------------------------------------------------
@@ -50,9 +51,12 @@ def _exit_2_classes(trees: dict[Path, ast.Module]) -> dict[str, bool]:
                 if isinstance(node, ast.ClassDef) and node.name not in found and any(
                         isinstance(base, ast.Name) and base.id in found for base in node.bases):
                     found[node.name] = any(
-                        isinstance(item, ast.Assign) and any(
-                            isinstance(t, ast.Name) and t.id == "default_hint" for t in item.targets)
-                        for item in node.body)
+                        isinstance(item, ast.Assign)
+                        and any(
+                            isinstance(t, ast.Name) and t.id == "default_hint" for t in item.targets
+                        )
+                        for item in node.body
+                    )
                     grew = True
     return found
 
@@ -166,8 +170,10 @@ def test_an_image_name_no_engine_accepts_is_refused_at_load(field: str, value: s
     assert f"image.{field}" in _load(data, tmp_path)
 
 
-@pytest.mark.parametrize("repository", ["opsctl/sim", "registry.example.com:5000/team/opsctl-sglang",
-                                        "a__b/c-d.e", "localhost/x"])
+@pytest.mark.parametrize(
+    "repository",
+    ["opsctl/sim", "registry.example.com:5000/team/opsctl-sglang", "a__b/c-d.e", "localhost/x"],
+)
 def test_a_well_formed_repository_still_loads(repository: str, tmp_path: Path) -> None:
     data = _sim()
     data["image"]["repository"] = repository

@@ -52,7 +52,9 @@ def marked_profile(tmp_path: Path) -> Path:
 
 
 def test_deploy_views_print_markup_literally(marked_profile: Path) -> None:
-    shown = opsctl("profile", "show", "--profile", str(marked_profile), "--variant", CLOSING, code=0)
+    shown = opsctl(
+        "profile", "show", "--profile", str(marked_profile), "--variant", CLOSING, code=0
+    )
     assert f"# variant {CLOSING} (shown above): {STYLED}" in shown
     dry = opsctl("up", "--dry-run", "--profile", str(marked_profile), "--variant", CLOSING, code=0)
     assert f"variant {CLOSING}," in dry

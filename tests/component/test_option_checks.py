@@ -23,7 +23,9 @@ from unprivileged import without_dac_override
 NO_ENGINE = "unix:///nonexistent/opsctl-test-docker.sock"
 
 
-def opsctl(*args: str, cwd: Path = REPO_ROOT, user: bool = False) -> subprocess.CompletedProcess[str]:
+def opsctl(
+    *args: str, cwd: Path = REPO_ROOT, user: bool = False
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPSCTL_API")}
     env["DOCKER_HOST"] = NO_ENGINE
     return subprocess.run([sys.executable, "-m", "opsctl", *args], capture_output=True, text=True,
@@ -92,14 +94,24 @@ def places(tmp_path: Path) -> dict[str, Path]:
 
 OUTPUTS = [
     # (command, option, place, extra args); file outputs first, then folder outputs.
-    ("smoke", "--json", "folder"), ("smoke", "--json", "under-file"), ("smoke", "--json", "locked"),
-    ("verify", "--json", "folder"), ("verify", "--json", "under-file"),
+    ("smoke", "--json", "folder"),
+    ("smoke", "--json", "under-file"),
+    ("smoke", "--json", "locked"),
+    ("verify", "--json", "folder"),
+    ("verify", "--json", "under-file"),
     ("verify", "--json", "locked"),
-    ("report", "--out", "folder"), ("report", "--out", "under-file"), ("report", "--out", "locked"),
-    ("bench", "--out", "file"), ("bench", "--out", "under-file"), ("bench", "--out", "locked-folder"),
-    ("monitor up", "--config-dir", "file"), ("monitor up", "--config-dir", "locked-folder"),
-    ("monitor render", "--out", "file"), ("monitor render", "--out", "under-file"),
-    ("monitor compose", "--config-dir", "file"), ("monitor compose", "--config-dir", "locked-folder"),
+    ("report", "--out", "folder"),
+    ("report", "--out", "under-file"),
+    ("report", "--out", "locked"),
+    ("bench", "--out", "file"),
+    ("bench", "--out", "under-file"),
+    ("bench", "--out", "locked-folder"),
+    ("monitor up", "--config-dir", "file"),
+    ("monitor up", "--config-dir", "locked-folder"),
+    ("monitor render", "--out", "file"),
+    ("monitor render", "--out", "under-file"),
+    ("monitor compose", "--config-dir", "file"),
+    ("monitor compose", "--config-dir", "locked-folder"),
 ]
 
 
@@ -127,7 +139,9 @@ def test_the_default_report_folder_is_checked_too(tmp_path: Path, silent_url: st
 
 @pytest.mark.parametrize("command", [["verify", "-p", "sim"], ["smoke"]])
 @pytest.mark.parametrize("url", ["", "ftp://x", "[/x]bad"])
-def test_a_base_url_that_is_not_http_is_exit_2_before_any_request(command: list[str], url: str) -> None:
+def test_a_base_url_that_is_not_http_is_exit_2_before_any_request(
+    command: list[str], url: str
+) -> None:
     result = subprocess.run([sys.executable, "-m", "opsctl", *command, "--base-url", url],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stderr

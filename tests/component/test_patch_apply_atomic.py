@@ -38,7 +38,9 @@ def opsctl(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dest = tmp_path_factory.mktemp("sglang-0.5.15")
-    return upstream.unpack_wheel(wheels.fetch("sglang", VERSION), dest, upstream.members_for(VERSION))
+    return upstream.unpack_wheel(
+        wheels.fetch("sglang", VERSION), dest, upstream.members_for(VERSION)
+    )
 
 
 @pytest.fixture
@@ -151,7 +153,9 @@ def test_the_new_kernel_failing_to_write_leaves_the_backend_untouched(
     assert (tree / KERNEL).is_file()
 
 
-def test_a_rename_failing_half_way_is_rolled_back(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_rename_failing_half_way_is_rolled_back(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     before = snapshot(tree)
     renames_kernel = _failing(os.replace, lambda a: Path(str(a[1])).name == Path(KERNEL).name)
     monkeypatch.setattr(patchset.os, "replace", renames_kernel)

@@ -127,7 +127,8 @@ class Wrapper:
 
 
 def pack(req_to_token: Any, req_pool_indices: Any, lens: Any, indptr: Any, out: Any) -> None:
-    """sglang's index packer: out[indptr[b]: indptr[b] + lens[b]] = req_to_token[req_b, :lens[b]]."""
+    """sglang's index packer: out[indptr[b]: indptr[b] + lens[b]] = req_to_token[req_b,
+    :lens[b]]."""
     for b in range(len(req_pool_indices)):
         start, n = int(indptr[b]), int(lens[b])
         out[start: start + n] = req_to_token[int(req_pool_indices[b]), :n]
@@ -178,18 +179,27 @@ def load(version: str, source: dict[str, str]) -> types.SimpleNamespace:
     """The patched backend's classes and EAGLE's verify-argument builder, run with the stand-ins."""
     shim = cpu_torch()
     glue: dict[str, Any] = {
-        "torch": shim, "partial": partial, "dataclass": dataclass, "opsctl_kv_gather_cast": kv_gather_cast,
-        "AttentionBackend": object, "SpecInput": SpecInput, "SpecInputType": SPEC_INPUT_TYPE,
-        "BatchMLAPagedAttentionWrapper": Wrapper, "BatchPrefillWithRaggedKVCacheWrapper": Wrapper,
+        "torch": shim,
+        "partial": partial,
+        "dataclass": dataclass,
+        "opsctl_kv_gather_cast": kv_gather_cast,
+        "AttentionBackend": object,
+        "SpecInput": SpecInput,
+        "SpecInputType": SPEC_INPUT_TYPE,
+        "BatchMLAPagedAttentionWrapper": Wrapper,
+        "BatchPrefillWithRaggedKVCacheWrapper": Wrapper,
         "get_parallel": lambda: types.SimpleNamespace(dcp_enabled=False, attn_tp_size=1),
-        "dcp_enabled": lambda: False, "IdSpaceKind": types.SimpleNamespace(FULL="full"),
+        "dcp_enabled": lambda: False,
+        "IdSpaceKind": types.SimpleNamespace(FULL="full"),
         "update_local_kv_lens_for_dcp": lambda lens: None,
         "is_in_tc_piecewise_cuda_graph": lambda: False,
         "is_in_breakable_cuda_graph": lambda: False,
         "get_exec": lambda: types.SimpleNamespace(
-            kernel=types.SimpleNamespace(flashinfer_mla_disable_ragged=False)),
+            kernel=types.SimpleNamespace(flashinfer_mla_disable_ragged=False)
+        ),
         "get_global_server_args": lambda: types.SimpleNamespace(
-            flashinfer_mla_disable_ragged=False),
+            flashinfer_mla_disable_ragged=False
+        ),
     }
     backend_ns = _exec_selected(source["backend"], glue, KEEP_CLASSES, KEEP_FUNCTIONS)
     if version == "0.5.15":
@@ -328,7 +338,8 @@ LAYER = types.SimpleNamespace(layer_id=0, tp_q_head_num=HEADS, v_head_dim=512, h
 
 
 def run_attention(be: Any, mode: str, fb: Any) -> None:
-    """One layer's attention through the patched forward (k=None: nothing is written to the pool)."""
+    """One layer's attention through the patched forward (k=None: nothing is written to the
+    pool)."""
     tokens = int(fb.seq_lens.numel()) * (NUM_DRAFT_TOKENS if mode == "extend" else 1)
     q, q_rope = torch.zeros(tokens, HEADS * 512), torch.zeros(tokens, HEADS * 64)
     forward = be.forward_extend if mode == "extend" else be.forward_decode

@@ -64,7 +64,9 @@ def project_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copytree(project_root() / "patches", root / "patches")
     kernel = root / "opsctl" / "kernels"
     kernel.mkdir(parents=True)
-    shutil.copyfile(project_root() / "opsctl/kernels/kv_gather_cast.py", kernel / "kv_gather_cast.py")
+    shutil.copyfile(
+        project_root() / "opsctl/kernels/kv_gather_cast.py", kernel / "kv_gather_cast.py"
+    )
     monkeypatch.setenv("OPSCTL_PROJECT_DIR", str(root))
     return root
 
@@ -129,7 +131,8 @@ def test_apply_in_place_compiles_then_refuses_a_second_time(tree: Path) -> None:
 def test_the_staged_build_context_applies_on_its_own(
     tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The image build: the context's patchset.py and patch set, run by a python without opsctl (-S)."""
+    """The image build: the context's patchset.py and patch set, run by a python without opsctl
+    (-S)."""
     monkeypatch.setenv(lock.LOCK_DIR_ENV, str(tmp_path / "locks"))
     real = load_profile("glm5-nvfp4-rtx6000")
     image = real.image.model_copy(update={"sglang_version": "0.5.15"})
@@ -241,7 +244,7 @@ def test_patch_set_sha256_covers_diffs_and_new_files(project_copy: Path) -> None
     assert len({before, after_kernel, patchset.patch_set_sha256("0.5.15")}) == 3
 
 
-# --- which version/variant pairs can work -----------------------------------------------------------
+# --- which version/variant pairs can work ---------------------------------------------------------
 
 
 def variant(

@@ -40,8 +40,15 @@ def test_cli_profile_errors_are_one_line_with_hint_and_exit_2(tmp_path: Path) ->
 
 def test_cli_dry_run_touches_no_engine() -> None:
     # A daemon address that cannot answer: the dry run must not need it.
-    result = _opsctl("up", "--profile", "glm5-nvfp4-rtx6000", "--variant", "gathercast", "--dry-run",
-                     DOCKER_HOST="unix:///nonexistent/docker.sock")
+    result = _opsctl(
+        "up",
+        "--profile",
+        "glm5-nvfp4-rtx6000",
+        "--variant",
+        "gathercast",
+        "--dry-run",
+        DOCKER_HOST="unix:///nonexistent/docker.sock",
+    )
     assert result.returncode == 0, result.stderr
     assert "docker run" in result.stdout and "--gpus" in result.stdout
     assert "sglang.launch_server" in result.stdout

@@ -55,33 +55,44 @@ def with_server(tmp_path: Path, line: str) -> Path:
     return edited(tmp_path, "  watchdog_timeout: 1800\n", f"  watchdog_timeout: 1800\n  {line}\n")
 
 
-# --- the file itself -------------------------------------------------------------------------------
+# --- the file itself ------------------------------------------------------------------------------
 
 LAUGHS = "\n".join([
     'a: &a ["x","x","x","x","x","x","x","x","x"]',
     *(f"{n}: &{n} [{','.join([f'*{p}'] * 9)}]" for p, n in zip("abcde", "bcdef", strict=True)),
 ]) + "\n"
 FILES: dict[str, tuple[Callable[[Path], None], str]] = {
-    "not-utf8": (lambda p: p.write_bytes(SIM.encode().replace(b"glm-5", b"glm-\xff5")), "not UTF-8"),
-    "latin1": (lambda p: p.write_bytes(SIM.replace("glm-5", "glm-\u00e9").encode("latin-1")),
-               "not UTF-8"),
+    "not-utf8": (
+        lambda p: p.write_bytes(SIM.encode().replace(b"glm-5", b"glm-\xff5")),
+        "not UTF-8",
+    ),
+    "latin1": (
+        lambda p: p.write_bytes(SIM.replace("glm-5", "glm-\u00e9").encode("latin-1")),
+        "not UTF-8",
+    ),
     "directory": (lambda p: p.mkdir(), "is a directory"),
     "over-1MiB": (lambda p: p.write_text(SIM + "#" * (1 << 20)), "larger than 1 MiB"),
     "5000-deep": (lambda p: p.write_text("a: " + "[" * 5000 + "]" * 5000 + "\n"), "deeper than 64"),
-    "5000-deep-maps": (lambda p: p.write_text("a: " + "{b: " * 5000 + "1" + "}" * 5000 + "\n"),
-                       "deeper than 64"),
+    "5000-deep-maps": (
+        lambda p: p.write_text("a: " + "{b: " * 5000 + "1" + "}" * 5000 + "\n"),
+        "deeper than 64",
+    ),
     "recursive-alias": (lambda p: p.write_text("a: &a [*a]\n"), "recursive alias"),
     "recursive-map": (lambda p: p.write_text("a: &a {b: *a}\n"), "recursive alias"),
     "billion-laughs": (lambda p: p.write_text(LAUGHS), "expand it past 100,000"),
-    "many-aliases": (lambda p: p.write_text("a: &a 1\nb: [" + ",".join(["*a"] * 65) + "]\n"),
-                     "more than 64 aliases"),
+    "many-aliases": (
+        lambda p: p.write_text("a: &a 1\nb: [" + ",".join(["*a"] * 65) + "]\n"),
+        "more than 64 aliases",
+    ),
     "not-a-mapping": (lambda p: p.write_text("- 1\n- 2\n"), "must be a YAML mapping"),
     # Issue 25: a complex key was a TypeError traceback (unhashable type: 'list').
     "complex-key": (lambda p: p.write_text(SIM + "? [a, b]\n: c\n"), "keys must be scalars"),
     "complex-map-key": (lambda p: p.write_text(SIM + "? {a: 1}\n: c\n"), "keys must be scalars"),
     "fifo": (lambda p: os.mkfifo(p), "is a FIFO, not a regular file"),  # blocked forever
-    "python-tag": (lambda p: p.write_text("a: !!python/object/apply:os.system [id]\n"),
-                   "invalid YAML"),
+    "python-tag": (
+        lambda p: p.write_text("a: !!python/object/apply:os.system [id]\n"),
+        "invalid YAML",
+    ),
     "empty": (lambda p: p.write_text(""), "must be a YAML mapping"),
 }
 
@@ -197,7 +208,9 @@ EXTRA = {
 
 
 @pytest.mark.parametrize("case", sorted(EXTRA))
-def test_extra_args_may_not_repeat_a_typed_flag_or_carry_a_secret(tmp_path: Path, case: str) -> None:
+def test_extra_args_may_not_repeat_a_typed_flag_or_carry_a_secret(
+    tmp_path: Path, case: str
+) -> None:
     args, says = EXTRA[case]
     line = refused(with_server(tmp_path, f"extra_args: {args}"), says)
     assert SECRET not in line
@@ -222,7 +235,9 @@ def test_extra_args_that_own_no_typed_flag_still_pass(tmp_path: Path) -> None:
 
 def secret_profile(tmp_path: Path) -> Path:
     path = with_server(tmp_path, "api_key_env: OPSCTL_API_KEY")
-    path.write_text(path.read_text().replace("  env:\n", "  env_from_host: [HF_TOKEN]\n  env:\n", 1))
+    path.write_text(
+        path.read_text().replace("  env:\n", "  env_from_host: [HF_TOKEN]\n  env:\n", 1)
+    )
     return path
 
 

@@ -37,7 +37,9 @@ def test_cli_writes_and_warns(opsctl: Any, tmp_path: Path) -> None:
     assert foreign.returncode == EXIT_USAGE and foreign.stderr.count("error:") == 1
     assert "did not write (deployment.yaml)" in foreign.stderr and "Traceback" not in foreign.stderr
     assert [path.name for path in theirs.iterdir()] == ["deployment.yaml"]
-    bad = opsctl("render", "k8s", "--profile", "sim", "--out", str(tmp_path / "x"), "--replicas", "0")
+    bad = opsctl(
+        "render", "k8s", "--profile", "sim", "--out", str(tmp_path / "x"), "--replicas", "0"
+    )
     assert bad.returncode == EXIT_USAGE and not (tmp_path / "x").exists()
 
 
@@ -51,7 +53,9 @@ def test_cli_options(opsctl: Any, tmp_path: Path) -> None:
                   "--pdb-max-unavailable", "1", "--keda-max-replicas", "4",
                   "--keda-prometheus", "http://prometheus:9090")
     assert done.returncode == 0, done.stderr
-    assert "needs KEDA's controller" in done.stderr and "PriorityClass llm must exist" in done.stderr
+    assert (
+        "needs KEDA's controller" in done.stderr and "PriorityClass llm must exist" in done.stderr
+    )
     names = sorted(path.name for path in out.iterdir())
     assert any("poddisruptionbudget" in name for name in names)
     assert any("scaledobject" in name for name in names)

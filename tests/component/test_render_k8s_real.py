@@ -59,8 +59,10 @@ def test_router_argv_parses_with_the_real_router(router_package: Path, profile: 
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     parsed = json.loads(done.stdout)
-    selector = {item.split("=", 1)[0]: item.split("=", 1)[1]
-                for item in argv[argv.index("--selector") + 1:argv.index("--service-discovery-port")]}
+    selector = {
+        item.split("=", 1)[0]: item.split("=", 1)[1]
+        for item in argv[argv.index("--selector") + 1 : argv.index("--service-discovery-port")]
+    }
     assert parsed == {"host": "0.0.0.0", "port": 30000, "policy": "cache_aware",
                       "service_discovery": True, "selector": selector,
                       "service_discovery_port": deployment.server.port,

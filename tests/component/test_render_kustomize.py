@@ -36,8 +36,12 @@ EVERY_BASE = [(name, variant) for name in record_profiles()
 
 def _render(out: Path, profile: str = "glm5-nvfp4-rtx6000", variant: str = "gathercast",
             **options: Any) -> render.RenderResult:
-    return render.render_k8s(load_profile(profile).resolve(variant), image_ref=lambda _: PUSHED,
-                             out=out, settings=RenderSettings(replicas=2, placement=OPTIONS, **options))
+    return render.render_k8s(
+        load_profile(profile).resolve(variant),
+        image_ref=lambda _: PUSHED,
+        out=out,
+        settings=RenderSettings(replicas=2, placement=OPTIONS, **options),
+    )
 
 
 def _kustomize(folder: Path) -> list[dict[str, Any]]:
@@ -85,4 +89,7 @@ def test_an_overlay_survives_a_rerender_and_patches_the_base(tmp_path: Path) -> 
         [outdir.RECORD, "NOTES.md", *(path.name for path in again.files)])
     assert not list(base.glob("*-deployment-glm5-nvfp4-rtx6000-gathercast.yaml"))
     built = _by_identity(_kustomize(base))
-    assert ("Deployment", "glm") in built and ("Deployment", "glm5-nvfp4-rtx6000-gathercast") not in built
+    assert ("Deployment", "glm") in built and (
+        "Deployment",
+        "glm5-nvfp4-rtx6000-gathercast",
+    ) not in built

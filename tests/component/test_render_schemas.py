@@ -1,5 +1,6 @@
-"""Rendered Kubernetes objects validated offline (tests/k8sschemas.py; versions in tests/k8s/SCHEMAS.md):
-every committed golden manifest, and every profile x variant rendered with two replicas.
+"""Rendered Kubernetes objects validated offline (tests/k8sschemas.py; versions in
+tests/k8s/SCHEMAS.md): every committed golden manifest, and every profile x variant rendered with
+two replicas.
 
 Each validator is first shown to reject what a cluster would reject (an unknown field, a wrong
 type, a missing required field, a value outside an enum, and what the API server checks beyond
@@ -51,7 +52,9 @@ def _failures(errors: dict[str, list[str]]) -> dict[str, list[str]]:
     return {key: found for key, found in errors.items() if found}
 
 
-CASES = [(profile, variant) for profile in PROFILES for variant in sorted(load_profile(profile).variants)]
+CASES = [
+    (profile, variant) for profile in PROFILES for variant in sorted(load_profile(profile).variants)
+]
 
 
 @pytest.fixture(scope="module")
@@ -166,16 +169,48 @@ def test_crd_validation_rejects_unknown_fields_and_honours_int_or_string(tmp_pat
     """The path the upstream LWS CRD takes when it is provided at LWS_CRD (SCHEMAS.md says why
     it is not in the repo), on a small CRD written here in the same OpenAPI v3 form."""
     crd = tmp_path / "crd.yaml"
-    crd.write_text(yaml.safe_dump({"spec": {"versions": [{"name": "v1", "schema": {"openAPIV3Schema": {
-        "type": "object", "properties": {
-            "apiVersion": {"type": "string"}, "kind": {"type": "string"},
-            "metadata": {"type": "object"},
-            "spec": {"type": "object", "required": ["size"], "properties": {
-                "size": {"type": "integer"},
-                "maxSurge": {"x-kubernetes-int-or-string": True, "anyOf": [
-                    {"type": "integer"}, {"type": "string"}]},
-                "template": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
-                             "properties": {"a": {"type": "string"}}}}}}}}}]}}))
+    crd.write_text(
+        yaml.safe_dump(
+            {
+                "spec": {
+                    "versions": [
+                        {
+                            "name": "v1",
+                            "schema": {
+                                "openAPIV3Schema": {
+                                    "type": "object",
+                                    "properties": {
+                                        "apiVersion": {"type": "string"},
+                                        "kind": {"type": "string"},
+                                        "metadata": {"type": "object"},
+                                        "spec": {
+                                            "type": "object",
+                                            "required": ["size"],
+                                            "properties": {
+                                                "size": {"type": "integer"},
+                                                "maxSurge": {
+                                                    "x-kubernetes-int-or-string": True,
+                                                    "anyOf": [
+                                                        {"type": "integer"},
+                                                        {"type": "string"},
+                                                    ],
+                                                },
+                                                "template": {
+                                                    "type": "object",
+                                                    "x-kubernetes-preserve-unknown-fields": True,
+                                                    "properties": {"a": {"type": "string"}},
+                                                },
+                                            },
+                                        },
+                                    },
+                                }
+                            },
+                        }
+                    ]
+                }
+            }
+        )
+    )
     good = {"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "k"},
             "spec": {"size": 2, "maxSurge": "10%", "template": {"a": "b", "free": 1}}}
     assert crd_errors(good, crd) == []

@@ -39,7 +39,9 @@ def test_the_exporter_listens_with_a_real_backlog() -> None:
         url = f"http://127.0.0.1:{server.server_port}/metrics"
         for _ in range(2):
             answers = _burst(url)
-            assert answers.count(200) == CONCURRENT, f"{answers.count(200)} of {CONCURRENT} answered"
+            assert answers.count(200) == CONCURRENT, (
+                f"{answers.count(200)} of {CONCURRENT} answered"
+            )
     finally:
         server.shutdown()
         thread.join(timeout=10)

@@ -93,9 +93,15 @@ def test_random_prompts_use_the_tokenizer_of_the_profiles_model_mount(
     assert bool(mismatch) == bool(served_tokenizer)
 
 
-def test_speculative_steps_count_per_token_and_report_the_accept_length(sim_server: StartSim) -> None:
+def test_speculative_steps_count_per_token_and_report_the_accept_length(
+    sim_server: StartSim,
+) -> None:
     # 2.5 tokens per 30 ms decode step, as the sim profile's bf16kv-mtp variant: TPOT is per token.
-    env = {"OPSCTL_SIM_TTFT_MS": "20", "OPSCTL_SIM_ITL_MS": "30", "OPSCTL_SIM_SPEC_ACCEPT_LENGTH": "2.5"}
+    env = {
+        "OPSCTL_SIM_TTFT_MS": "20",
+        "OPSCTL_SIM_ITL_MS": "30",
+        "OPSCTL_SIM_SPEC_ACCEPT_LENGTH": "2.5",
+    }
     url = sim_server(env=env, args=["--served-model-name", "glm-5", "--enable-metrics"]).url
     figures = sampled(url)
     accept = figures.spec_accept_length

@@ -198,14 +198,21 @@ REJECTED = [
     pytest.param("/v1/chat/completions", {"model": MODEL}, id="chat-messages-missing"),
     pytest.param("/v1/chat/completions", {"model": MODEL, "messages": "x"}, id="chat-messages-str"),
     pytest.param("/v1/chat/completions", {"model": MODEL, "messages": [1]}, id="chat-message-int"),
-    pytest.param("/v1/chat/completions", {"model": MODEL, "messages": []}, id="chat-messages-empty"),
-    pytest.param("/v1/chat/completions", {**CHAT_OK, "max_tokens": 1.5}, id="chat-max-tokens-float"),
+    pytest.param(
+        "/v1/chat/completions", {"model": MODEL, "messages": []}, id="chat-messages-empty"
+    ),
+    pytest.param(
+        "/v1/chat/completions", {**CHAT_OK, "max_tokens": 1.5}, id="chat-max-tokens-float"
+    ),
     pytest.param("/v1/chat/completions", {**CHAT_OK, "temperature": "hot"}, id="chat-temperature"),
     pytest.param("/v1/completions", {"model": MODEL}, id="completion-prompt-missing"),
     pytest.param("/v1/completions", {"model": MODEL, "prompt": 5}, id="completion-prompt-int"),
     pytest.param("/v1/completions", {"model": MODEL, "prompt": ""}, id="completion-prompt-empty"),
-    pytest.param("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 0},
-                 id="completion-max-tokens-0"),
+    pytest.param(
+        "/v1/completions",
+        {"model": MODEL, "prompt": "x", "max_tokens": 0},
+        id="completion-max-tokens-0",
+    ),
     pytest.param("/v1/completions", [1, 2], id="completion-body-list"),
 ]
 
@@ -257,7 +264,8 @@ def test_server_error_body_is_sglangs(protocols: dict[str, SglangProtocol],
     assert_sglang(protocols[release], "error", "/v1/completions", answer.json())
 
 
-# --- what opsctl's client sends --------------------------------------------------------------------
+# --- what opsctl's client sends -------------------------------------------------------------------
+
 
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
@@ -317,7 +325,8 @@ def test_opsctl_requests_are_what_sglang_accepts(protocols: dict[str, SglangProt
         assert_sglang(protocols[release], "request", path, body)
 
 
-# --- recorded answers of a real sglang server ------------------------------------------------------
+# --- recorded answers of a real sglang server -----------------------------------------------------
+
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_the_recorder_and_record_checks_pass_on_the_simulator(

@@ -33,14 +33,29 @@ def test_the_marker_literals_are_the_kernels() -> None:
     assert kernel.workspace_bytes(1000) == 1000 * patchmarker.ROW_ELEMS * patchmarker.BF16_BYTES
 
 
-@pytest.mark.parametrize("settings, env, state, reason", [
-    ({"attention_backend": "flashinfer", "kv_cache_dtype": "fp8_e4m3"}, {"OPSCTL_KV_GATHER_CAST": "1"},
-     "active", None),
-    ({"attention_backend": "flashinfer", "kv_cache_dtype": "fp8_e4m3"}, {"OPSCTL_KV_GATHER_CAST": "0"},
-     "inactive", "switch_off"),
-    ({"attention_backend": "flashinfer", "kv_cache_dtype": "bfloat16"}, {"OPSCTL_KV_GATHER_CAST": "1"},
-     "inactive", "pool_not_fp8_e4m3"),
-])
+@pytest.mark.parametrize(
+    "settings, env, state, reason",
+    [
+        (
+            {"attention_backend": "flashinfer", "kv_cache_dtype": "fp8_e4m3"},
+            {"OPSCTL_KV_GATHER_CAST": "1"},
+            "active",
+            None,
+        ),
+        (
+            {"attention_backend": "flashinfer", "kv_cache_dtype": "fp8_e4m3"},
+            {"OPSCTL_KV_GATHER_CAST": "0"},
+            "inactive",
+            "switch_off",
+        ),
+        (
+            {"attention_backend": "flashinfer", "kv_cache_dtype": "bfloat16"},
+            {"OPSCTL_KV_GATHER_CAST": "1"},
+            "inactive",
+            "pool_not_fp8_e4m3",
+        ),
+    ],
+)
 def test_the_marker_line_parses_with_the_kernels_parser(
         settings: dict[str, str], env: dict[str, str], state: str, reason: str | None) -> None:
     line = patchmarker.marker_line(settings, env, pool_rows=1000)
@@ -64,10 +79,16 @@ GLM5 = sim.Checkpoint({})
 def test_0_5_23_defaults_for_glm5_on_the_simulated_sm120() -> None:
     resolved = sim.resolve("0.5.23", {"model_path": "/m", "tp_size": 8}, GLM5)
     assert resolved == {
-        "model_path": "/m", "served_model_name": "/m", "tp_size": 8, "quantization": None,
-        "kv_cache_dtype": "fp8_e4m3", "attention_backend": "dsa",
-        "dsa_prefill_backend": "flashinfer_sparse_mla", "dsa_decode_backend": "flashinfer_sparse_mla",
-        "page_size": 64, "cuda_graph_max_bs": 512,
+        "model_path": "/m",
+        "served_model_name": "/m",
+        "tp_size": 8,
+        "quantization": None,
+        "kv_cache_dtype": "fp8_e4m3",
+        "attention_backend": "dsa",
+        "dsa_prefill_backend": "flashinfer_sparse_mla",
+        "dsa_decode_backend": "flashinfer_sparse_mla",
+        "page_size": 64,
+        "cuda_graph_max_bs": 512,
     }
 
 

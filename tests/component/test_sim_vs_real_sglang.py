@@ -126,8 +126,9 @@ def test_stream_chunks_have_the_same_fields_and_types(sim: httpx.Client, path: s
         text = "".join(response.iter_text())
     real = _chunks((REAL / fixture).read_text())
     assert _merged(_chunks(text)) == _merged(real)
-    assert text.rstrip().endswith("data: [DONE]") and (REAL / fixture).read_text().rstrip().endswith(
-        "data: [DONE]")
+    assert text.rstrip().endswith("data: [DONE]") and (
+        REAL / fixture
+    ).read_text().rstrip().endswith("data: [DONE]")
 
 
 def test_metric_names_are_ones_the_real_server_exports(sim: httpx.Client) -> None:
@@ -177,7 +178,10 @@ def test_dsa_server_info_matches_the_real_dsa_server(dsa_sim: httpx.Client) -> N
 
 
 def test_dsa_model_info_and_models_have_the_real_fields(dsa_sim: httpx.Client) -> None:
-    for path, fixture in (("/v1/models", "dsa/v1_models.json"), ("/model_info", "dsa/model_info.json")):
+    for path, fixture in (
+        ("/v1/models", "dsa/v1_models.json"),
+        ("/model_info", "dsa/model_info.json"),
+    ):
         assert _shape(dsa_sim.get(path).json()) == _shape(_real(fixture)), path
     assert dsa_sim.get("/model_info").json()["architectures"] == _real("dsa/model_info.json")[
         "architectures"]

@@ -79,7 +79,10 @@ def test_reports_are_pushed_with_the_key_masked(sim_server: StartSim, tmp_path: 
     assert pushed[1][1]["kind"] == "bench"
     assert all(report["api_key"] == "****5150" for _, report, _ in pushed)
     text = console.export_text()
-    assert f"pushed smoke metrics to {GATEWAY}" in text and f"pushed bench metrics to {GATEWAY}" in text
+    assert (
+        f"pushed smoke metrics to {GATEWAY}" in text
+        and f"pushed bench metrics to {GATEWAY}" in text
+    )
     assert KEY not in repr(pushed) + text
 
 

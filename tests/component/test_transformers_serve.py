@@ -1,9 +1,10 @@
 """smoke and bench against a real OpenAI-compatible server that is not sglang: `transformers serve`.
 
 Hugging Face's server (installed from PyPI by scripts/setup.sh) streams without `data: [DONE]`
-and has no /health_generate, /model_info or sglang metrics. The model is built by tests/tinymodel.py:
-a one-layer Llama with random weights and a word-level tokenizer made with the `tokenizers` library, saved
-to a temporary directory and served offline on loopback, so nothing is downloaded.
+and has no /health_generate, /model_info or sglang metrics. The model is built by
+tests/tinymodel.py: a one-layer Llama with random weights and a word-level tokenizer made with the
+`tokenizers` library, saved to a temporary directory and served offline on loopback, so nothing is
+downloaded.
 """
 
 from __future__ import annotations

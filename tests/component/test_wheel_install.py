@@ -41,8 +41,15 @@ class Installed:
     env: dict[str, str]
 
     def opsctl(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(self.venv / "bin" / "opsctl"), *args], cwd=self.cwd, env=self.env,
-                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [str(self.venv / "bin" / "opsctl"), *args],
+            cwd=self.cwd,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
 
 
 def _copy_sources(dest: Path) -> None:
@@ -53,7 +60,9 @@ def _copy_sources(dest: Path) -> None:
     junk = shutil.ignore_patterns("__pycache__", "*.pyc", paths.DATA_DIR)
     shutil.copytree(ROOT / "opsctl", dest / "opsctl", ignore=junk)
     for rel in paths.PACKAGED:
-        shutil.copytree(ROOT / rel, dest / rel, ignore=shutil.ignore_patterns("__pycache__", "locks"))
+        shutil.copytree(
+            ROOT / rel, dest / rel, ignore=shutil.ignore_patterns("__pycache__", "locks")
+        )
     (dest / HOST_LOCK).parent.mkdir(parents=True)
     (dest / HOST_LOCK).write_text('{"bases": {}}\n')
     base = load_profile(GLM).resolve("gathercast").image.base
@@ -72,19 +81,65 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", paths.PROJECT_DIR_ENV, "OPSCTL_LOCK_DIR", "OPSCTL_PROFILE")}
     pip = {**env, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(dist), str(source)], check=True, env=pip, timeout=300, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(dist),
+            str(source),
+        ],
+        check=True,
+        env=pip,
+        timeout=300,
+        capture_output=True,
+    )
     (wheel,) = dist.glob("opsctl-*.whl")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
-                    "-q", "--no-deps", str(wheel)], check=True, env=pip, timeout=300, capture_output=True)
-    site = Path(subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True, timeout=60, env=env).stdout.strip())
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
+    )
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "-q",
+            "--no-deps",
+            str(wheel),
+        ],
+        check=True,
+        env=pip,
+        timeout=300,
+        capture_output=True,
+    )
+    site = Path(
+        subprocess.run(
+            [
+                str(venv / "bin" / "python"),
+                "-c",
+                "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        ).stdout.strip()
+    )
     # The dependencies: this venv's site-packages as a plain path entry, after the venv's own.
     (site / "opsctl-test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     env.update(OPSCTL_STATE_DIR=str(work / "state"), DOCKER_HOST="unix:///nonexistent/docker.sock")
-    return Installed(wheel=wheel, venv=venv, data=site / "opsctl" / paths.DATA_DIR, cwd=cwd, env=env)
+    return Installed(
+        wheel=wheel, venv=venv, data=site / "opsctl" / paths.DATA_DIR, cwd=cwd, env=env
+    )
 
 
 def test_the_wheel_carries_the_data_folders_and_no_host_state(installed: Installed) -> None:
@@ -103,13 +158,27 @@ def test_the_wheel_carries_the_data_folders_and_no_host_state(installed: Install
 
 def test_opsctl_is_the_wheels_and_finds_its_packaged_data(installed: Installed) -> None:
     probe = subprocess.run(
-        [str(installed.venv / "bin" / "python"), "-c", "import opsctl, opsctl.core.paths as p, "
-         "opsctl.sim.records as r; l = p.layout(); "
-         "print(opsctl.__file__, l.kind, l.data, l.source, r.RECORDS_ROOT, sep='\\n')"],
-        cwd=installed.cwd, env=installed.env, capture_output=True, text=True, timeout=60, check=True)
+        [
+            str(installed.venv / "bin" / "python"),
+            "-c",
+            "import opsctl, opsctl.core.paths as p, "
+            "opsctl.sim.records as r; l = p.layout(); "
+            "print(opsctl.__file__, l.kind, l.data, l.source, r.RECORDS_ROOT, sep='\\n')",
+        ],
+        cwd=installed.cwd,
+        env=installed.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     module, kind, data, source, records = probe.stdout.splitlines()
     assert Path(module).is_relative_to(installed.venv), module
-    assert (kind, Path(data), Path(source)) == (paths.INSTALLED, installed.data, installed.data.parents[1])
+    assert (kind, Path(data), Path(source)) == (
+        paths.INSTALLED,
+        installed.data,
+        installed.data.parents[1],
+    )
     # The simulator (an island, no opsctl.core) finds the packaged resolution records itself.
     assert Path(records) == installed.data / paths.RELEASES_DIR
 
@@ -121,11 +190,16 @@ def test_profile_show_and_up_dry_run_read_the_packaged_profile(installed: Instal
         assert run.returncode == 0, (args, run.stderr)
         assert "Traceback" not in run.stderr
         stem = args[-3] if "--profile" in args else "sim"
-        assert f"# profile file: {installed.data / 'deploy' / f'{stem}.yaml'}" in run.stdout.splitlines()
+        assert (
+            f"# profile file: {installed.data / 'deploy' / f'{stem}.yaml'}"
+            in run.stdout.splitlines()
+        )
     assert "sglang.launch_server" in run.stdout and "--gpus" in run.stdout
 
 
-def test_build_dry_run_plans_from_the_packaged_dockerfiles_and_patch_set(installed: Installed) -> None:
+def test_build_dry_run_plans_from_the_packaged_dockerfiles_and_patch_set(
+    installed: Installed,
+) -> None:
     sim = installed.opsctl("build", "--dry-run")
     assert sim.returncode == 0, sim.stderr
     assert str(installed.data / "docker" / "sim.Dockerfile") in sim.stdout

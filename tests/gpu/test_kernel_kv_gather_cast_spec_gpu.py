@@ -1,5 +1,5 @@
-"""GPU proof of the speculative paths (issue 35): the kernel under real CUDA-graph capture and replay
-on the buffers sglang's spec paths hand it (read from 0.5.23/0.5.15, docs/kv-gather-cast.md):
+"""GPU proof of the speculative paths (issue 35): the kernel under real CUDA-graph capture and
+replay on the buffers sglang's spec paths hand it (read from 0.5.23/0.5.15, docs/kv-gather-cast.md):
 
 - draft decode: row i of the multi-step backend's (steps x max_bs+1) kv_indptr and (steps x width)
   kv_indices buffers, refilled in place out of the graph before each replay; attention (the torch

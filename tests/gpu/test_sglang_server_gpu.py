@@ -64,7 +64,8 @@ def test_the_patch_marker_says_inactive_on_baseline_and_active_on_gathercast() -
     assert active is not None
     workspace, rows, row_elems = map(int, active.groups())
     info = _get(f"{GATHERCAST}/server_info")
-    assert rows == info["max_total_num_tokens"] + info["page_size"]  # the pool's rows, page 0 included
+    # the pool's rows, page 0 included
+    assert rows == info["max_total_num_tokens"] + info["page_size"]
     assert row_elems == 576 and workspace == rows * row_elems * 2
 
 

@@ -83,7 +83,8 @@ def standins() -> None:
 
 @pytest.fixture(scope="module", autouse=True)
 def remove_standin_builds() -> Iterator[None]:
-    """Images built on a stand-in exist only for these tests (the sim image is kept: `up` runs it)."""
+    """Images built on a stand-in exist only for these tests (the sim image is kept: `up` runs
+    it)."""
     yield
     built = [image for base in (STANDIN, OTHER_STANDIN) for image in docker(
         "images", "--quiet", "--filter", f"label=org.opencontainers.image.base.name={base}",
@@ -115,7 +116,7 @@ def assert_failed_cleanly(result: subprocess.CompletedProcess[str], before: set[
     assert all_image_ids() <= before, "the failed build left images behind"
 
 
-# --- success ---------------------------------------------------------------------------------------
+# --- success --------------------------------------------------------------------------------------
 
 
 def test_sim_image_builds_then_is_up_to_date(locks: dict[str, str], standins: None) -> None:
@@ -150,14 +151,17 @@ def test_production_dockerfile_on_the_standin(locks: dict[str, str], standins: N
     standin_id = docker("inspect", "--format", "{{.Id}}", STANDIN).strip()
     assert labels["opsctl.sglang-version"] == VERSION
     assert labels["opsctl.patch-sha256"] == patchset.patch_set_sha256(VERSION)
-    assert labels["opsctl.base-digest"] == labels["org.opencontainers.image.base.digest"] == standin_id
+    assert (
+        labels["opsctl.base-digest"] == labels["org.opencontainers.image.base.digest"] == standin_id
+    )
     assert labels["org.opencontainers.image.base.name"] == STANDIN
     assert labels["org.opencontainers.image.version"] == VERSION
 
     # The patched bytes and the build metadata, read from a container of the image itself.
     script = (
         "import hashlib, importlib.util, json, pathlib;"
-        "root = pathlib.Path(list(importlib.util.find_spec('sglang').submodule_search_locations)[0]).parent;"
+        "spec = importlib.util.find_spec('sglang');"
+        "root = pathlib.Path(list(spec.submodule_search_locations)[0]).parent;"
         f"data = (root / '{PATCHED}').read_bytes();"
         "print(json.dumps({'sha': hashlib.sha256(data).hexdigest(),"
         " 'switch': b'OPSCTL_KV_GATHER_CAST' in data,"
@@ -178,8 +182,9 @@ def test_production_dockerfile_on_the_standin(locks: dict[str, str], standins: N
     assert PLANTED_TOKEN not in result.stdout + result.stderr
 
 
-def test_a_variant_pinning_another_release_gets_its_own_image(locks: dict[str, str],
-                                                             standins: None, tmp_path: Path) -> None:
+def test_a_variant_pinning_another_release_gets_its_own_image(
+    locks: dict[str, str], standins: None, tmp_path: Path
+) -> None:
     # A variant that pins another patch set's release, built on that release's stand-in: the
     # same Dockerfile, that release's patch set, its own tag.
     text = (project_root() / "deploy" / f"{PROFILE}.yaml").read_text()
@@ -190,8 +195,9 @@ def test_a_variant_pinning_another_release_gets_its_own_image(locks: dict[str, s
         "default_variant: gathercast"))
     path = tmp_path / f"{PROFILE}.yaml"
     path.write_text(text)
-    result = opsctl("build", "--profile", str(path), "--variant", "old", "--base-image", OTHER_STANDIN,
-                    **locks)
+    result = opsctl(
+        "build", "--profile", str(path), "--variant", "old", "--base-image", OTHER_STANDIN, **locks
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     tag = last_line(result.stdout)
     assert tag.startswith(f"opsctl/sglang-glm5:{OTHER_VERSION}-")
@@ -209,11 +215,13 @@ def test_dry_run_needs_no_engine(locks: dict[str, str]) -> None:
     assert STANDIN in result.stdout and patchset.patch_set_sha256(VERSION) in result.stdout
 
 
-# --- failures --------------------------------------------------------------------------------------
+# --- failures -------------------------------------------------------------------------------------
 
 
 def test_daemon_down_exits_6(locks: dict[str, str]) -> None:
-    result = opsctl("build", "--profile", "sim", DOCKER_HOST="unix:///nonexistent/docker.sock", **locks)
+    result = opsctl(
+        "build", "--profile", "sim", DOCKER_HOST="unix:///nonexistent/docker.sock", **locks
+    )
     assert result.returncode == EXIT_DAEMON, result.stderr
     assert "Traceback" not in result.stderr
     assert result.stderr.startswith("error: Docker daemon unreachable")
@@ -239,7 +247,9 @@ def test_base_with_a_modified_target_file(locks: dict[str, str], standins: None)
         docker("rmi", drifted)
 
 
-def test_patch_that_no_longer_applies(locks: dict[str, str], standins: None, project_copy: Path) -> None:
+def test_patch_that_no_longer_applies(
+    locks: dict[str, str], standins: None, project_copy: Path
+) -> None:
     manifest = patchsets.load_manifest(VERSION)
     diff = project_copy / "patches" / "sglang" / VERSION / manifest["files"][0]["diff"]
     lines = diff.read_text().splitlines(keepends=True)
@@ -271,8 +281,10 @@ def test_post_build_mismatch_removes_the_image(locks: dict[str, str], standins: 
     # A step after the in-build checks changes a patched file: only the post-build verification
     # in a throwaway container of the finished image can notice.
     dockerfile = project_copy / "docker" / "Dockerfile"
-    dockerfile.write_text(dockerfile.read_text() +
-                          f"\nRUN echo '# late drift' >> /usr/local/lib/python3.11/dist-packages/{PATCHED}\n")
+    dockerfile.write_text(
+        dockerfile.read_text()
+        + f"\nRUN echo '# late drift' >> /usr/local/lib/python3.11/dist-packages/{PATCHED}\n"
+    )
     before_repo = images_of("opsctl/sglang-glm5")
     before = all_image_ids()
     result = opsctl("build", *ONE_IMAGE, "--base-image", STANDIN,
@@ -311,7 +323,9 @@ def test_moved_base_fails_until_forced(locks: dict[str, str], foreign_base: str)
     assert lock["bases"][foreign_base]["digest"] != stale
 
 
-def test_rebuilt_own_local_base_is_relocked_with_a_warning(locks: dict[str, str], standins: None) -> None:
+def test_rebuilt_own_local_base_is_relocked_with_a_warning(
+    locks: dict[str, str], standins: None
+) -> None:
     lock_dir = Path(locks["OPSCTL_LOCK_DIR"])
     stale = _stale_lock(lock_dir, STANDIN)
     result = opsctl("build", *ONE_IMAGE, "--base-image", STANDIN, **locks)

@@ -46,7 +46,9 @@ REPOSITORY = f"opsctl-test/overlay-{RUN_ID}"
 BASE_TAG = f"{REPOSITORY}:base"
 
 
-def opsctl(*args: str, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def opsctl(
+    *args: str, env: dict[str, str], timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "opsctl", *args], capture_output=True, text=True,
                           env={**os.environ, **env}, timeout=timeout, stdin=subprocess.DEVNULL)
 
@@ -56,7 +58,9 @@ def docker(*args: str) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, "DOCKER_BUILDKIT": "0"}, timeout=600)
 
 
-def standin_wheel(folder: Path, name: str, version: str, metadata_version: str | None = None) -> Path:
+def standin_wheel(
+    folder: Path, name: str, version: str, metadata_version: str | None = None
+) -> Path:
     """An empty wheel of `name`==`version` (its METADATA may claim `metadata_version`)."""
     stem = f"{name.replace('-', '_')}-{version}"
     info = f"{stem}.dist-info"

@@ -100,7 +100,9 @@ class Box:
 
 
 @pytest.fixture()
-def box_factory(tmp_path: Path, sim_image: str, free_port: Callable[[], int]) -> Iterator[Callable[..., Box]]:
+def box_factory(
+    tmp_path: Path, sim_image: str, free_port: Callable[[], int]
+) -> Iterator[Callable[..., Box]]:
     made: list[Box] = []
 
     def make(env: dict[str, str] | None = None, **container: object) -> Box:
@@ -149,10 +151,16 @@ def test_a_failed_up_and_a_down_leave_the_saved_log(box_factory: Callable[..., B
     (container,) = healthy.containers()
     host = container.attrs["HostConfig"]
     assert host["RestartPolicy"] == {"Name": "on-failure", "MaximumRetryCount": 3}
-    assert host["LogConfig"] == {"Type": "json-file", "Config": {"max-size": "100m", "max-file": "5"}}
+    assert host["LogConfig"] == {
+        "Type": "json-file",
+        "Config": {"max-size": "100m", "max-file": "5"},
+    }
     assert container.attrs["Config"]["Healthcheck"]["Test"][0] == "CMD-SHELL"
-    wait_for(lambda: container.reload() or container.attrs["State"]["Health"]["Status"] == "healthy",
-             60, "the health check to pass in the simulator image")
+    wait_for(
+        lambda: container.reload() or container.attrs["State"]["Health"]["Status"] == "healthy",
+        60,
+        "the health check to pass in the simulator image",
+    )
     row = next(line for line in healthy.run("status").stdout.splitlines() if healthy.name in line)
     assert "healthy" in row and "0 of 3" in row
 
@@ -167,8 +175,11 @@ def test_status_says_unhealthy_and_crash_loop(box_factory: Callable[..., Box]) -
     assert box.up().returncode == 0
     httpx.post(f"http://127.0.0.1:{box.port}/_sim/config", json={"fault": "hang"}, timeout=5)
     (container,) = box.containers()
-    wait_for(lambda: container.reload() or container.attrs["State"]["Health"]["Status"] == "unhealthy",
-             60, "the health check to fail")
+    wait_for(
+        lambda: container.reload() or container.attrs["State"]["Health"]["Status"] == "unhealthy",
+        60,
+        "the health check to fail",
+    )
     row = next(line for line in box.run("status").stdout.splitlines() if box.name in line)
     assert "unhealthy" in row
 
@@ -177,8 +188,13 @@ def test_status_says_unhealthy_and_crash_loop(box_factory: Callable[..., Box]) -
     spec = run_spec(load_profile(str(crashing.profile)).resolve(), crashing.image)
     engine.run(dataclasses.replace(spec, command=["sh", "-c", "exit 3"], restart_max=2))
     (looping,) = crashing.containers()
-    wait_for(lambda: looping.reload() or (looping.status == "exited"
-                                          and looping.attrs["RestartCount"] == 2), 60, "a crash loop")
+    wait_for(
+        lambda: (
+            looping.reload() or (looping.status == "exited" and looping.attrs["RestartCount"] == 2)
+        ),
+        60,
+        "a crash loop",
+    )
     (found,) = [row for row in app.status(engine).servers if row.profile == crashing.name]
     assert (found.crash_loop, found.restarts) == ("crash loop: gave up after 2 restarts", "2 of 2")
     assert found.last_exit.startswith("3 at ") and found.readiness == "exited (exit 3)"
@@ -188,15 +204,30 @@ def test_status_says_unhealthy_and_crash_loop(box_factory: Callable[..., Box]) -
 # --- the daemon dies, hangs or drops a call (the proxy) ------------------------------------------
 
 
-@pytest.mark.parametrize("fault, code, left", [
-    (Fault("POST", CREATE, "drop_response"), EXIT_DAEMON, "created on the daemon, answer lost"),
-    (Fault("POST", CREATE, "drop"), EXIT_DAEMON, "never created"),
-    (Fault("GET", INSPECT, "drop", nth=2), EXIT_DAEMON, "dropped right after the start"),
-    (Fault("GET", INSPECT, "drop", nth=WAITING), EXIT_DAEMON, "dropped while waiting for readiness"),
-    (Fault("GET", INSPECT, "blackhole", nth=WAITING), EXIT_DAEMON, "hung while waiting for readiness"),
-    (Fault("GET", INSPECT, "down", nth=WAITING, seconds=6), EXIT_DAEMON, "away for 6 s, then back"),
-    (Fault("POST", r"^/containers/[0-9a-f]+/start$", "drop"), EXIT_DAEMON, "dropped at start"),
-])
+@pytest.mark.parametrize(
+    "fault, code, left",
+    [
+        (Fault("POST", CREATE, "drop_response"), EXIT_DAEMON, "created on the daemon, answer lost"),
+        (Fault("POST", CREATE, "drop"), EXIT_DAEMON, "never created"),
+        (Fault("GET", INSPECT, "drop", nth=2), EXIT_DAEMON, "dropped right after the start"),
+        (
+            Fault("GET", INSPECT, "drop", nth=WAITING),
+            EXIT_DAEMON,
+            "dropped while waiting for readiness",
+        ),
+        (
+            Fault("GET", INSPECT, "blackhole", nth=WAITING),
+            EXIT_DAEMON,
+            "hung while waiting for readiness",
+        ),
+        (
+            Fault("GET", INSPECT, "down", nth=WAITING, seconds=6),
+            EXIT_DAEMON,
+            "away for 6 s, then back",
+        ),
+        (Fault("POST", r"^/containers/[0-9a-f]+/start$", "drop"), EXIT_DAEMON, "dropped at start"),
+    ],
+)
 def test_a_daemon_fault_mid_up_is_exit_6_in_one_line_and_leaves_nothing(
     box_factory: Callable[..., Box], fault: Fault, code: int, left: str
 ) -> None:
@@ -212,14 +243,18 @@ def test_a_daemon_fault_mid_up_is_exit_6_in_one_line_and_leaves_nothing(
     assert box.containers() == [], (left, result.stderr)
 
 
-def test_a_daemon_that_stays_away_is_named_with_what_is_left(box_factory: Callable[..., Box]) -> None:
+def test_a_daemon_that_stays_away_is_named_with_what_is_left(
+    box_factory: Callable[..., Box],
+) -> None:
     box = box_factory(env={"OPSCTL_SIM_LOAD_SECONDS": "30"})
     with DockerProxy([Fault("GET", INSPECT, "down", nth=WAITING, seconds=300)],
                      max_seconds=60) as proxy:
         result = box.up(docker_host=proxy.docker_host)
     line = one_line_error(result, EXIT_DAEMON)
     (container,) = box.containers()
-    assert f"left behind: {container.name} ({container.id[:12]}), the engine did not answer" in line, line
+    assert (
+        f"left behind: {container.name} ({container.id[:12]}), the engine did not answer" in line
+    ), line
     assert f"`opsctl down --profile {box.name}` removes it once the engine answers" in line
 
 
@@ -301,7 +336,9 @@ def test_ctrl_c_while_the_daemon_creates_leaves_no_created_container(
     box_factory: Callable[..., Box], answer_after: float
 ) -> None:
     box = box_factory()
-    with DockerProxy([Fault("POST", CREATE, "delay", seconds=answer_after)], max_seconds=60) as proxy:
+    with DockerProxy(
+        [Fault("POST", CREATE, "delay", seconds=answer_after)], max_seconds=60
+    ) as proxy:
         run = box.start("up", "--profile", str(box.profile), "--image", box.image,
                         docker_host=proxy.docker_host)
         wait_for(lambda: proxy.calls("POST", CREATE), 60, "the create call")

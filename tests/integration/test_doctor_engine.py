@@ -71,7 +71,10 @@ def test_doctor_cli_on_the_sim_profile_with_the_real_engine(tmp_path: Path) -> N
     assert rows["docker"]["detail"].startswith(f"Docker {docker.from_env().version()['Version']}")
     assert rows["GPU count"]["detail"] == NO_GPU and rows["GPUs in a container"]["detail"] == NO_GPU
     assert rows[f"base {DEBIAN_BASE}"]["status"] in {"pass", "warn"}  # present; locked or not yet
-    assert rows["disk (images)"]["status"] in {"pass", "fail"} and "at " in rows["disk (images)"]["detail"]
+    assert (
+        rows["disk (images)"]["status"] in {"pass", "fail"}
+        and "at " in rows["disk (images)"]["detail"]
+    )
 
     # With the FAKE nvidia-smi (8 sample GPUs): the real engine is asked for GPUs in a container.
     folder = fake_tools(tmp_path / "bin")

@@ -138,7 +138,9 @@ def execute(run: Run, delay: float | None) -> Run:
 
 
 def containers(profile: str) -> list[docker.models.containers.Container]:
-    return docker.from_env().containers.list(all=True, filters={"label": f"{labels.PROFILE}={profile}"})
+    return docker.from_env().containers.list(
+        all=True, filters={"label": f"{labels.PROFILE}={profile}"}
+    )
 
 
 def traceback_in(stderr: str) -> bool:

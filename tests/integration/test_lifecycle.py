@@ -42,7 +42,9 @@ def profile_factory(tmp_path: Path, client: docker.DockerClient, free_port) -> I
         port = free_port()
         data["name"] = name
         data["container"]["host_port"] = port
-        data["container"]["env"].update({"OPSCTL_SIM_LOAD_SECONDS": "1", "OPSCTL_SIM_WARMUP_SECONDS": "1"})
+        data["container"]["env"].update(
+            {"OPSCTL_SIM_LOAD_SECONDS": "1", "OPSCTL_SIM_WARMUP_SECONDS": "1"}
+        )
         data["container"]["env"].update(env or {})
         data["container"].update(container)
         path = tmp_path / f"{name}.yaml"
@@ -52,7 +54,9 @@ def profile_factory(tmp_path: Path, client: docker.DockerClient, free_port) -> I
 
     yield make
     for name in names:
-        for container in client.containers.list(all=True, filters={"label": f"opsctl.profile={name}"}):
+        for container in client.containers.list(
+            all=True, filters={"label": f"opsctl.profile={name}"}
+        ):
             container.remove(force=True)
 
 
@@ -107,18 +111,32 @@ def test_piped_up_prints_a_line_per_start_up_phase(opsctl, sim_image: str,
 
 def test_replace_swaps_the_variant(opsctl, sim_image: str, profile_factory, client) -> None:
     path, name, _ = profile_factory()
-    assert opsctl("up", "--profile", str(path), "--variant", "baseline", "--image", sim_image).returncode == 0
-    swapped = opsctl("up", "--profile", str(path), "--variant", "bf16kv", "--image", sim_image, "--replace")
+    assert (
+        opsctl(
+            "up", "--profile", str(path), "--variant", "baseline", "--image", sim_image
+        ).returncode
+        == 0
+    )
+    swapped = opsctl(
+        "up", "--profile", str(path), "--variant", "bf16kv", "--image", sim_image, "--replace"
+    )
     assert swapped.returncode == 0, swapped.stderr
     (container,) = containers_of(client, name)
     assert container.labels["opsctl.variant"] == "bf16kv"
 
 
-def test_down_never_touches_foreign_containers(opsctl, sim_image: str, client, profile_factory) -> None:
+def test_down_never_touches_foreign_containers(
+    opsctl, sim_image: str, client, profile_factory
+) -> None:
     # `down --profile` of this test's own profile: a bare `opsctl down` would also remove a server
     # the user left running (the quickstart's), which a test must never touch.
     path, _, _ = profile_factory()
-    assert opsctl("up", "--profile", str(path), "--variant", "baseline", "--image", sim_image).returncode == 0
+    assert (
+        opsctl(
+            "up", "--profile", str(path), "--variant", "baseline", "--image", sim_image
+        ).returncode
+        == 0
+    )
     name = f"foreign-{uuid.uuid4().hex[:6]}"
     foreign = client.containers.create(sim_image, command=["sleep", "30"], name=name)
     try:
@@ -151,7 +169,9 @@ def test_readiness_timeout_is_exit_4_and_removes_the_container(
     assert containers_of(client, name) == []
 
 
-def test_port_taken_is_exit_4_and_leaves_nothing(opsctl, sim_image: str, profile_factory, client) -> None:
+def test_port_taken_is_exit_4_and_leaves_nothing(
+    opsctl, sim_image: str, profile_factory, client
+) -> None:
     path, name, port = profile_factory()
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", port))
@@ -187,11 +207,17 @@ def test_daemon_down_is_exit_6_within_10_seconds(opsctl, profile_factory) -> Non
         assert "Docker daemon unreachable" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_ctrl_c_while_loading_leaves_nothing_running(sim_image: str, profile_factory, client) -> None:
+def test_ctrl_c_while_loading_leaves_nothing_running(
+    sim_image: str, profile_factory, client
+) -> None:
     path, name, _ = profile_factory(env={"OPSCTL_SIM_LOAD_SECONDS": "120"})
-    process = subprocess.Popen([sys.executable, "-m", "opsctl", "up", "--profile", str(path),
-                                "--image", sim_image], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               stdin=subprocess.DEVNULL, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "opsctl", "up", "--profile", str(path), "--image", sim_image],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while not containers_of(client, name):
         assert time.monotonic() < deadline, "the container never appeared"

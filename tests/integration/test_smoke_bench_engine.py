@@ -15,15 +15,21 @@ pytestmark = pytest.mark.docker
 
 
 def _servers(profile: str) -> list:
-    return docker.from_env().containers.list(all=True, filters={"label": f"opsctl.profile={profile}"})
+    return docker.from_env().containers.list(
+        all=True, filters={"label": f"opsctl.profile={profile}"}
+    )
 
 
-def test_smoke_finds_the_running_profile_by_label(opsctl, sim_image: str, own_sim, tmp_path: Path) -> None:
+def test_smoke_finds_the_running_profile_by_label(
+    opsctl, sim_image: str, own_sim, tmp_path: Path
+) -> None:
     path = str(own_sim[0])
     up = opsctl("up", "--profile", path, "--variant", "gathercast", "--image", sim_image)
     assert up.returncode == 0, up.stderr
     report_path = tmp_path / "smoke.json"
-    smoke = opsctl("smoke", "--profile", path, "--variant", "gathercast", "--json", str(report_path))
+    smoke = opsctl(
+        "smoke", "--profile", path, "--variant", "gathercast", "--json", str(report_path)
+    )
     assert smoke.returncode == 0, smoke.stdout + smoke.stderr
     report = json.loads(report_path.read_text())
     assert report["passed"] is True and report["variant"] == "gathercast"
@@ -36,7 +42,9 @@ def test_smoke_without_a_running_server_is_exit_4(opsctl, sim_image: str, own_si
     assert "opsctl up" in smoke.stderr
 
 
-def test_bench_brings_each_variant_up_and_down(opsctl, sim_image: str, own_sim, tmp_path: Path) -> None:
+def test_bench_brings_each_variant_up_and_down(
+    opsctl, sim_image: str, own_sim, tmp_path: Path
+) -> None:
     path, name = own_sim
     out = tmp_path / "bench"
     bench = opsctl(

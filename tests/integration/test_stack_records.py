@@ -31,9 +31,13 @@ GLM5 = project_root() / "tests" / "fixtures" / "glm5"
 @pytest.mark.parametrize("version", PINNED)
 def test_committed_stack_record_equals_a_fresh_one(version: str, tmp_path: Path) -> None:
     committed = json.loads(stack.stack_path(version).read_text())
-    fresh = json.loads(stack.generate(version, wheels.cache_dir(), tmp_path / "stack.json").path.read_text())
-    assert fresh == committed, (f"patches/sglang/{version}/stack.json differs from the real wheels; "
-                                f"regenerate it with `{stack.stack_command(version)}`")
+    fresh = json.loads(
+        stack.generate(version, wheels.cache_dir(), tmp_path / "stack.json").path.read_text()
+    )
+    assert fresh == committed, (
+        f"patches/sglang/{version}/stack.json differs from the real wheels; "
+        f"regenerate it with `{stack.stack_command(version)}`"
+    )
 
 
 @pytest.mark.parametrize("profile", GPU_PROFILES)

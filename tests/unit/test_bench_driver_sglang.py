@@ -51,7 +51,11 @@ def _options(concurrency: tuple[int, ...] = (2,), spec: WorkloadSpec = RANDOM,
 def test_a_real_059_row_becomes_a_level_with_what_it_holds_and_nothing_else() -> None:
     row = parse_row(ROW_059.read_bytes())
     level = level_from_row(row, concurrency=2, requests=8, notes=["driver note"])
-    assert (level.completed, level.failed, level.output_tokens) == (8, 0, row["total_output_tokens"])
+    assert (level.completed, level.failed, level.output_tokens) == (
+        8,
+        0,
+        row["total_output_tokens"],
+    )
     assert level.ttft_ms.mean == round(row["mean_ttft_ms"], 4)
     assert level.ttft_ms.p50 == round(row["median_ttft_ms"], 4)
     assert level.ttft_ms.p99 == round(row["p99_ttft_ms"], 4)
@@ -87,7 +91,9 @@ def test_a_0523_row_fills_the_percentiles_059_lacks() -> None:
 def test_zeros_of_empty_samples_are_not_taken_for_measurements() -> None:
     none_done = level_from_row(_row(completed=0), 2, 8, [])
     assert none_done.failed == 8 and none_done.ttft_ms.mean is None
-    assert none_done.errors == {"unreported": 8} and "does not say why" in none_done.error_examples[0]
+    assert (
+        none_done.errors == {"unreported": 8} and "does not say why" in none_done.error_examples[0]
+    )
     one_chunk = level_from_row(_row(**{f"{s}_itl_ms": 0.0 for s in ("mean", "median", "std", "p95",
                                                                     "p99")}), 2, 8, [])
     assert one_chunk.itl_ms.mean is None and one_chunk.ttft_ms.mean is not None
@@ -143,7 +149,9 @@ def test_argv_of_poisson_chat_sharegpt_and_shared_prefix() -> None:
     poisson = _argv(_options(api="chat", ignore_eos=False, request_rate=2.5, arrival_seed=1))
     assert _flag(poisson, "--backend") == "sglang-oai-chat"
     assert _flag(poisson, "--request-rate") == "2.5" and "--disable-ignore-eos" in poisson
-    sharegpt = _argv(_options(spec=WorkloadSpec(name="sharegpt", dataset_path=Path("/data/sg.json"))))
+    sharegpt = _argv(
+        _options(spec=WorkloadSpec(name="sharegpt", dataset_path=Path("/data/sg.json")))
+    )
     assert _flag(sharegpt, "--dataset-name") == "sharegpt"
     assert _flag(sharegpt, "--dataset-path") == "/data/sg.json"
     gsp = WorkloadSpec(name="generated-shared-prefix", input_len=64, output_len=16, groups=3,
@@ -242,7 +250,9 @@ def test_a_sweep_runs_bench_serving_in_each_targets_container_into_one_ab_report
     assert [[lv.concurrency for lv in v.levels] for v in report.variants] == [[2, 4], [2, 4]]
     assert report.variants[1].levels[1].ttft_ms.mean == round(_row()["mean_ttft_ms"], 4)
     runs = [(cid, command, env) for cid, command, env, _ in engine.execs if command[0] == "timeout"]
-    assert [engine.containers[cid].name for cid, _, _ in runs] == ["opsctl-a"] * 2 + ["opsctl-b"] * 2
+    assert [engine.containers[cid].name for cid, _, _ in runs] == ["opsctl-a"] * 2 + [
+        "opsctl-b"
+    ] * 2
     for _, command, env in runs:
         assert env == {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         assert _flag(command, "--base-url") == "http://127.0.0.1:30000"  # inside the container
@@ -250,7 +260,9 @@ def test_a_sweep_runs_bench_serving_in_each_targets_container_into_one_ab_report
     written = write_report_files(report, tmp_path)
     table = (tmp_path / "bench.md").read_text()
     assert "b (Δ vs a)" in table and "sglang.bench_serving" in table
-    rows = [json.loads(line) for line in (tmp_path / "bench_serving.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line) for line in (tmp_path / "bench_serving.jsonl").read_text().splitlines()
+    ]
     assert len(rows) == 4 and len(written) == 4  # json, md, jsonl, csv
     assert {row["backend"] for row in rows} == {"sglang-oai"}  # what measured them, not opsctl
 

@@ -67,7 +67,10 @@ def test_delta_percent() -> None:
 def test_markdown_table_shows_each_variant_with_its_delta() -> None:
     table = markdown_table(_report(_variant("baseline", 0.100), _variant("gathercast", 0.075)))
     header = table.splitlines()[0]
-    assert header.startswith("| concurrency | metric | baseline |") and "gathercast (Δ vs baseline)" in header
+    assert (
+        header.startswith("| concurrency | metric | baseline |")
+        and "gathercast (Δ vs baseline)" in header
+    )
     itl_row = next(line for line in table.splitlines() if line.startswith("| 1 | ITL p50"))
     assert "| 100.00 |" in itl_row and "75.00 (-25.0%)" in itl_row
 
@@ -81,7 +84,9 @@ def test_outputs_are_written_fresh(tmp_path: Path) -> None:
                                          "bench_serving.csv", "tpot.png", "ttft.png",
                                          "throughput.png", "pareto.png"}
     assert json.loads((tmp_path / "bench.json").read_text())["kind"] == "bench"
-    rows = [json.loads(line) for line in (tmp_path / "bench_serving.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line) for line in (tmp_path / "bench_serving.jsonl").read_text().splitlines()
+    ]
     assert [(r["tag"], r["max_concurrency"]) for r in rows] == [
         ("baseline", 1), ("baseline", 2), ("gathercast", 1), ("gathercast", 2)]
     assert rows[0]["median_itl_ms"] == 20.0 and "slo_attainment" not in rows[0]  # no SLO
@@ -231,7 +236,9 @@ def test_gpu_count_from_server_info(info: dict[str, Any] | None, count: int | No
     assert gpu_count(info) == count
 
 
-def test_plots_are_optional_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plots_are_optional_without_matplotlib(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A plain install (no matplotlib) still finishes: no PNG, no error, and a hint to get them."""
     import sys
 

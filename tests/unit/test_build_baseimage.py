@@ -1,4 +1,5 @@
-"""`opsctl base-image` without an engine: mirror discovery, root check, skip-if-present, version check."""
+"""`opsctl base-image` without an engine: mirror discovery, root check, skip-if-present, version
+check."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The Dockerfiles opsctl builds: hadolint-clean, no secret-shaped ARG/ENV/LABEL, no download step."""
+"""The Dockerfiles opsctl builds: hadolint-clean, no secret-shaped ARG/ENV/LABEL, no download
+step."""
 
 from __future__ import annotations
 
@@ -61,7 +62,9 @@ def test_the_patch_runs_before_the_metadata_env_and_the_base_is_an_arg() -> None
     # No default base: opsctl always passes the locked digest, a bare `docker build` fails.
     assert lines[0] == "ARG BASE_IMAGE" and lines[1] == "FROM ${BASE_IMAGE}"
     apply_at = next(i for i, line in enumerate(lines) if "patchset.py apply" in line)
-    check_at = next(i for i, line in enumerate(lines) if "imagecheck.py" in line and "--compile" in line)
+    check_at = next(
+        i for i, line in enumerate(lines) if "imagecheck.py" in line and "--compile" in line
+    )
     assert apply_at < check_at
     env = next(line for line in lines if line.startswith("ENV "))
     assert "TORCH_CUDA_ARCH_LIST" in env and "FLASHINFER_CUDA_ARCH_LIST" in env

@@ -1,4 +1,5 @@
-"""`opsctl build` without an engine: planning, content hash, lock file, failure handling (fake engine)."""
+"""`opsctl build` without an engine: planning, content hash, lock file, failure handling (fake
+engine)."""
 
 from __future__ import annotations
 
@@ -36,12 +37,18 @@ def lock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def sglang_profile(**image: Any) -> Profile:
-    """deploy/sim.yaml turned into a patched-sglang profile (independent of the real profile's flags)."""
+    """deploy/sim.yaml turned into a patched-sglang profile (independent of the real profile's
+    flags)."""
     sim = load_profile("sim")
-    spec = sim.image.model_copy(update={
-        "kind": "sglang", "repository": "opsctl/test-sglang", "base": "lmsysorg/sglang:v0.5.21-cu130",
-        "dockerfile": "docker/Dockerfile", **image,
-    })
+    spec = sim.image.model_copy(
+        update={
+            "kind": "sglang",
+            "repository": "opsctl/test-sglang",
+            "base": "lmsysorg/sglang:v0.5.21-cu130",
+            "dockerfile": "docker/Dockerfile",
+            **image,
+        }
+    )
     return sim.model_copy(update={"name": "unit-sglang", "image": spec})
 
 
@@ -49,7 +56,9 @@ class FakeEngine:
     """Just enough of `Engine` for build(): images by ref, a scripted build and verification."""
 
     def __init__(self) -> None:
-        self.images: dict[str, dict[str, Any]] = {STANDIN: {"id": BASE_ID, "labels": {}, "digests": []}}
+        self.images: dict[str, dict[str, Any]] = {
+            STANDIN: {"id": BASE_ID, "labels": {}, "digests": []}
+        }
         self.build_events: list[BuildEvent] = []
         self.build_fails = False
         self.verify_output = ""
@@ -72,10 +81,18 @@ class FakeEngine:
 
     def build(self, context_dir: Path, dockerfile: str, tag: str, build_args: dict[str, str],
               labels: dict[str, str], on_event: Callable[[BuildEvent], None]) -> str:
-        self.built.append({"context": sorted(p.relative_to(context_dir).as_posix()
-                                             for p in context_dir.rglob("*") if p.is_file()),
-                           "build_args": build_args, "labels": labels,
-                           "expect": json.loads((context_dir / "opsctl-build/expect.json").read_text())})
+        self.built.append(
+            {
+                "context": sorted(
+                    p.relative_to(context_dir).as_posix()
+                    for p in context_dir.rglob("*")
+                    if p.is_file()
+                ),
+                "build_args": build_args,
+                "labels": labels,
+                "expect": json.loads((context_dir / "opsctl-build/expect.json").read_text()),
+            }
+        )
         for event in self.build_events:
             on_event(event)
         if self.build_fails:
@@ -98,7 +115,9 @@ class FakeEngine:
 
 
 def passing_report() -> str:
-    return json.dumps({"ok": True, "results": [{"check": "sglang version", "ok": True, "detail": "x"}]})
+    return json.dumps(
+        {"ok": True, "results": [{"check": "sglang version", "ok": True, "detail": "x"}]}
+    )
 
 
 # --- planning ------------------------------------------------------------------------------------
@@ -282,8 +301,11 @@ def test_lock_round_trip_and_corrupt_lock(lock_dir: Path) -> None:
     path = lock_dir / "p.json"
     assert lock.read_lock(path) == {}
     lock.write_lock(path, "p", lock.BaseResolution("a:1", BASE_ID, BASE_ID, "image-id"))
-    lock.write_lock(path, "p", lock.BaseResolution("b:2", "b@sha256:" + "f" * 64, "sha256:" + "f" * 64,
-                                                     "repo-digest"))
+    lock.write_lock(
+        path,
+        "p",
+        lock.BaseResolution("b:2", "b@sha256:" + "f" * 64, "sha256:" + "f" * 64, "repo-digest"),
+    )
     assert lock.read_lock(path) == {"a:1": {"digest": BASE_ID, "kind": "image-id"},
                                      "b:2": {"digest": "sha256:" + "f" * 64, "kind": "repo-digest"}}
     assert not list(lock_dir.glob("*.tmp")) and not list(lock_dir.glob(".*.tmp"))
@@ -510,8 +532,12 @@ def expectations(site: Path, version: str = "0.5.23") -> dict[str, Any]:
 
 def run_imagecheck(site: Path, expect: dict[str, Any], *flags: str) -> tuple[int, dict[str, Any]]:
     source = Path(imagecheck.__file__).read_text()
-    result = subprocess.run([sys.executable, "-S", "-c", source, json.dumps(expect), *flags],
-                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(site)})
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", source, json.dumps(expect), *flags],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(site)},
+    )
     return result.returncode, json.loads(result.stdout.splitlines()[-1])
 
 
@@ -521,14 +547,22 @@ def test_imagecheck_passes_on_the_expected_tree_and_compiles(tmp_path: Path) -> 
     code, report = run_imagecheck(site, expect, "--compile")
     assert code == 0 and report["ok"], report
     assert {r["check"] for r in report["results"]} >= {
-        "sglang version", "pyc sglang/srt/mod.py", "runtime switch", "patched code uses the switch module"}
+        "sglang version",
+        "pyc sglang/srt/mod.py",
+        "runtime switch",
+        "patched code uses the switch module",
+    }
     code, report = run_imagecheck(site, expect)  # the post-build run finds the .pyc
     assert code == 0, report
 
 
 def test_imagecheck_reports_each_mismatch(tmp_path: Path) -> None:
-    site = fake_site(tmp_path / "site", "0.5.15", b"stock = True\n",
-                     switch_module='SWITCH_ENV = "OTHER"\ndef switch_enabled(e):\n    return True\n')
+    site = fake_site(
+        tmp_path / "site",
+        "0.5.15",
+        b"stock = True\n",
+        switch_module='SWITCH_ENV = "OTHER"\ndef switch_enabled(e):\n    return True\n',
+    )
     expect = {**expectations(site, "0.5.23"),
               "files": {"sglang/srt/mod.py": "0" * 64, "sglang/srt/switchmod.py": "0" * 64}}
     code, report = run_imagecheck(site, expect)
@@ -571,7 +605,9 @@ def test_a_missing_opsctl_debian_base_is_built_not_pulled(monkeypatch: pytest.Mo
     engine.verify_output = passing_report()
     made: list[bool] = []
 
-    def fake_build_debian_base(eng: FakeEngine, force: bool, on_event: Callable[[BuildEvent], None]) -> None:
+    def fake_build_debian_base(
+        eng: FakeEngine, force: bool, on_event: Callable[[BuildEvent], None]
+    ) -> None:
         made.append(force)
         eng.images[baseimage.DEBIAN_BASE] = {"id": BASE_ID, "labels": {}, "digests": []}
 

@@ -118,7 +118,8 @@ def test_a_hostile_record_file_reads_as_no_record(broken: str) -> None:
 
 
 def test_a_digest_or_repository_with_a_trailing_newline_is_not_a_reference() -> None:
-    """`$` matches before a final newline: such a record would put a broken image into a manifest."""
+    """`$` matches before a final newline: such a record would put a broken image into a
+    manifest."""
     good = {"digest": DIGEST}
     for repo, entry in [(REPO, {"digest": DIGEST + "\n"}), (REPO + "\n", good)]:
         records = {"sha256:" + "1" * 64: {"local_tag": LOCAL, "pushes": {repo: entry}}}
@@ -161,7 +162,9 @@ class StubAPI:
         self.tagged.append((image, repository, tag))
         return True
 
-    def push(self, repository: str, tag: str, stream: bool, decode: bool) -> Iterator[dict[str, Any]]:
+    def push(
+        self, repository: str, tag: str, stream: bool, decode: bool
+    ) -> Iterator[dict[str, Any]]:
         self.timeout_during_push = self.timeout
         return iter(self.chunks)
 

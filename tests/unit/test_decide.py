@@ -283,7 +283,9 @@ def test_the_variant_free_of_failures_at_the_highest_level_wins(tmp_path: Path) 
     assert (run.out / "01-baseline" / "repeat-2" / "verify.json").is_file()
     assert records["baseline"].evidence.count("01-baseline/verify.json") == 1
     assert (run.out / "01-baseline" / "repeat-2" / "bench.json").is_file()
-    assert (run.out / "01-baseline" / "repeat-2" / "requests" / "01-baseline" / "c8.jsonl").is_file()
+    assert (
+        run.out / "01-baseline" / "repeat-2" / "requests" / "01-baseline" / "c8.jsonl"
+    ).is_file()
     assert [r.repeat for r in records["baseline"].runs] == [1, 2]
     assert run.preflights == ["baseline", "gathercast", "native"]  # the first repeat only
     pooled = records["gathercast"].level(8)
@@ -426,7 +428,9 @@ def test_failed_gates_disqualify_with_reason_and_evidence_and_the_run_goes_on(
     assert bench.asks == ["native", "native"]
     assert run.engine.started.count("native") == 2 and run.engine.started.count("baseline") == 1
     assert result.report.winner == "native" and result.error is None
-    assert "and the only one of 4 that was; 110 [110-110] output tok/s" in result.report.recommendation
+    assert (
+        "and the only one of 4 that was; 110 [110-110] output tok/s" in result.report.recommendation
+    )
     assert "output tok/s, TPOT p50 30.0 ms at concurrency 8" in result.report.recommendation
     assert [p.a + "/" + p.b for p in result.report.pairs] == ["bf16kv/native"]
     assert run.running() == []
@@ -609,13 +613,23 @@ def test_a_teardown_that_cannot_remove_the_container_names_it(
 
     with pytest.raises(DaemonUnreachable) as caught:
         decide_app.decide(
-            PROFILE, DecideRequest(variants=("baseline", "gathercast"), out_dir=run.out,
-                                   settings=DecideSettings(concurrency=LEVELS,
-                                                           requests_per_level=4)),
-            launch=Launch(engine=run.engine, image_for=lambda _: IMAGE, verify=FakeVerify(), state=None,
-                          http=FakeSglang(PROFILE.model.served_name, ["ready"]).client,
-                          clock=FakeClock()),
-            traffic=traffic(FakeSmoke(), bench), on_step=run.steps.append)
+            PROFILE,
+            DecideRequest(
+                variants=("baseline", "gathercast"),
+                out_dir=run.out,
+                settings=DecideSettings(concurrency=LEVELS, requests_per_level=4),
+            ),
+            launch=Launch(
+                engine=run.engine,
+                image_for=lambda _: IMAGE,
+                verify=FakeVerify(),
+                state=None,
+                http=FakeSglang(PROFILE.model.served_name, ["ready"]).client,
+                clock=FakeClock(),
+            ),
+            traffic=traffic(FakeSmoke(), bench),
+            on_step=run.steps.append,
+        )
     (container,) = run.engine.containers.values()
     named = f"{container.name} ({container.id[:12]}) is left"
     assert named in caught.value.message

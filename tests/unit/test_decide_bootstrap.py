@@ -1,4 +1,5 @@
-"""decide's bootstrap intervals: seeded, bounded, holding the figure, wider with run-to-run wobble."""
+"""decide's bootstrap intervals: seeded, bounded, holding the figure, wider with run-to-run
+wobble."""
 
 from __future__ import annotations
 

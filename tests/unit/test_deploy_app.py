@@ -19,7 +19,13 @@ from fakes import Behaviour, FakeClock, FakeEngine, FakeSglang
 from opsctl.config.profiles import Deployment, load_profile
 from opsctl.config.runspec import run_spec
 from opsctl.core import labels
-from opsctl.core.errors import EXIT_DAEMON, EXIT_LAUNCH, DaemonUnreachable, LaunchError, ProfileError
+from opsctl.core.errors import (
+    EXIT_DAEMON,
+    EXIT_LAUNCH,
+    DaemonUnreachable,
+    LaunchError,
+    ProfileError,
+)
 from opsctl.deploy import app
 from opsctl.deploy.launch import Launch, up
 from opsctl.deploy.readiness import Phase, http_ok, probe
@@ -46,9 +52,16 @@ def engine_with_image() -> FakeEngine:
     return FakeEngine(images={IMAGE: {labels.PATCH_SHA256: "abc123"}})
 
 
-def launch(engine: FakeEngine, server: FakeSglang, variant: str = "gathercast", *,
-           clock: FakeClock | None = None, progress: list[app.Progress] | None = None,
-           on_progress: Callable[[app.Progress], None] | None = None, **options: Any) -> app.UpResult:
+def launch(
+    engine: FakeEngine,
+    server: FakeSglang,
+    variant: str = "gathercast",
+    *,
+    clock: FakeClock | None = None,
+    progress: list[app.Progress] | None = None,
+    on_progress: Callable[[app.Progress], None] | None = None,
+    **options: Any,
+) -> app.UpResult:
     seen = progress if progress is not None else []
     collaborators = Launch(engine=engine, image_for=lambda _: IMAGE, verify=None, state=None,
                            http=server.client, clock=clock or FakeClock())
@@ -103,9 +116,11 @@ def test_progress_carries_the_last_log_line() -> None:
 @pytest.mark.parametrize("exit_code", [0, 1])
 def test_exit_before_ready_is_a_launch_error_with_the_log_and_removes_it(exit_code: int) -> None:
     engine = engine_with_image()
-    engine.next_run = Behaviour(exit_after_inspects=2, exit_code=exit_code,
-                                log=["Load weight begin", "torch.OutOfMemoryError: CUDA out of memory",
-                                     "Received sigquit"])
+    engine.next_run = Behaviour(
+        exit_after_inspects=2,
+        exit_code=exit_code,
+        log=["Load weight begin", "torch.OutOfMemoryError: CUDA out of memory", "Received sigquit"],
+    )
     with pytest.raises(LaunchError) as caught:
         launch(engine, FakeSglang(SERVED, ["refused"]))
     error = caught.value
@@ -209,7 +224,9 @@ def test_an_exited_server_of_the_profile_is_replaced_without_asking() -> None:
 # --- down, status, logs, dry run -----------------------------------------------------------------
 
 
-def server_labels(profile: str, variant: str = "baseline", url: str = "http://127.0.0.1:1") -> dict[str, str]:
+def server_labels(
+    profile: str, variant: str = "baseline", url: str = "http://127.0.0.1:1"
+) -> dict[str, str]:
     return {labels.MANAGED: labels.TRUE, labels.ROLE: labels.ROLE_SERVER, labels.PROFILE: profile,
             labels.VARIANT: variant, labels.BASE_URL: url, labels.SERVED_MODEL: SERVED,
             labels.STOP_GRACE_SECONDS: "7"}
@@ -232,8 +249,12 @@ def test_status_reads_labels_uptime_and_probes_readiness() -> None:
     engine.add_container("opsctl-b", server_labels("b"), status="exited", exit_code=1)
     result = app.status(engine, http=FakeSglang(SERVED, ["503"]).client, clock=FakeClock())
     first, second = result.servers
-    assert (first.name, first.profile, first.variant, first.readiness) == ("opsctl-a", "a", "gathercast",
-                                                                           "warming")
+    assert (first.name, first.profile, first.variant, first.readiness) == (
+        "opsctl-a",
+        "a",
+        "gathercast",
+        "warming",
+    )
     assert first.uptime == "1h00m00s" and first.patch_sha256 == "none"
     assert (second.uptime, second.readiness) == ("-", "exited (exit 1)")
 
@@ -290,9 +311,13 @@ def test_probe_treats_a_refused_or_timed_out_or_locked_server_as_not_ready() -> 
     assert probe(slow, url, SERVED).phase is Phase.WARMING
     locked = answering({"/health_generate": httpx.Response(200), "/v1/models": httpx.Response(401)})
     assert probe(locked, url, SERVED).phase is Phase.WARMING
-    odd = answering({"/health_generate": httpx.Response(200), "/v1/models": httpx.Response(200, json=[])})
+    odd = answering(
+        {"/health_generate": httpx.Response(200), "/v1/models": httpx.Response(200, json=[])}
+    )
     assert probe(odd, url, SERVED).phase is Phase.WARMING
-    assert http_ok(answering({"/-/ready": httpx.Response(200)}), f"{url}/-/ready").phase is Phase.READY
+    assert (
+        http_ok(answering({"/-/ready": httpx.Response(200)}), f"{url}/-/ready").phase is Phase.READY
+    )
 
 
 @pytest.mark.parametrize("implementation", [DockerEngine, FakeEngine])

@@ -52,8 +52,16 @@ def logs(tmp_path: Path) -> Path:
     return tmp_path / "out" / "logs"
 
 
-def launch(engine: FakeEngine, state: StateDir | None, logs: Path, *, phases: tuple[str, ...] = ("ready",),
-           clock: FakeClock | None = None, notes: list[str] | None = None, **options: Any) -> app.UpResult:
+def launch(
+    engine: FakeEngine,
+    state: StateDir | None,
+    logs: Path,
+    *,
+    phases: tuple[str, ...] = ("ready",),
+    clock: FakeClock | None = None,
+    notes: list[str] | None = None,
+    **options: Any,
+) -> app.UpResult:
     collaborators = Launch(engine=engine, image_for=lambda _: IMAGE, verify=None, state=state,
                            http=FakeSglang(SERVED, list(phases)).client, clock=clock or FakeClock())
     return up(PROFILE.resolve("baseline"), collaborators, logs_dir=logs,

@@ -17,7 +17,14 @@ from fakes import Behaviour, FakeClock, FakeEngine, FakeSglang
 
 from opsctl.config.profiles import Deployment, load_profile
 from opsctl.core import labels
-from opsctl.core.errors import EXIT_INTERRUPTED, EXIT_LAUNCH, EXIT_SMOKE, Interrupted, LaunchError, UsageError
+from opsctl.core.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_LAUNCH,
+    EXIT_SMOKE,
+    Interrupted,
+    LaunchError,
+    UsageError,
+)
 from opsctl.deploy.launch import Launch
 from opsctl.deploy.state import LastGood, StateDir
 from opsctl.gate import gate as gating
@@ -215,7 +222,10 @@ def test_a_failed_smoke_gate_rolls_back_to_the_last_good(
     assert box.running() == ["baseline"]
     error = result.error
     assert isinstance(error, GateFailed) and error.exit_code == EXIT_SMOKE
-    assert gate_name in error.message and "'corrupt' removed, rolled back to 'baseline'" in error.message
+    assert (
+        gate_name in error.message
+        and "'corrupt' removed, rolled back to 'baseline'" in error.message
+    )
     assert str(result.report) in error.hint
     assert box.state.last_good(PROFILE.name) == first  # unchanged
     assert box.pushed[-1]["outcome"] == "failed" and box.pushed[-1]["variant"] == "corrupt"

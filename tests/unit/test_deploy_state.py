@@ -125,7 +125,7 @@ def test_down_forgets_the_verdicts(engine: FakeEngine, state: StateDir) -> None:
     assert list((state.root / "containers").iterdir()) == []
 
 
-# --- the checkpoint --------------------------------------------------------------------------------
+# --- the checkpoint -------------------------------------------------------------------------------
 
 
 def with_weights(path: Path) -> Deployment:
@@ -163,7 +163,7 @@ def test_weights_that_cannot_be_hashed_are_unavailable_not_a_failure(
     assert CheckpointRecord.from_label(None) is None
 
 
-# --- the state directory -----------------------------------------------------------------------------
+# --- the state directory --------------------------------------------------------------------------
 
 
 def test_the_state_dir_follows_the_override_then_xdg_then_home(tmp_path: Path) -> None:

@@ -49,7 +49,9 @@ def checkpoint(folder: Path, nextn: bool = True) -> Path:
 class Box:
     """The collaborators of one doctor run: a fake engine, fake tools on PATH, a fake host."""
 
-    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, query: str | None = SAMPLE_RTX):
+    def __init__(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, query: str | None = SAMPLE_RTX
+    ):
         self.tmp_path = tmp_path
         self.bin = tmp_path / "bin"
         self.bin.mkdir()
@@ -122,7 +124,9 @@ def test_sim_profile_without_a_gpu_fails_the_gpu_rows_with_one_line(
     assert "nvidia-smi not found" in rows["P2P, IOMMU, ACS"].detail
     assert box.engine.gpu_runs == []  # no container is started for GPUs the host lacks
     assert rows["docker"].status == PASS and "0.0.0-fake" in rows["docker"].detail
-    assert rows["checkpoint"].status == PASS and "model.host_path unset" in rows["checkpoint"].detail
+    assert (
+        rows["checkpoint"].status == PASS and "model.host_path unset" in rows["checkpoint"].detail
+    )
     assert rows["driver for opsctl/debian-base:bookworm"].status == PASS  # not a CUDA image
     assert rows["base opsctl/debian-base:bookworm"].status == WARN  # present, never locked
     assert rows["/dev/shm"].status == PASS and "64m" in rows["/dev/shm"].detail
@@ -177,7 +181,9 @@ def test_an_unknown_gpu_count_is_one_line_per_gpu_row(
     box = Box(tmp_path, monkeypatch, query=SAMPLE_GARBAGE)
     rows = box.run(checkpoint=box.glm5_ready())
     assert rows["GPU count"].status == FAIL
-    assert rows["GPU count"].detail.startswith("the GPU count is unknown: unexpected nvidia-smi line")
+    assert rows["GPU count"].detail.startswith(
+        "the GPU count is unknown: unexpected nvidia-smi line"
+    )
     assert "\n" not in rows["GPU count"].detail
 
 
@@ -193,7 +199,10 @@ def test_the_gpu_count_option_replaces_the_profiles(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     box = Box(tmp_path, monkeypatch, query=SAMPLE_FOUR)
     rows = box.run(checkpoint=box.glm5_ready(), gpu_count=4)
-    assert rows["GPU count"].status == PASS and rows["GPU count"].detail == "4 GPU(s); the profile needs 4"
+    assert (
+        rows["GPU count"].status == PASS
+        and rows["GPU count"].detail == "4 GPU(s); the profile needs 4"
+    )
 
 
 def test_engine_refusing_gpus_names_the_fix(
@@ -233,7 +242,10 @@ def test_docker_unreachable_is_a_row_and_the_engine_is_not_asked_again(
     box = Box(tmp_path, monkeypatch)
     box.connect_error = DaemonUnreachable("Docker daemon unreachable: sample", hint="start it")
     rows = box.run(checkpoint=checkpoint(tmp_path / "ckpt"))
-    assert (rows["docker"].status, rows["docker"].detail) == (FAIL, "Docker daemon unreachable: sample")
+    assert (rows["docker"].status, rows["docker"].detail) == (
+        FAIL,
+        "Docker daemon unreachable: sample",
+    )
     assert rows["base images"].detail == "not checked: Docker daemon unreachable: sample"
     assert rows["GPU model"].status == PASS  # the host's own checks still run
     assert rows["disk (images)"].status == WARN
@@ -266,7 +278,10 @@ def test_checkpoint_problems_are_rows(
     assert mtp.status == FAIL
     # The profile's own folder (/models/GLM-5-NVFP4) is not on this machine: one row.
     rows = box.run()
-    assert rows["checkpoint"].detail == "checkpoint folder /models/GLM-5-NVFP4 does not exist on this host"
+    assert (
+        rows["checkpoint"].detail
+        == "checkpoint folder /models/GLM-5-NVFP4 does not exist on this host"
+    )
 
 
 def test_disk_shm_and_port(

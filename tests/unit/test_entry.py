@@ -142,7 +142,9 @@ def test_the_console_script_and_python_m_run_the_guard() -> None:
 
     project = tomllib.loads((project_root() / "pyproject.toml").read_text())
     assert project["project"]["scripts"]["opsctl"] == "opsctl.entry:main"
-    assert "from opsctl.entry import main" in (project_root() / "opsctl" / "__main__.py").read_text()
+    assert (
+        "from opsctl.entry import main" in (project_root() / "opsctl" / "__main__.py").read_text()
+    )
 
 
 class _ImportingSetName(types.ModuleType):

@@ -14,8 +14,9 @@ def test_readme_table_is_the_generated_one() -> None:
     assert readme.count(BEGIN) == 1 and readme.count(END) == 1, "README lost its exit-codes markers"
     block = readme.split(BEGIN, 1)[1].split("\n", 1)[1].split(END, 1)[0]
     assert block == errors.exit_codes_markdown(), (
-        "README's exit-code table drifted from opsctl/core/errors.py EXIT_CODES; paste the output of "
-        "`python -c 'from opsctl.core.errors import exit_codes_markdown as m; print(m(), end=\"\")'`"
+        "README's exit-code table drifted from opsctl/core/errors.py EXIT_CODES; paste the "
+        "output of `python -c 'from opsctl.core.errors import exit_codes_markdown as m; "
+        "print(m(), end=\"\")'`"
     )
 
 

@@ -38,14 +38,19 @@ TOPO_M = (
     "  NIC0: mlx5_0\n"
 )
 # Hand-written: GPUs behind one PCIe switch (nothing crosses a host bridge).
-TOPO_SWITCH = "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tPIX\t0-31\t0\nGPU1\tPIX\t X \t0-31\t0\n"
+TOPO_SWITCH = (
+    "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tPIX\t0-31\t0\nGPU1\tPIX\t X \t0-31\t0\n"
+)
 
 
 def p2p_sample(cross_socket: str = "OK") -> str:
     """Hand-written `nvidia-smi topo -p2p r` for TOPO_M's GPUs (space-aligned, as on a terminal)."""
     rows = []
     for row in range(4):
-        cells = ["X" if row == col else "OK" if row // 2 == col // 2 else cross_socket for col in range(4)]
+        cells = [
+            "X" if row == col else "OK" if row // 2 == col // 2 else cross_socket
+            for col in range(4)
+        ]
         rows.append(f" GPU{row}   " + "       ".join(cells))
     return ("        GPU0    GPU1    GPU2    GPU3\n" + "\n".join(rows) + "\n\nLegend:\n\n"
             "  X    = Self\n  OK   = Status Ok\n  CNS  = Chipset not supported\n"
@@ -85,7 +90,9 @@ def test_iommu_modes_from_groups_and_kernel_arguments() -> None:
 
 
 def test_acs_hints_from_lspci() -> None:
-    assert parse_acs(LSPCI_ACS_OFF) == Acs(True, 0, "1 bridge(s) report ACS control, 0 with SrcValid+")
+    assert parse_acs(LSPCI_ACS_OFF) == Acs(
+        True, 0, "1 bridge(s) report ACS control, 0 with SrcValid+"
+    )
     assert parse_acs(LSPCI_ACS_ON).redirecting == 1
     assert not parse_acs(LSPCI_NOT_ROOT).checked and "run as root" in parse_acs(LSPCI_NOT_ROOT).note
     assert not parse_acs(None).checked
@@ -110,7 +117,9 @@ def test_sys_is_advisable_only_when_everything_agrees() -> None:
 
 def test_nothing_to_gain_when_no_pair_crosses_a_host_bridge() -> None:
     topo = parse_matrix(TOPO_SWITCH)
-    found = verdict(topo, {pair: "OK" for pair in topo}, iommu_state(0, ""), parse_acs(LSPCI_ACS_OFF))
+    found = verdict(
+        topo, {pair: "OK" for pair in topo}, iommu_state(0, ""), parse_acs(LSPCI_ACS_OFF)
+    )
     assert found.crossing_ok is None and found.sys_advisable is False
     assert "no GPU pair's path crosses a host bridge" in found.reasons[0]
 

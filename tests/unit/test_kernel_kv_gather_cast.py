@@ -189,7 +189,9 @@ def test_stock_reason_decides_every_case() -> None:
     # The same bytes as uint8 would convert as integers: not FP8, so stock.
     uint8_pool = pool.view(torch.uint8)
     assert reason(ws, uint8_pool, rows, torch.bfloat16) == kv_gather_cast.REASON_POOL_NOT_FP8
-    assert reason(ws, fp8_pool(31, seed=1), rows, torch.bfloat16) == kv_gather_cast.REASON_POOL_SHAPE
+    assert (
+        reason(ws, fp8_pool(31, seed=1), rows, torch.bfloat16) == kv_gather_cast.REASON_POOL_SHAPE
+    )
 
 
 @pytest.mark.parametrize("case", ["no workspace", "rows unknown", "query fp16", "bf16 pool",

@@ -65,7 +65,9 @@ def sim_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Profile:
     profile = load_profile("sim")
     (tmp_path / "project" / "monitoring" / "alertmanager").mkdir(parents=True)
     for name in ("images.yaml", "alertmanager/receivers.yml"):
-        shutil.copy(project_root() / "monitoring" / name, tmp_path / "project" / "monitoring" / name)
+        shutil.copy(
+            project_root() / "monitoring" / name, tmp_path / "project" / "monitoring" / name
+        )
     monkeypatch.setenv(PROJECT_DIR_ENV, str(tmp_path / "project"))
     return profile
 
@@ -148,8 +150,14 @@ def test_report_draws_the_dashboards_queries_with_the_variant_substituted(tmp_pa
     pytest.importorskip("matplotlib", reason="the plot is the [plot] extra")  # a PNG asserted
     queries: list[str] = []
     with _prometheus(queries, "0.025") as client:
-        result = app.report(client, tmp_path / "decode.png", plot=plot_decode_latency, since_seconds=120,
-                            variant_regex="gathercast", end=END)
+        result = app.report(
+            client,
+            tmp_path / "decode.png",
+            plot=plot_decode_latency,
+            since_seconds=120,
+            variant_regex="gathercast",
+            end=END,
+        )
     assert result.path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert result.data.source == "http://prometheus.test:9090"
     assert queries and all("$variant" not in q and 'variant=~"gathercast"' in q for q in queries)
@@ -159,7 +167,9 @@ def test_report_draws_the_dashboards_queries_with_the_variant_substituted(tmp_pa
 
 def test_report_without_data_fails_and_writes_nothing(tmp_path: Path) -> None:
     with _prometheus([], None) as client, pytest.raises(PrometheusError, match="no data"):
-        app.report(client, tmp_path / "decode.png", plot=plot_decode_latency, since_seconds=120, end=END)
+        app.report(
+            client, tmp_path / "decode.png", plot=plot_decode_latency, since_seconds=120, end=END
+        )
     assert not (tmp_path / "decode.png").exists()
 
 

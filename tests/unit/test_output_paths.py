@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 
 from opsctl.core.errors import EXIT_USAGE, UsageError
-from opsctl.core.files import atomic_write_chunks, atomic_write_dir, atomic_write_text, check_output_path
+from opsctl.core.files import (
+    atomic_write_chunks,
+    atomic_write_dir,
+    atomic_write_text,
+    check_output_path,
+)
 
 
 def _fifo(tmp_path: Path) -> Path:

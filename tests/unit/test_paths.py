@@ -22,7 +22,9 @@ def test_the_checkout_is_found_beside_the_package(monkeypatch: pytest.MonkeyPatc
     paths.require_checkout("a rewrite")  # allowed
 
 
-def test_the_project_dir_names_data_and_sources(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_project_dir_names_data_and_sources(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv(paths.PROJECT_DIR_ENV, str(tmp_path))
     assert paths.layout() == paths.Layout(paths.PROJECT_COPY, tmp_path, tmp_path)
     assert paths.project_root() == paths.source_root() == tmp_path
@@ -35,7 +37,9 @@ def installed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.delenv(paths.PROJECT_DIR_ENV, raising=False)
     monkeypatch.delenv(lock.LOCK_DIR_ENV, raising=False)
     monkeypatch.setenv("OPSCTL_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setattr(paths, "_found", lambda: paths.Layout(paths.INSTALLED, data, data.parents[1]))
+    monkeypatch.setattr(
+        paths, "_found", lambda: paths.Layout(paths.INSTALLED, data, data.parents[1])
+    )
     return data
 
 
@@ -47,8 +51,9 @@ def test_installed_maintainer_rewrites_are_refused(installed: Path) -> None:
     assert "checkout" in refused.value.hint
 
 
-def test_installed_locks_go_to_the_state_dir_and_start_from_the_packaged_one(installed: Path,
-                                                                             tmp_path: Path) -> None:
+def test_installed_locks_go_to_the_state_dir_and_start_from_the_packaged_one(
+    installed: Path, tmp_path: Path
+) -> None:
     packaged = installed / "deploy" / "locks" / "p.json"
     committed = {"a:1": {"digest": "sha256:" + "1" * 64, "kind": "repo-digest"}}
     packaged.write_text(json.dumps({"bases": committed}))

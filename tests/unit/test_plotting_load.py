@@ -1,5 +1,6 @@
 """`core.plotting.load_matplotlib` in-process: a load that fails forgets only what it added.
-(The interrupted-import case runs in a fresh interpreter: tests/component/test_plotting_interrupt.py.)"""
+(The interrupted-import case runs in a fresh interpreter:
+tests/component/test_plotting_interrupt.py.)"""
 
 from __future__ import annotations
 

@@ -85,10 +85,19 @@ def test_a_failed_check_is_one_line_naming_the_image_with_the_others_as_details(
         tmp_path: Path) -> None:
     (tmp_path / "weights").mkdir()
     engine = FakeEngine(images={IMAGE: {}})
-    engine.preflight_answer = (1, "some library's chatter\n" + preflight_report(
-        ("config.json", True, "model_type 'glm_moe_dsa'"),
-        ("transformers config", False, "model_type 'glm_moe_dsa' is unknown to transformers 4.57.1"),
-        ("safetensors", False, "model.safetensors.index.json names 2 shards; x is missing")))
+    engine.preflight_answer = (
+        1,
+        "some library's chatter\n"
+        + preflight_report(
+            ("config.json", True, "model_type 'glm_moe_dsa'"),
+            (
+                "transformers config",
+                False,
+                "model_type 'glm_moe_dsa' is unknown to transformers 4.57.1",
+            ),
+            ("safetensors", False, "model.safetensors.index.json names 2 shards; x is missing"),
+        ),
+    )
     with pytest.raises(LaunchError) as failed:
         preflight.run_preflight(deployment(tmp_path), engine, IMAGE)
     error = failed.value
@@ -199,7 +208,9 @@ def test_the_probe_refuses_a_missing_an_empty_and_an_outside_shard(tmp_path: Pat
     assert rows(folder)["safetensors"]["detail"] == (
         "model.safetensors.index.json names 2 shards; model-00002-of-00002.safetensors is missing")
     (folder / "model-00002-of-00002.safetensors").write_bytes(b"")
-    assert rows(folder)["safetensors"]["detail"].endswith("model-00002-of-00002.safetensors is empty")
+    assert rows(folder)["safetensors"]["detail"].endswith(
+        "model-00002-of-00002.safetensors is empty"
+    )
     index = json.loads((folder / "model.safetensors.index.json").read_text())
     index["weight_map"]["x"] = "../elsewhere.safetensors"
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
@@ -274,11 +285,24 @@ def _hostile(folder: Path, case: str) -> None:
         index_path.write_text(json.dumps(index))
 
 
-@pytest.mark.parametrize("case", [
-    "config-fifo", "index-fifo", "architectures-int", "architectures-object", "metadata-list",
-    "metadata-string", "shard-name-too-long", "shard-name-nul", "shard-symlink-loop", "too-many-shards"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "config-fifo",
+        "index-fifo",
+        "architectures-int",
+        "architectures-object",
+        "metadata-list",
+        "metadata-string",
+        "shard-name-too-long",
+        "shard-name-nul",
+        "shard-symlink-loop",
+        "too-many-shards",
+    ],
+)
 def test_a_hostile_checkpoint_is_a_failed_check_never_a_hang_or_a_traceback(
-        tmp_path: Path, case: str) -> None:
+    tmp_path: Path, case: str
+) -> None:
     """The probe as the container runs it (stdlib only: -S -I): before, a FIFO blocked it until
     the 180 s container timeout, the rest ended in a traceback (no report: `up` said 'the image
     has no working python3?'), 200 000 shard names were all stat-ed."""

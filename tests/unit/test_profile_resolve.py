@@ -120,7 +120,9 @@ def test_left_to_sglang_is_what_changed_and_the_argv_did_not_set() -> None:
 
 
 def test_the_summary_reads_either_releases_spelling() -> None:
-    new = resolve.summary({"dsa_decode_backend": "a", "cuda_graph_config": {"decode": {"max_bs": 8}}})
+    new = resolve.summary(
+        {"dsa_decode_backend": "a", "cuda_graph_config": {"decode": {"max_bs": 8}}}
+    )
     old = resolve.summary({"nsa_decode_backend": "b", "cuda_graph_max_bs": 16})
     assert (new["DSA decode backend"], new["decode CUDA-graph max batch"]) == ("a", 8)
     assert (old["DSA decode backend"], old["decode CUDA-graph max batch"]) == ("b", 16)
@@ -183,7 +185,9 @@ def test_a_refusal_is_recorded_and_exits_2_for_one_variant() -> None:
 def test_an_import_that_needs_the_gpu_is_unresolved_and_says_where() -> None:
     failed = {"unresolved": {"where": "sglang/srt/a.py:254 (<module>)", "error": "E: x",
                              "step": "importing sglang.srt.server_args"}, "log": []}
-    record = resolve.resolve([_deployment()], resolve.gpu_report, runner=_Runner([failed]))[0].record
+    record = resolve.resolve([_deployment()], resolve.gpu_report, runner=_Runner([failed]))[
+        0
+    ].record
     assert record["outcome"] == "unresolved"
     assert record["not_run"][0]["branch"].startswith("importing sglang.srt.server_args")
     resolve.raise_on_refusal([resolve.Resolved(record, Path("x"))])  # not an error

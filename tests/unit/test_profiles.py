@@ -25,7 +25,9 @@ def _golden(name: str, text: str) -> None:
     path = GOLDEN / name
     if UPDATE:
         path.write_text(text)
-    assert path.is_file(), f"missing golden file {path}; run with OPSCTL_UPDATE_GOLDEN=1 and review it"
+    assert path.is_file(), (
+        f"missing golden file {path}; run with OPSCTL_UPDATE_GOLDEN=1 and review it"
+    )
     assert text == path.read_text()
 
 
@@ -77,10 +79,18 @@ def test_variants_are_overlays_not_copies() -> None:
 def test_real_profile_renders_the_tuned_flags() -> None:
     argv = check_argv(load_profile("glm5-nvfp4-rtx6000").resolve("gathercast"))
     joined = " ".join(argv)
-    for expected in ("--tp-size 8", "--quantization modelopt_fp4", "--kv-cache-dtype fp8_e4m3",
-                     "--attention-backend flashinfer", "--moe-runner-backend flashinfer_cutlass",
-                     "--disable-shared-experts-fusion", "--host 0.0.0.0", "--enable-metrics",
-                     '--extra-metric-labels {"variant": "gathercast"}', "--served-model-name glm-5"):
+    for expected in (
+        "--tp-size 8",
+        "--quantization modelopt_fp4",
+        "--kv-cache-dtype fp8_e4m3",
+        "--attention-backend flashinfer",
+        "--moe-runner-backend flashinfer_cutlass",
+        "--disable-shared-experts-fusion",
+        "--host 0.0.0.0",
+        "--enable-metrics",
+        '--extra-metric-labels {"variant": "gathercast"}',
+        "--served-model-name glm-5",
+    ):
         assert expected in joined
 
 
@@ -135,7 +145,10 @@ def test_wrong_type_names_the_field(tmp_path: Path) -> None:
     path = _write(tmp_path, text)
     with pytest.raises(ProfileError) as err:
         load_profile(str(path))
-    assert f":{_line_of(text, 'mem_fraction_static: lots')}: server.mem_fraction_static" in err.value.message
+    assert (
+        f":{_line_of(text, 'mem_fraction_static: lots')}: server.mem_fraction_static"
+        in err.value.message
+    )
 
 
 def test_duplicate_key_is_refused(tmp_path: Path) -> None:
@@ -251,7 +264,10 @@ def test_one_switch_name_in_profiles_kernel_and_patch_sets() -> None:
 
     versions = patchsets.available_versions()
     assert versions
-    names = {kv_gather_cast.SWITCH_ENV, *(patchsets.load_manifest(v)["switch_env"] for v in versions)}
+    names = {
+        kv_gather_cast.SWITCH_ENV,
+        *(patchsets.load_manifest(v)["switch_env"] for v in versions),
+    }
     assert names == {PATCH_SWITCH_ENV}
 
 

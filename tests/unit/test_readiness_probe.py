@@ -34,7 +34,10 @@ def test_a_key_protected_server_becomes_ready_with_the_key_from_the_environment(
 def test_a_refused_key_fails_at_once_instead_of_waiting_out_the_timeout(
         client_key: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPSCTL_API_KEY", raising=False)
-    with HostileServer("auth", key=KEY, sglang=True) as server, pytest.raises(LaunchError) as caught:
+    with (
+        HostileServer("auth", key=KEY, sglang=True) as server,
+        pytest.raises(LaunchError) as caught,
+    ):
         wait(server, client_key)
     assert "/v1/models answered 401" in caught.value.message
     assert "OPSCTL_API_KEY" in caught.value.hint

@@ -1,7 +1,8 @@
 """verify's 0.5.15 facts against what a real sglang 0.5.15 server answered (H200 device run).
 
 The fixtures are the real responses (tests/fixtures/real-sglang-0.5.15/README.md says how they
-were captured); the argv is the one that server was started with (bench/results/sglang_h200/argv-*.txt).
+were captured); the argv is the one that server was started with
+(bench/results/sglang_h200/argv-*.txt).
 """
 
 from __future__ import annotations

@@ -33,13 +33,20 @@ def test_each_pinned_release_has_one_folder_under_patches(monkeypatch: pytest.Mo
     assert paths.releases_root() == ROOT / "patches" / "sglang"
     assert not (ROOT / "sglang-args").exists()
     releases = patchsets.available_versions()
-    assert releases == sorted(p.parent.name for p in paths.releases_root().glob(f"*/{spec.SPEC_FILE}"))
+    assert releases == sorted(
+        p.parent.name for p in paths.releases_root().glob(f"*/{spec.SPEC_FILE}")
+    )
     assert {"0.5.15", "0.5.23"} <= set(releases)
     for version in releases:
         folder = ROOT / "patches" / "sglang" / version
         assert paths.release_dir(version) == patchsets.patch_set_dir(version) == folder
-        assert spec.spec_path(version) == folder / spec.SPEC_FILE and spec.spec_path(version).is_file()
-        assert stack.stack_path(version) == folder / stack.STACK_FILE and stack.stack_path(version).is_file()
+        assert (
+            spec.spec_path(version) == folder / spec.SPEC_FILE and spec.spec_path(version).is_file()
+        )
+        assert (
+            stack.stack_path(version) == folder / stack.STACK_FILE
+            and stack.stack_path(version).is_file()
+        )
     deployment = load_profile("sim").resolve("baseline")
     assert resolve.record_path(deployment) == (ROOT / "patches" / "sglang" / "0.5.23" / "resolved"
                                                / "sim.baseline.json")
@@ -102,8 +109,20 @@ def test_an_image_stages_only_its_patch_set_and_the_simulator_only_the_tables_an
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(paths.PROJECT_DIR_ENV, raising=False)
     sim = load_profile("sim")
-    sglang = plan(sim.model_copy(update={"name": "unit-sglang", "image": sim.image.model_copy(update={
-        "kind": "sglang", "repository": "opsctl/test-sglang", "dockerfile": "docker/Dockerfile"})}))
+    sglang = plan(
+        sim.model_copy(
+            update={
+                "name": "unit-sglang",
+                "image": sim.image.model_copy(
+                    update={
+                        "kind": "sglang",
+                        "repository": "opsctl/test-sglang",
+                        "dockerfile": "docker/Dockerfile",
+                    }
+                ),
+            }
+        )
+    )
     staged = {name.removeprefix(f"{PATCHES_DIR}/") for name in sglang.files
               if name.startswith(f"{PATCHES_DIR}/")}
     assert staged == set(patchset.patch_set_files("0.5.23"))

@@ -131,9 +131,13 @@ def run_overlay(tmp_path: Path, site: Path, record: dict[str, Any]
     for module in (overlay, imagecheck):
         shutil.copyfile(str(module.__file__), build / Path(str(module.__file__)).name)
     (build / "wheels.json").write_text(json.dumps(record))
-    return subprocess.run([sys.executable, "-S", str(build / "overlay.py"), str(build / "wheels.json")],
-                          capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(site)})
+    return subprocess.run(
+        [sys.executable, "-S", str(build / "overlay.py"), str(build / "wheels.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(site)},
+    )
 
 
 def test_overlay_installs_nothing_when_the_base_holds_every_pin(tmp_path: Path) -> None:

@@ -34,7 +34,10 @@ def test_a_non_dsa_model_is_not_affected() -> None:
 
 
 def test_the_native_path_is_accepted() -> None:
-    assert check(argv=["python3", "-m", "sglang.launch_server", "--kv-cache-dtype", "fp8_e4m3"]).errors == []
+    assert (
+        check(argv=["python3", "-m", "sglang.launch_server", "--kv-cache-dtype", "fp8_e4m3"]).errors
+        == []
+    )
 
 
 def test_patch_with_speculative_decoding_is_accepted() -> None:
@@ -66,7 +69,9 @@ NATIVE = ["python3", "-m", "sglang.launch_server", "--kv-cache-dtype", "fp8_e4m3
 
 def test_a_dsa_backend_0523_refuses_on_cuda() -> None:
     findings = check(argv=[*NATIVE, "--dsa-prefill-backend", "triton"])
-    assert any("prefill DSA backend triton" in e and "overrides.py:561-567" in e for e in findings.errors)
+    assert any(
+        "prefill DSA backend triton" in e and "overrides.py:561-567" in e for e in findings.errors
+    )
 
 
 def test_tilelang_on_one_dsa_backend_with_fp8_kv_is_refused_on_0523() -> None:
@@ -74,4 +79,7 @@ def test_tilelang_on_one_dsa_backend_with_fp8_kv_is_refused_on_0523() -> None:
     assert any("overrides.py:569-575" in error for error in one.errors)
     both = [*NATIVE, "--dsa-prefill-backend", "tilelang", "--dsa-decode-backend", "tilelang"]
     assert check(argv=both).errors == []
-    assert check(argv=["x", "--kv-cache-dtype", "bf16", "--dsa-decode-backend", "tilelang"]).errors == []
+    assert (
+        check(argv=["x", "--kv-cache-dtype", "bf16", "--dsa-decode-backend", "tilelang"]).errors
+        == []
+    )

@@ -47,7 +47,9 @@ def _deployment(profile: str, variant: str) -> Deployment:
     return load_profile(profile).resolve(variant)
 
 
-def _kind(objects: list[dict[str, Any]], kind: str, role: str = labels.ROLE_SERVER) -> dict[str, Any]:
+def _kind(
+    objects: list[dict[str, Any]], kind: str, role: str = labels.ROLE_SERVER
+) -> dict[str, Any]:
     return next(obj for obj in objects
                 if obj["kind"] == kind and obj["metadata"]["labels"].get(labels.ROLE) == role)
 
@@ -75,7 +77,9 @@ def test_golden_manifests(profile: str, variant: str, replicas: int) -> None:
     if UPDATE:
         path.parent.mkdir(exist_ok=True)
         path.write_text(text)
-    assert path.is_file(), f"missing golden file {path}; run with OPSCTL_UPDATE_GOLDEN=1 and review it"
+    assert path.is_file(), (
+        f"missing golden file {path}; run with OPSCTL_UPDATE_GOLDEN=1 and review it"
+    )
     assert text == path.read_text()
     assert len(list(yaml.safe_load_all(text))) == len(files)
 
@@ -88,7 +92,8 @@ def test_args_are_ups_argv(profile: str, variant: str, replicas: int) -> None:
     assert argv == check_argv(deployment)
     for pod in _pod_specs(objects):
         (container,) = pod["containers"]
-        assert "command" not in container  # like `docker run IMAGE ARGV`: the image's entrypoint stays
+        # like `docker run IMAGE ARGV`: the image's entrypoint stays
+        assert "command" not in container
         if deployment.server.nnodes == 1:
             assert container["args"] == argv
             # and the golden argv `up` is tested against, byte for byte
@@ -132,7 +137,8 @@ def test_pod_env_gpus_shm_and_volumes(profile: str, variant: str, replicas: int)
 def test_shm_is_sized_from_the_profile_only_when_it_gives_a_size() -> None:
     sim = _pod_specs(render.render_objects(_deployment("sim", "gathercast"), IMAGE))[0]
     glm = _pod_specs(render.render_objects(_deployment(GLM, "gathercast"), IMAGE))[0]
-    assert sim["volumes"][0]["emptyDir"] == {"medium": "Memory", "sizeLimit": "64Mi"}  # shm_size: 64m
+    # shm_size: 64m
+    assert sim["volumes"][0]["emptyDir"] == {"medium": "Memory", "sizeLimit": "64Mi"}
     assert glm["volumes"][0]["emptyDir"] == {"medium": "Memory"}  # ipc_host: no size to take
 
 
@@ -148,7 +154,8 @@ def test_probes_cover_the_load_and_never_generate_on_the_pinned_release() -> Non
     ready = container["readinessProbe"]
     assert ready["httpGet"] == {"path": "/ready", "port": "http"} and "exec" not in ready
     live = container["livenessProbe"]
-    assert live["httpGet"]["path"] == "/health"  # never /health_generate: no generation, no scheduler
+    # never /health_generate: no generation, no scheduler
+    assert live["httpGet"]["path"] == "/health"
     assert live["failureThreshold"] * live["periodSeconds"] >= 60
     assert "health_generate" not in json.dumps([startup, ready, live])
 
@@ -160,7 +167,11 @@ def test_a_release_without_a_readiness_endpoint_keeps_ups_exec_check() -> None:
         "server": glm.server.model_copy(update={"disable_prefill_cuda_graph": False})})
     (container,) = _pod_specs(render.render_objects(old, IMAGE))[0]["containers"]
     ready = container["readinessProbe"]["exec"]["command"]
-    assert ready[:2] == ["python3", "-c"] and "/health_generate" in ready[2] and "/v1/models" in ready[2]
+    assert (
+        ready[:2] == ["python3", "-c"]
+        and "/health_generate" in ready[2]
+        and "/v1/models" in ready[2]
+    )
     assert ready[3:] == ["http://127.0.0.1:30000", "glm-5"]
 
 
@@ -206,8 +217,10 @@ def test_every_object_carries_the_recommended_app_labels_and_no_selector_uses_th
         assert found["app.kubernetes.io/component"] == role
         stack = deployment.profile.name if role == labels.ROLE_MONITORING else name
         assert found["app.kubernetes.io/instance"] == found["app.kubernetes.io/part-of"] == stack
-        assert found["app.kubernetes.io/name"] == {"server": "sglang", "router": "sglang-router"}.get(
-            role, f"opsctl-{role}")
+        assert found["app.kubernetes.io/name"] == {
+            "server": "sglang",
+            "router": "sglang-router",
+        }.get(role, f"opsctl-{role}")
         if role == labels.ROLE_SERVER:
             assert found["app.kubernetes.io/version"] == deployment.image.sglang_version
         assert not [key for key in obj.get("spec", {}).get("selector", {}).get("matchLabels", {})
@@ -393,7 +406,9 @@ def test_a_file_the_render_would_write_is_never_taken_over(tmp_path: Path) -> No
     record = json.loads((out / outdir.RECORD).read_text())
     del record["files"][taken.name]  # a file of that name the render did not write
     (out / outdir.RECORD).write_text(json.dumps(record))
-    with pytest.raises(UsageError, match=f"{taken.name} is there and `render k8s` did not write it"):
+    with pytest.raises(
+        UsageError, match=f"{taken.name} is there and `render k8s` did not write it"
+    ):
         _write(out, force=True)
 
 
@@ -465,7 +480,8 @@ def test_up_refuses_a_profile_spanning_hosts() -> None:
 
 
 def test_nnodes_renders_only_above_one() -> None:
-    assert "--nnodes" not in check_argv(_deployment(GLM, "gathercast"))  # the goldens stay as they were
+    # the goldens stay as they were
+    assert "--nnodes" not in check_argv(_deployment(GLM, "gathercast"))
     assert check_argv(_deployment(TWO_HOSTS, "gathercast")).count("--nnodes") == 1
 
 

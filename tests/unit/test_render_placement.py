@@ -38,7 +38,9 @@ def _objects(profile: str = GLM, chosen: placement.Placement = FULL, **options: 
                                  RenderSettings(replicas=2, placement=chosen, **options))
 
 
-def _one(objects: list[dict[str, Any]], kind: str, role: str = labels.ROLE_SERVER) -> dict[str, Any]:
+def _one(
+    objects: list[dict[str, Any]], kind: str, role: str = labels.ROLE_SERVER
+) -> dict[str, Any]:
     (found,) = [obj for obj in objects if obj["kind"] == kind
                 and obj["metadata"]["labels"][labels.ROLE] == role]
     return found
@@ -95,7 +97,8 @@ def test_the_queue_query_matches_serving_pods_only() -> None:
     pattern = re.search(r'pod=~"([^"]+)"', query)
     assert pattern is not None
     assert re.fullmatch(pattern[1], "glm-7d9f8c6b5-x2x9z")  # a pod of Deployment glm
-    for other in ("glm-router-7d9f8c6b5-x2x9z", "glm-x-7d9f8c6b5-x2x9z"):  # the router, --name glm-x
+    # the router, --name glm-x
+    for other in ("glm-router-7d9f8c6b5-x2x9z", "glm-x-7d9f8c6b5-x2x9z"):
         assert not re.fullmatch(pattern[1], other)
 
 
@@ -137,11 +140,16 @@ def test_affinity_file_in_yaml_or_json(tmp_path: Path) -> None:
         "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
 
 
-@pytest.mark.parametrize(("content", "words"), [
-    ("nodeAffinity: [", "not YAML or JSON (line 1)"), ("- a\n", "not a mapping"), ("", "not a mapping"),
-    ("nodeAfinity: {}\n", "'nodeAfinity' is not a field of Affinity"),
-    ("nodeAffinity: 3\n", "nodeAffinity is not a mapping"),
-])
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ("nodeAffinity: [", "not YAML or JSON (line 1)"),
+        ("- a\n", "not a mapping"),
+        ("", "not a mapping"),
+        ("nodeAfinity: {}\n", "'nodeAfinity' is not a field of Affinity"),
+        ("nodeAffinity: 3\n", "nodeAffinity is not a mapping"),
+    ],
+)
 def test_a_bad_affinity_file_is_one_line(tmp_path: Path, content: str, words: str) -> None:
     path = tmp_path / "affinity.yaml"
     path.write_text(content)

@@ -90,7 +90,9 @@ def h(*cumulative: float, total: float = 1.0) -> Histogram:
 
 def test_delta_is_end_minus_start_summed_over_label_sets() -> None:
     a, b = (("stream", "true"),), (("stream", "false"),)
-    level = delta({a: h(1, 2, 2, total=0.03)}, {a: h(3, 6, 6, total=0.09), b: h(0, 1, 1, total=0.015)})
+    level = delta(
+        {a: h(1, 2, 2, total=0.03)}, {a: h(3, 6, 6, total=0.09), b: h(0, 1, 1, total=0.015)}
+    )
     assert level.buckets == ((0.01, 2.0), (0.02, 5.0), (math.inf, 5.0))
     assert level.count == 5 and level.sum == pytest.approx(0.075)
 
@@ -179,7 +181,9 @@ def test_a_level_gets_gauges_and_histogram_deltas() -> None:
     figures = run_level(LevelSampler(fetcher(bodies), interval_s=0.001), 2)
     assert figures.unavailable is None and figures.scrape_failures == 0
     assert figures.running is not None and figures.running.max == 4 and figures.running.samples >= 1
-    assert figures.queued is not None and figures.kv_usage is not None and figures.kv_usage.max == 0.25
+    assert (
+        figures.queued is not None and figures.kv_usage is not None and figures.kv_usage.max == 0.25
+    )
     assert figures.itl_ms is not None and figures.itl_ms.count == 9
     assert figures.itl_ms.mean == pytest.approx(195 / 9, abs=1e-3)
     assert figures.ttft_ms is not None and figures.ttft_ms.unavailable == "not exported"
@@ -221,7 +225,9 @@ def test_no_cache_figure_where_the_counters_cannot_say(start: str, end: str) -> 
 
 
 def test_the_router_spelling_is_read_too() -> None:
-    bodies = pages(itl_page((0, 0, 0), 0, prefix="sglang_"), itl_page((2, 0, 0), 0.01, prefix="sglang_"))
+    bodies = pages(
+        itl_page((0, 0, 0), 0, prefix="sglang_"), itl_page((2, 0, 0), 0.01, prefix="sglang_")
+    )
     figures = run_level(LevelSampler(fetcher(bodies), interval_s=60))
     assert figures.itl_ms is not None and figures.itl_ms.count == 2
     assert figures.running is None and any("no gauge sample" in n for n in figures.notes)
@@ -237,7 +243,9 @@ def test_a_restart_during_the_level_says_reset() -> None:
     (ScrapeFailed(NO_METRICS), NO_METRICS),
     ("# vLLM\nvllm:num_requests_running 1\n", "none of sglang's series"),
 ])
-def test_a_server_without_sglang_metrics_is_unavailable_not_an_error(first: object, why: str) -> None:
+def test_a_server_without_sglang_metrics_is_unavailable_not_an_error(
+    first: object, why: str
+) -> None:
     figures = run_level(LevelSampler(fetcher(pages(first)), interval_s=0.01))  # type: ignore[arg-type]
     assert why in (figures.unavailable or "")
     assert figures.itl_ms is None and figures.scrapes == 1  # no polling after that
@@ -288,7 +296,9 @@ def mock_client(handler) -> httpx.AsyncClient:  # type: ignore[no-untyped-def]
     (httpx.Response(200, content=gzip.compress(b"sglang:num_running_reqs 1\n"),
                     headers={"Content-Encoding": "gzip"}), "'gzip'-encoded"),
 ])
-def test_fetch_metrics_turns_every_failure_into_one_line(response: httpx.Response, why: str) -> None:
+def test_fetch_metrics_turns_every_failure_into_one_line(
+    response: httpx.Response, why: str
+) -> None:
     async def go() -> str:
         async with mock_client(lambda request: response) as client:
             return await fetch_metrics(client)
@@ -297,7 +307,9 @@ def test_fetch_metrics_turns_every_failure_into_one_line(response: httpx.Respons
 
 
 def test_sample_level_through_http_with_gpu_readings() -> None:
-    bodies = pages(itl_page((0, 0, 0), 0), itl_page((0, 0, 0), 0, running=2), itl_page((3, 0, 0), 0.015))
+    bodies = pages(
+        itl_page((0, 0, 0), 0), itl_page((0, 0, 0), 0, running=2), itl_page((3, 0, 0), 0.015)
+    )
     seen: list[str] = []
 
     def handler(request: httpx.Request) -> httpx.Response:

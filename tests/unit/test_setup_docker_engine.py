@@ -73,8 +73,13 @@ def test_an_engine_that_does_not_answer_is_not_running(tmp_path: Path) -> None:
 def test_the_running_engine_is_named_with_its_version() -> None:
     docker = shutil.which("docker")
     assert docker, "the docker CLI"
-    version = subprocess.run([docker, "version", "--format", "{{.Server.Version}}"], capture_output=True,
-                             text=True, timeout=30, check=True).stdout.strip()
+    version = subprocess.run(
+        [docker, "version", "--format", "{{.Server.Version}}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.strip()
     run = _run("docker_engine_running", path=Path(docker).parent)
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith(f"Docker engine {version} at ")

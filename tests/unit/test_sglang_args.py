@@ -1,4 +1,5 @@
-"""ArgSpec: the pinned sglang parsers rebuilt from the committed patches/sglang/<version>/cli-args.json."""
+"""ArgSpec: the pinned sglang parsers rebuilt from the committed
+patches/sglang/<version>/cli-args.json."""
 
 from __future__ import annotations
 
@@ -265,7 +266,10 @@ def test_retired_flag_with_an_error_message_is_an_error() -> None:
 
 def test_mutually_exclusive_groups_are_rebuilt() -> None:
     spec = _spec(
-        [_action(["--a"], "a", "store_true", nargs=0), _action(["--b"], "b", "store_true", nargs=0)],
+        [
+            _action(["--a"], "a", "store_true", nargs=0),
+            _action(["--b"], "b", "store_true", nargs=0),
+        ],
         mutually_exclusive_groups=[{"required": False, "actions": [0, 1]}],
     )
     assert spec.check(["--a"]) is None

@@ -31,6 +31,8 @@ def test_only_what_the_simulator_imports_is_staged(tmp_path: Path) -> None:
 
 
 def test_the_real_simulator_plan_stages_exactly_its_import_closure() -> None:
-    staged = {name for name in plan(load_profile("sim")).files if name.startswith("app/opsctl/sim/")}
+    staged = {
+        name for name in plan(load_profile("sim")).files if name.startswith("app/opsctl/sim/")
+    }
     assert staged == {f"app/opsctl/sim/{path.name}" for path in sim_modules(project_root())}
     assert {"app/opsctl/sim/__main__.py", "app/opsctl/sim/server.py"} <= staged

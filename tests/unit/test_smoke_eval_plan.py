@@ -168,9 +168,17 @@ def test_unknown_eval_name_is_refused() -> None:
 
 def test_more_shots_than_the_shots_file_holds_is_refused(tmp_path: Path) -> None:
     shots = REPO_ROOT / "deploy" / "evals" / "sim-gsm8k-train.jsonl"
-    section = {"gsm8k": {"dataset": str(SIM_TEST), "sha256": sha256(SIM_TEST),
-                         "shots_from": str(shots), "shots_sha256": sha256(shots), "shots": 9, "questions": 60,
-                         "threshold": 0.9}}
+    section = {
+        "gsm8k": {
+            "dataset": str(SIM_TEST),
+            "sha256": sha256(SIM_TEST),
+            "shots_from": str(shots),
+            "shots_sha256": sha256(shots),
+            "shots": 9,
+            "questions": 60,
+            "threshold": 0.9,
+        }
+    }
     config = load_profile(str(_profile_with_eval(tmp_path, section))).eval
     with pytest.raises(UsageError) as caught:
         plan_evals(eval_request("gsm8k"), config, load_gsm8k)

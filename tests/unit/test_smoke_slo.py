@@ -23,7 +23,11 @@ def test_the_quantile_of_the_objective_decides() -> None:
     assert status == "fail" and "TPOT p90 90.0 ms > 80 ms" in detail
     # The record keeps the objective's own quantile: a p90 is never filed as a median.
     assert record.tpot is not None
-    assert (record.tpot.quantile, record.tpot.threshold_ms, record.tpot.observed_ms) == (0.9, 80, 90.0)
+    assert (record.tpot.quantile, record.tpot.threshold_ms, record.tpot.observed_ms) == (
+        0.9,
+        80,
+        90.0,
+    )
     assert record.ttft is None
 
 

@@ -39,7 +39,9 @@ def make_tokenizer(directory: Path) -> Path:
 def test_local_tokenizer_finds_the_file_or_names_the_option(tmp_path: Path) -> None:
     file = make_tokenizer(tmp_path / "weights")
     assert local_tokenizer("/models/m", "/models/m", str(tmp_path / "weights")) == file
-    assert local_tokenizer("/models/m/tokenizer.json", "/models/m", str(tmp_path / "weights")) == file
+    assert (
+        local_tokenizer("/models/m/tokenizer.json", "/models/m", str(tmp_path / "weights")) == file
+    )
     for args, why in (
         (("/models/m", "/models/m", None), "mounts no model.host_path"),
         (("/elsewhere/m", "/models/m", str(tmp_path)), "not under the model mount /models/m"),

@@ -42,7 +42,9 @@ def test_stock_trace_names_the_full_pool_cast(name: str) -> None:
     cast = found.findings[0]
     assert cast.signature == "full_pool_kv_cast" and cast.severity == "bottleneck"
     assert cast.evidence["per_step"] == 16 and cast.evidence["per_layer"] == 1  # 16 layers
-    assert cast.evidence["kernel"] == "unrolled_elementwise_kernel<direct_copy_kernel_cuda, BFloat16>"
+    assert (
+        cast.evidence["kernel"] == "unrolled_elementwise_kernel<direct_copy_kernel_cuda, BFloat16>"
+    )
     assert float(cast.evidence["share"]) > 0.5  # type: ignore[arg-type]
     assert "gather_then_cast" not in names(found)
 

@@ -35,10 +35,12 @@ def _line_of(text: str, needle: str) -> int:
 
 def _with_variant(text: str, body: str) -> str:
     """The profile text with one more variant (indented YAML `body`) named `extra`."""
-    return text.replace("default_variant: gathercast", f"  extra:\n{body}default_variant: gathercast")
+    return text.replace(
+        "default_variant: gathercast", f"  extra:\n{body}default_variant: gathercast"
+    )
 
 
-# --- the native variant ----------------------------------------------------------------------------
+# --- the native variant ---------------------------------------------------------------------------
 
 
 def test_every_variant_runs_0523_on_one_image_chosen_at_run_time() -> None:
@@ -99,7 +101,7 @@ def test_simulator_native_is_an_overlay_on_the_same_simulator_image() -> None:
     assert "--attention-backend" not in check_argv(native)
 
 
-# --- image overlays --------------------------------------------------------------------------------
+# --- image overlays -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("overlay", "reason"), [
@@ -123,7 +125,7 @@ def test_a_release_without_a_recorded_parser_is_refused(tmp_path: Path) -> None:
         load_profile(str(_write(tmp_path, text)))
 
 
-# --- release facts refuse a profile, with the variant's line ---------------------------------------
+# --- release facts refuse a profile, with the variant's line --------------------------------------
 
 
 def test_flashinfer_on_0523_for_glm5_is_refused_at_the_variants_line(tmp_path: Path) -> None:
@@ -169,7 +171,9 @@ def test_the_patch_with_speculative_decoding_loads(tmp_path: Path) -> None:
 
 
 def test_a_dsa_backend_the_release_refuses_on_cuda(tmp_path: Path) -> None:
-    text = _with_variant(_glm_text(), "    server: {attention_backend: null, dsa_decode_backend: triton}\n")
+    text = _with_variant(
+        _glm_text(), "    server: {attention_backend: null, dsa_decode_backend: triton}\n"
+    )
     with pytest.raises(ProfileError, match="decode DSA backend triton.*overrides.py:561-567"):
         load_profile(str(_write(tmp_path, text)))
 
@@ -181,17 +185,21 @@ def test_simulator_images_are_not_judged_by_release_facts(tmp_path: Path) -> Non
     sim = load_profile(str(sim_wrong(tmp_path)))
     deployment = sim.resolve("baseline")
     assert release_findings(deployment).errors == []
-    real = deployment.model_copy(update={"image": deployment.image.model_copy(update={"kind": "sglang"})})
+    real = deployment.model_copy(
+        update={"image": deployment.image.model_copy(update={"kind": "sglang"})}
+    )
     assert any("cuda_graph_config.py" in error for error in release_findings(real).errors)
 
 
-# --- warnings: shown, never refusing ----------------------------------------------------------------
+# --- warnings: shown, never refusing --------------------------------------------------------------
 
 
 def test_the_shipped_profiles_raise_no_warning() -> None:
     for name in ("sim", GLM):
         profile = load_profile(name)
-        assert all(not release_findings(profile.resolve(v)).warnings for v in profile.variants), name
+        assert all(not release_findings(profile.resolve(v)).warnings for v in profile.variants), (
+            name
+        )
 
 
 def test_running_cap_above_the_graph_cap_warns_in_show_and_dry_run(tmp_path: Path) -> None:
@@ -204,7 +212,7 @@ def test_running_cap_above_the_graph_cap_warns_in_show_and_dry_run(tmp_path: Pat
     assert "\n# warning: max_running_requests 128" in dry_run_text(plan)
 
 
-# --- NCCL's P2P level -------------------------------------------------------------------------------
+# --- NCCL's P2P level -----------------------------------------------------------------------------
 
 
 def test_nccl_p2p_level_is_rendered_from_the_typed_field(tmp_path: Path) -> None:
@@ -215,11 +223,17 @@ def test_nccl_p2p_level_is_rendered_from_the_typed_field(tmp_path: Path) -> None
     assert profile.resolve("gathercast").config_hash() != shipped.config_hash()
 
 
-@pytest.mark.parametrize(("old", "new", "reason"), [
-    ("  nccl_p2p_level: null", "  nccl_p2p_level: ALL", "container.nccl_p2p_level"),
-    ('    TORCH_CUDA_ARCH_LIST: "12.0a"', '    NCCL_P2P_LEVEL: SYS\n    TORCH_CUDA_ARCH_LIST: "12.0a"',
-     "NCCL_P2P_LEVEL is rendered from container.nccl_p2p_level"),
-])
+@pytest.mark.parametrize(
+    ("old", "new", "reason"),
+    [
+        ("  nccl_p2p_level: null", "  nccl_p2p_level: ALL", "container.nccl_p2p_level"),
+        (
+            '    TORCH_CUDA_ARCH_LIST: "12.0a"',
+            '    NCCL_P2P_LEVEL: SYS\n    TORCH_CUDA_ARCH_LIST: "12.0a"',
+            "NCCL_P2P_LEVEL is rendered from container.nccl_p2p_level",
+        ),
+    ],
+)
 def test_nccl_p2p_level_is_typed_and_never_set_by_hand(
         tmp_path: Path, old: str, new: str, reason: str) -> None:
     with pytest.raises(ProfileError, match=reason):

@@ -15,5 +15,7 @@ def test_readme_variant_table_is_the_records() -> None:
         "README.md's variant table is stale: run python3 scripts/variant_table.py"
     assert VARIANT_TABLE_BEGIN in readme and "no current record" not in table
     assert "| `native` | 0.5.23 | dsa | flashinfer_sparse_mla / flashinfer_sparse_mla |" in table
-    gathercast = "| `gathercast` | 0.5.23 | flashinfer | trtllm / trtllm | fp8_e4m3, 576-byte rows | off |"
+    gathercast = (
+        "| `gathercast` | 0.5.23 | flashinfer | trtllm / trtllm | fp8_e4m3, 576-byte rows | off |"
+    )
     assert gathercast in table

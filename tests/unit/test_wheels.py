@@ -1,4 +1,5 @@
-"""The one wheel cache: lookup, download failures, and every user of it honouring $OPSCTL_WHEEL_CACHE."""
+"""The one wheel cache: lookup, download failures, and every user of it honouring
+$OPSCTL_WHEEL_CACHE."""
 
 from __future__ import annotations
 
@@ -63,12 +64,16 @@ def test_a_failing_download_is_one_build_error_with_the_command_to_run(
     with pytest.raises(BuildError) as info:
         wheels.fetch("sglang", "0.5.23", tmp_path)
     assert info.value.exit_code == EXIT_BUILD
-    assert info.value.message == "pip download sglang==0.5.23 failed: ERROR: No matching distribution"
+    assert (
+        info.value.message == "pip download sglang==0.5.23 failed: ERROR: No matching distribution"
+    )
     assert f"pip download --no-deps sglang==0.5.23 -d {tmp_path}" in info.value.hint
     assert commands[0][-1] == "sglang==0.5.23" and "--no-deps" in commands[0]
 
 
-def test_sglang_args_extract_uses_the_wheel_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sglang_args_extract_uses_the_wheel_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(wheels.WHEEL_CACHE_ENV, str(tmp_path))
     seen: list[Path] = []
 

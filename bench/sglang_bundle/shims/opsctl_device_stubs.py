@@ -39,7 +39,8 @@ class _Stub(types.ModuleType):
         return _Stub(f"{self.__name__}()")
 
     def __getitem__(self, key: object) -> object:
-        return _Stub(f"{self.__name__}[]")  # annotations such as Type[cutlass.Numeric] or Int32[...]
+        # annotations such as Type[cutlass.Numeric] or Int32[...]
+        return _Stub(f"{self.__name__}[]")
 
     def __mro_entries__(self, bases: tuple) -> tuple:
         return (object,)  # class K(stub.Something): defines; using K's stub parts raises
@@ -47,7 +48,9 @@ class _Stub(types.ModuleType):
 
 def _unusable(stub: str, fn: object) -> object:
     def run(*args: object, **kwargs: object) -> object:
-        raise StubUsed(f"{getattr(fn, '__qualname__', fn)} needs {stub}, a placeholder on this machine")
+        raise StubUsed(
+            f"{getattr(fn, '__qualname__', fn)} needs {stub}, a placeholder on this machine"
+        )
 
     return run
 

@@ -1,5 +1,6 @@
-"""The device bundle's start-up hook: placeholders named by $OPSCTL_STUB_MODULES (opsctl_device_stubs),
-served only inside the modules $OPSCTL_STUB_IMPORTERS names (both comma-separated)."""
+"""The device bundle's start-up hook: placeholders named by $OPSCTL_STUB_MODULES
+(opsctl_device_stubs), served only inside the modules $OPSCTL_STUB_IMPORTERS names (both
+comma-separated)."""
 
 import os
 

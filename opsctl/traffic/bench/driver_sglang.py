@@ -91,8 +91,10 @@ def workload_for(spec: WorkloadSpec, settings: BenchSettings) -> Workload:
         raise UsageError(f"--duration: {SOURCE} has no fixed-duration mode",
                          hint=f"give --requests per level, {other}")
     if spec.name not in _DATASETS:
-        raise UsageError(f"--dataset-name {spec.name}: {SOURCE} has no such workload",
-                         hint=f"--dataset-name random, sharegpt or generated-shared-prefix, {other}")
+        raise UsageError(
+            f"--dataset-name {spec.name}: {SOURCE} has no such workload",
+            hint=f"--dataset-name random, sharegpt or generated-shared-prefix, {other}",
+        )
     if spec.turns > 1:
         raise UsageError(f"--multi-turn {spec.turns}: {SOURCE} sends single requests",
                          hint=f"leave out --multi-turn, {other}")
@@ -111,8 +113,10 @@ def workload_for(spec: WorkloadSpec, settings: BenchSettings) -> Workload:
             "sharegpt": f"ShareGPT conversations from {spec.dataset_path} in the container",
             "generated-shared-prefix": f"{spec.groups} x {spec.prompts_per_group} prompts "
             f"sharing {spec.prefix_len}-token prefixes, {spec.input_len}-token questions"}
-    note = (f"{SOURCE} (backend {BACKENDS[settings.api]}, dataset {_DATASETS[spec.name]}) inside each "
-            f"serving container: {what[spec.name]}, lengths counted by the server's tokenizer")
+    note = (
+        f"{SOURCE} (backend {BACKENDS[settings.api]}, dataset {_DATASETS[spec.name]}) inside each "
+        f"serving container: {what[spec.name]}, lengths counted by the server's tokenizer"
+    )
     return Workload(spec.name, None, spec, note)
 
 
@@ -179,8 +183,9 @@ class SglangBench:
             async with asyncio.timeout(deadline):
                 async with client_factory(base_url, options.api_key, max_connections=1,
                                           timeout_s=options.settings.request_timeout_s) as client:
-                    result.model = await resolve_model(client, options,
-                                                        min(60.0, options.settings.request_timeout_s))
+                    result.model = await resolve_model(
+                        client, options, min(60.0, options.settings.request_timeout_s)
+                    )
                 tokenizer = result.model.tokenizer_path
                 if tokenizer is None:
                     raise UsageError(f"{SOURCE} needs the server's tokenizer path: "
@@ -189,8 +194,16 @@ class SglangBench:
                 await _check_dataset(container, options)
                 for concurrency in options.settings.concurrency:
                     try:
-                        level = await _level(container, label, concurrency, result.model.served_name,
-                                             tokenizer, options, progress, ends)
+                        level = await _level(
+                            container,
+                            label,
+                            concurrency,
+                            result.model.served_name,
+                            tokenizer,
+                            options,
+                            progress,
+                            ends,
+                        )
                     except asyncio.CancelledError:
                         result.levels.append(_failed(concurrency, requests_at(options, concurrency),
                                                      0.0, CUT_SHORT))  # the caller says by what

@@ -188,8 +188,14 @@ class InProcess:
                   ) -> None:
         phase.started, cpu = time.perf_counter(), time.process_time()
         try:
-            await drive(functools.partial(self.spec.for_phase(plan).send, self.client), plan.indexes(),
-                        plan.concurrency, plan.arrival, phase.batch, on_done)
+            await drive(
+                functools.partial(self.spec.for_phase(plan).send, self.client),
+                plan.indexes(),
+                plan.concurrency,
+                plan.arrival,
+                phase.batch,
+                on_done,
+            )
         finally:
             phase.ended = time.perf_counter()
             phase.cpu_s = time.process_time() - cpu

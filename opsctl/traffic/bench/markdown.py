@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from opsctl.traffic.bench.report import BenchReport, LevelResult, VariantResult
-    from opsctl.traffic.bench.server_sampler import LatencyFigure
+    from opsctl.traffic.bench.server_sampler import LatencyFigure, ServerFigures
 
 # (label, how to read it from a level, format)
 _ROWS: tuple[tuple[str, Callable[[LevelResult], float | None], str], ...] = (
@@ -38,9 +38,16 @@ _SIDE_BY_SIDE: tuple[tuple[str, Callable[[LevelResult], float | None], str, str]
     ("TTFT mean", lambda lv: lv.ttft_ms.mean, "ttft_ms", "mean"),
     ("TTFT p50", lambda lv: lv.ttft_ms.p50, "ttft_ms", "p50"),
 )
-SERVER_HEADER = ("conc", *(f"{h} client / server (ms)" for h, *_ in _SIDE_BY_SIDE),
-                 "running mean/max", "queued mean/max", "KV max", "accept len mean", "GPU util mean",
-                 "GPU mem max (MiB)")
+SERVER_HEADER = (
+    "conc",
+    *(f"{h} client / server (ms)" for h, *_ in _SIDE_BY_SIDE),
+    "running mean/max",
+    "queued mean/max",
+    "KV max",
+    "accept len mean",
+    "GPU util mean",
+    "GPU mem max (MiB)",
+)
 SERVER_NOTE = ("Server columns: the server's own /metrics during the measured phase (histograms "
                "end minus start; gauges sampled periodically); `~` marks a percentile estimated "
                "from histogram buckets, `>=` one beyond the top bucket. Accept len: tokens per "
@@ -65,18 +72,25 @@ def server_cells(level: LevelResult) -> list[str]:
         return [str(level.concurrency), f"server figures: unavailable ({why})"]
     cells = [str(level.concurrency)]
     for _, read, field, stat in _SIDE_BY_SIDE:
-        cells.append(f"{fmt(read(level), '{:.2f}')} / {_server_value(getattr(server, field), stat)}")
+        cells.append(
+            f"{fmt(read(level), '{:.2f}')} / {_server_value(getattr(server, field), stat)}"
+        )
     for gauge in (server.running, server.queued):
         cells.append(f"{gauge.mean:.1f}/{gauge.max:g}" if gauge else "n/a")
     cells.append(f"{server.kv_usage.max * 100:.1f}%" if server.kv_usage else "n/a")
     accept = server.spec_accept_length
     cells.append(f"{accept.mean:.2f}" if accept else "-")
+    return cells + _gpu_cells(server)
+
+
+def _gpu_cells(server: ServerFigures) -> list[str]:
+    """GPU utilisation averaged over the GPUs, and the highest memory used."""
     utils = [g.util_mean_pct for g in server.gpus if g.util_mean_pct is not None]
     mems = [g.mem_used_max_mib for g in server.gpus if g.mem_used_max_mib is not None]
-    cells.append(f"{sum(utils) / len(utils):.0f}% ({len(utils)} GPU)" if utils
-                 else f"n/a ({server.gpu_unavailable or 'no reading'})")
-    cells.append(f"{max(mems):.0f}" if mems else "n/a")
-    return cells
+    util = f"n/a ({server.gpu_unavailable or 'no reading'})"
+    if utils:
+        util = f"{sum(utils) / len(utils):.0f}% ({len(utils)} GPU)"
+    return [util, f"{max(mems):.0f}" if mems else "n/a"]
 
 
 def server_problems(run: VariantResult) -> list[str]:
@@ -140,40 +154,62 @@ def markdown_table(report: BenchReport) -> str:
         f"{v.variant} (Δ vs {base.variant})" for v in runs[1:]
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    levels = {lv.concurrency: lv for lv in base.levels}
     for concurrency in report.config.settings.concurrency:
-        base_level = levels.get(concurrency)
-        for label, read, spec in _ROWS:
-            base_value = read(base_level) if base_level else None
-            cells = [str(concurrency), label, fmt(base_value, spec)]
-            for other in runs[1:]:
-                level = next((lv for lv in other.levels if lv.concurrency == concurrency), None)
-                value = read(level) if level else None
-                delta = "" if label == "failed" else delta_percent(value, base_value)
-                cells.append(fmt(value, spec) + delta)
-            lines.append("| " + " | ".join(cells) + " |")
+        lines += _level_lines(concurrency, runs)
+    notes = ["", _config_line(report)]
+    if report.config.workload_note:
+        notes.append(f"Workload: {report.config.workload_note}.")
+    for run in report.variants:
+        notes += _variant_notes(run)
+    return "\n".join(lines + notes + _server_section(report)) + "\n"
+
+
+def _at(run: VariantResult, concurrency: int) -> LevelResult | None:
+    return next((lv for lv in run.levels if lv.concurrency == concurrency), None)
+
+
+def _level_lines(concurrency: int, runs: list[VariantResult]) -> list[str]:
+    """One concurrency's rows: each metric for the first variant, then the others with their
+    delta against it (none for failures)."""
+    base_level = _at(runs[0], concurrency)
+    lines = []
+    for label, read, spec in _ROWS:
+        base_value = read(base_level) if base_level else None
+        cells = [str(concurrency), label, fmt(base_value, spec)]
+        for other in runs[1:]:
+            level = _at(other, concurrency)
+            value = read(level) if level else None
+            delta = "" if label == "failed" else delta_percent(value, base_value)
+            cells.append(fmt(value, spec) + delta)
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _config_line(report: BenchReport) -> str:
+    """How the sweep loaded the server, and what goodput counts."""
     config, asked = report.config, report.config.settings
-    workload = (f"{asked.input_words}-word prompts (about one token per word), "
-                f"{asked.output_tokens} output tokens" if config.dataset_name == "words"
-                else f"dataset `{config.dataset_name}`")
+    workload = f"dataset `{config.dataset_name}`"
+    if config.dataset_name == "words":
+        workload = (f"{asked.input_words}-word prompts (about one token per word), "
+                    f"{asked.output_tokens} output tokens")
     slo = ", ".join(f"{name} <= {ms:g} ms" for name, ms in
                     (("TTFT", config.slo_ttft_ms), ("TPOT", config.slo_tpot_ms)) if ms)
-    notes = [
-        "",
-        f"{config.arrival[:1].upper()}{config.arrival[1:]}, {workload}, temperature "
-        f"{config.temperature:g}, `{asked.api}` API; warm-up excluded; percentiles by linear "
-        "interpolation. Negative Δ is better for latencies, positive for throughput"
-        + (f"; goodput counts requests with {slo}." if slo else "; no SLO: no goodput."),
-    ]
-    if config.workload_note:
-        notes.append(f"Workload: {config.workload_note}.")
-    for run in report.variants:
-        if run.error:
-            notes.append(f"- {run.variant}: not benchmarked: {run.error}")
-        elif run.model:
-            notes.append(f"- {run.variant}: {run.base_url}, model {run.model.served_name!r} "
-                         f"({run.model.served_name_source})")
-        notes += [f"- {run.variant} at concurrency {lv.concurrency}: per-request records "
-                  f"{lv.requests_note}" for lv in run.levels if lv.requests_note]
-        notes += [sweep_end_line(run.variant, lv) for lv in run.levels if lv.sweep_end]
-    return "\n".join(lines + notes + _server_section(report)) + "\n"
+    counted = f"; goodput counts requests with {slo}." if slo else "; no SLO: no goodput."
+    return (f"{config.arrival[:1].upper()}{config.arrival[1:]}, {workload}, temperature "
+            f"{config.temperature:g}, `{asked.api}` API; warm-up excluded; percentiles by linear "
+            "interpolation. Negative Δ is better for latencies, positive for throughput"
+            + counted)
+
+
+def _variant_notes(run: VariantResult) -> list[str]:
+    """A variant's notes: why it was not benchmarked or what served it; records and sweep ends."""
+    notes = []
+    if run.error:
+        notes.append(f"- {run.variant}: not benchmarked: {run.error}")
+    elif run.model:
+        notes.append(f"- {run.variant}: {run.base_url}, model {run.model.served_name!r} "
+                     f"({run.model.served_name_source})")
+    notes += [f"- {run.variant} at concurrency {lv.concurrency}: per-request records "
+              f"{lv.requests_note}" for lv in run.levels if lv.requests_note]
+    notes += [sweep_end_line(run.variant, lv) for lv in run.levels if lv.sweep_end]
+    return notes

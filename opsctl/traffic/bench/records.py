@@ -171,27 +171,38 @@ def peaks(results: Sequence[RequestResult]) -> tuple[float | None, int | None]:
     successful requests (its calculate_metrics): one-second buckets from the earliest start;
     a token counted at start + TTFT + each gap in turn; a request in every bucket from the one
     it started in to the one it ended in. None without a timed success."""
-    timed = [r for r in results if r.ok and r.started is not None and r.ttft_s is not None
-             and r.e2e_s is not None]
+    timed = [r for r in results if _timed(r)]
     if not timed:
         return None, None
-    first = min(r.started for r in timed if r.started is not None)
+    first = min(r.started or 0.0 for r in timed)
     last = max((r.started or 0.0) + (r.e2e_s or 0.0) for r in timed)
     buckets = int(math.ceil(last - first)) + 1
     tokens = [0] * buckets
     running = [0] * buckets
     for r in timed:
-        start = (r.started or 0.0) - first
-        at = start + (r.ttft_s or 0.0)
-        tokens[min(int(at), buckets - 1)] += 1
-        for gap in r.itl_s:
-            at += gap
-            second = int(at)
-            if second < buckets:
-                tokens[second] += 1
-        for second in range(int(start), min(int(start + (r.e2e_s or 0.0)) + 1, buckets)):
-            running[second] += 1
+        _count(r, (r.started or 0.0) - first, tokens, running)
     return float(max(tokens)), max(running)
+
+
+def _timed(result: RequestResult) -> bool:
+    """A success with a start, a TTFT and an end-to-end time."""
+    return (result.ok and result.started is not None and result.ttft_s is not None
+            and result.e2e_s is not None)
+
+
+def _count(result: RequestResult, start: float, tokens: list[int], running: list[int]) -> None:
+    """One request's tokens into the seconds they came in, and the request into every second
+    from the one it started in to the one it ended in (`start`: seconds after the first)."""
+    buckets = len(tokens)
+    at = start + (result.ttft_s or 0.0)
+    tokens[min(int(at), buckets - 1)] += 1
+    for gap in result.itl_s:
+        at += gap
+        second = int(at)
+        if second < buckets:
+            tokens[second] += 1
+    for second in range(int(start), min(int(start + (result.e2e_s or 0.0)) + 1, buckets)):
+        running[second] += 1
 
 
 def details(records: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
@@ -256,5 +267,7 @@ def rescore_report(directory: Path, slo: Slo) -> BenchReport:
             records = read_records(directory / level.requests_file)
             level.goodput = rescore(records, slo, level.duration_s)
             if level.requests_note:
-                level.notes.append(f"re-scored over the recorded requests only ({level.requests_note})")
+                level.notes.append(
+                    f"re-scored over the recorded requests only ({level.requests_note})"
+                )
     return report

@@ -42,7 +42,13 @@ from pydantic import BaseModel
 
 from opsctl.core.httpcap import IDENTITY, capped_async_transport
 from opsctl.core.redact import auth_headers
-from opsctl.traffic.bench.gpu_sample import GpuFigure, GpuProbe, GpuQueryFailed, GpuTally, on_this_host
+from opsctl.traffic.bench.gpu_sample import (
+    GpuFigure,
+    GpuProbe,
+    GpuQueryFailed,
+    GpuTally,
+    on_this_host,
+)
 from opsctl.traffic.promtext import (
     Histogram,
     HistogramError,
@@ -285,9 +291,16 @@ class _Gauge:
 class LevelSampler:
     """Start, poll and end samples of one level; `result()` once stopped."""
 
-    def __init__(self, fetch: Callable[[], Awaitable[str]], *, interval_s: float = DEFAULT_INTERVAL_S,
-                 gpu: GpuProbe | None = None, gpu_unavailable: str | None = None,
-                 max_scrapes: int = MAX_SCRAPES, max_bytes: int = MAX_SCRAPE_BYTES) -> None:
+    def __init__(
+        self,
+        fetch: Callable[[], Awaitable[str]],
+        *,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        gpu: GpuProbe | None = None,
+        gpu_unavailable: str | None = None,
+        max_scrapes: int = MAX_SCRAPES,
+        max_bytes: int = MAX_SCRAPE_BYTES,
+    ) -> None:
         self._fetch, self._interval = fetch, interval_s
         self._gpu, self._max_scrapes, self._max_bytes = gpu, max_scrapes, max_bytes
         self._figures = ServerFigures(interval_s=interval_s, gpu_unavailable=gpu_unavailable)
@@ -384,19 +397,29 @@ class LevelSampler:
         if figures.running is None:
             figures.notes.append(f"no gauge sample during the level (shorter than the "
                                  f"{self._interval:g}s interval, or every scrape failed)")
-        why = cut or f"no end sample ({figures.last_failure})"
-        for field, base, expected in HISTOGRAMS:
-            if end is None:
+        if end is None:
+            why = cut or f"no end sample ({figures.last_failure})"
+            for field, _, _ in HISTOGRAMS:
                 setattr(figures, field, LatencyFigure(unavailable=why))
-            elif base in end or base in start:
-                setattr(figures, field, latency(start.get(base, {}), end.get(base, {})))
-                self._sets = max(self._sets, len(end.get(base, {})))
-            elif expected:
-                setattr(figures, field, LatencyFigure(unavailable="not exported"))
-        if any(getattr(figures, f) and getattr(figures, f).p50 is not None for f, _, _ in HISTOGRAMS):
+        else:
+            self._latencies(start, end)
+        if any(
+            getattr(figures, f) and getattr(figures, f).p50 is not None for f, _, _ in HISTOGRAMS
+        ):
             figures.notes.append(ESTIMATE_NOTE)
         if self._sets > 1:
             figures.notes.append(COMBINE_NOTE)
+
+    def _latencies(self, start: dict[str, dict[Labels, Histogram]],
+                   end: dict[str, dict[Labels, Histogram]]) -> None:
+        """Each histogram's figure over the level; "not exported" for an expected one the
+        server has neither at the start nor at the end."""
+        for field, base, expected in HISTOGRAMS:
+            if base in end or base in start:
+                setattr(self._figures, field, latency(start.get(base, {}), end.get(base, {})))
+                self._sets = max(self._sets, len(end.get(base, {})))
+            elif expected:
+                setattr(self._figures, field, LatencyFigure(unavailable="not exported"))
 
     def result(self) -> ServerFigures:
         return self._figures.model_copy(deep=True)

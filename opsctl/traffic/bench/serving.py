@@ -104,32 +104,13 @@ def level_row(report: BenchReport, variant: VariantResult, level: LevelResult,
         "request_throughput": level.requests_per_s,
         "output_throughput": level.output_tokens_per_s,
     }
-    if level.input_tokens is not None and duration > 0:
-        row["total_input_tokens"] = level.input_tokens
-        row["input_throughput"] = round(level.input_tokens / duration, 3)
-        row["total_throughput"] = round((level.input_tokens + level.output_tokens) / duration, 3)
-    for stem, field in _FIGURES:
-        pcts: Pcts = getattr(level, field)
-        for prefix, attr in _STATS:
-            value = getattr(pcts, attr)
-            if value is not None:
-                row[f"{prefix}_{stem}_ms"] = value
-    if level.e2e_ms.mean is not None and duration > 0:
-        row["concurrency"] = round(level.e2e_ms.mean * level.completed / 1000.0 / duration, 4)
-    if level.max_output_tokens_per_s is not None:
-        row["max_output_tokens_per_s"] = level.max_output_tokens_per_s
-        row["max_concurrent_requests"] = level.max_concurrent_requests
+    row.update(_input_fields(level))
+    row.update(_figure_fields(level))
+    row.update(_load_fields(level))
     server = level.server
     accept = server.spec_accept_length if server else None
     row["accept_length"] = accept.mean if accept else None
-    good = level.goodput
-    if good is not None and good.share is not None:
-        slos = {name: ms for name, ms in (("ttft", good.ttft_ms), ("tpot", good.tpot_ms))
-                if ms is not None}
-        row.update(goodput_slos_ms=slos, request_goodput=good.rate_per_s,
-                   slo_attainment=good.share)
-        if good.by_metric:
-            row["slo_attainment_by_metric"] = good.by_metric
+    row.update(_goodput_fields(level))
     if server is not None and server.cache is not None:
         row["cache_report"] = cache_report(server.cache)
     row["opsctl"] = {"failed": level.failed + level.warmup_failed,
@@ -140,6 +121,54 @@ def level_row(report: BenchReport, variant: VariantResult, level: LevelResult,
     if records is not None:
         row.update(details(records))
     return row
+
+
+def _input_fields(level: LevelResult) -> dict[str, Any]:
+    """The prompt tokens and the input and total throughput, where they were counted."""
+    duration = level.duration_s
+    if level.input_tokens is None or duration <= 0:
+        return {}
+    return {"total_input_tokens": level.input_tokens,
+            "input_throughput": round(level.input_tokens / duration, 3),
+            "total_throughput": round((level.input_tokens + level.output_tokens) / duration, 3)}
+
+
+def _figure_fields(level: LevelResult) -> dict[str, Any]:
+    """Each latency statistic measured, under sglang's name (e.g. p99_e2e_latency_ms)."""
+    fields = {}
+    for stem, field in _FIGURES:
+        pcts: Pcts = getattr(level, field)
+        for prefix, attr in _STATS:
+            value = getattr(pcts, attr)
+            if value is not None:
+                fields[f"{prefix}_{stem}_ms"] = value
+    return fields
+
+
+def _load_fields(level: LevelResult) -> dict[str, Any]:
+    """The mean requests in flight (Little's law) and the peaks, where measured."""
+    fields: dict[str, Any] = {}
+    if level.e2e_ms.mean is not None and level.duration_s > 0:
+        in_flight = level.e2e_ms.mean * level.completed / 1000.0 / level.duration_s
+        fields["concurrency"] = round(in_flight, 4)
+    if level.max_output_tokens_per_s is not None:
+        fields["max_output_tokens_per_s"] = level.max_output_tokens_per_s
+        fields["max_concurrent_requests"] = level.max_concurrent_requests
+    return fields
+
+
+def _goodput_fields(level: LevelResult) -> dict[str, Any]:
+    """The SLO's limits, the goodput and the attainment (each limit's too), where judged."""
+    good = level.goodput
+    if good is None or good.share is None:
+        return {}
+    slos = {name: ms for name, ms in (("ttft", good.ttft_ms), ("tpot", good.tpot_ms))
+            if ms is not None}
+    fields = {"goodput_slos_ms": slos, "request_goodput": good.rate_per_s,
+              "slo_attainment": good.share}
+    if good.by_metric:
+        fields["slo_attainment_by_metric"] = good.by_metric
+    return fields
 
 
 def cache_report(cache: CacheFigure) -> dict[str, Any]:

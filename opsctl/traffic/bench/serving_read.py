@@ -44,6 +44,27 @@ def level_from_row(row: dict[str, Any], concurrency: int, requests: int,
                    notes: list[str]) -> LevelResult:
     """The level bench_serving measured at `concurrency`, asked for `requests` requests;
     `notes` (what the driver knows about the run) come first in the level's notes."""
+    completed = _completed(row, concurrency, requests)
+    duration = _number(row, "duration", required=True) or 0.0
+    output_tokens = _count(row, "total_output_tokens")
+    input_tokens = _number(row, "total_input_tokens")
+    figures, missing, empty = _figures(row, completed)
+    failed = max(0, requests - completed)
+    return LevelResult(
+        concurrency=concurrency, requests=requests, completed=completed, failed=failed,
+        warmup_requests=0, warmup_failed=0,
+        **_unreported(failed, requests),
+        duration_s=round(duration, 4), output_tokens=output_tokens,
+        **_inputs(row, input_tokens, completed),
+        output_tokens_per_s=round(_number(row, "output_throughput", required=True) or 0.0, 3),
+        requests_per_s=round(_number(row, "request_throughput", required=True) or 0.0, 4),
+        token_count_source=SOURCE, itl_note=f"per chunk, as {SOURCE} measures it",
+        notes=_level_notes(notes, missing, empty if completed else []), **figures,
+    )
+
+
+def _completed(row: dict[str, Any], concurrency: int, requests: int) -> int:
+    """The row's completed requests, once the row is shown to be this level's."""
     asked = _number(row, "max_concurrency")
     if asked != concurrency:
         raise Malformed(f"the row is for max_concurrency {asked!r}, not {concurrency}")
@@ -51,9 +72,12 @@ def level_from_row(row: dict[str, Any], concurrency: int, requests: int,
     if completed > requests:
         raise Malformed(f"the row has {completed} completed requests, more than the {requests} "
                         "asked for")
-    duration = _number(row, "duration", required=True) or 0.0
-    output_tokens = _count(row, "total_output_tokens")
-    input_tokens = _number(row, "total_input_tokens")
+    return completed
+
+
+def _figures(row: dict[str, Any], completed: int) -> tuple[dict[str, Pcts], list[str], list[str]]:
+    """Each latency's percentiles; the keys the row lacks; the figures it wrote as zeros for an
+    empty sample (left empty)."""
     figures: dict[str, Pcts] = {}
     missing: list[str] = []
     empty: list[str] = []
@@ -65,30 +89,36 @@ def level_from_row(row: dict[str, Any], concurrency: int, requests: int,
             empty.append(stem)
             present = {}
         figures[field] = Pcts(**present)
-    failed = max(0, requests - completed)
+    return figures, missing, empty
+
+
+def _unreported(failed: int, requests: int) -> dict[str, Any]:
+    """The requests that did not complete: the row does not say why."""
+    if not failed:
+        return {"errors": {}, "error_examples": []}
+    return {"errors": {"unreported": failed},
+            "error_examples": [f"{failed} of {requests} request(s) did not complete; "
+                               f"{SOURCE}'s row does not say why"]}
+
+
+def _inputs(row: dict[str, Any], input_tokens: float | None, completed: int) -> dict[str, Any]:
+    """The prompt side: none where nothing completed or the row has no input tokens."""
+    rate = _rate(row, "input_throughput") if completed else None
+    if input_tokens is None or not completed:
+        return {"prompt_tokens_mean": None, "input_tokens": None, "input_tokens_per_s": rate}
+    return {"prompt_tokens_mean": round(input_tokens / completed, 2),
+            "input_tokens": int(input_tokens), "input_tokens_per_s": rate}
+
+
+def _level_notes(notes: list[str], missing: list[str], empty: list[str]) -> list[str]:
+    """The driver's notes, then what the row lacked or wrote as zeros."""
     level_notes = list(notes)
     if missing:
         level_notes.append(f"not in {SOURCE}'s row (left empty): {', '.join(missing)}")
-    if empty and completed:
+    if empty:
         level_notes.append(f"{', '.join(empty)}: {SOURCE} wrote 0 for an empty sample (answers "
                            "of one chunk); left empty")
-    return LevelResult(
-        concurrency=concurrency, requests=requests, completed=completed, failed=failed,
-        warmup_requests=0, warmup_failed=0,
-        errors={"unreported": failed} if failed else {},
-        error_examples=[f"{failed} of {requests} request(s) did not complete; {SOURCE}'s row "
-                        "does not say why"] if failed else [],
-        duration_s=round(duration, 4), output_tokens=output_tokens,
-        prompt_tokens_mean=round(input_tokens / completed, 2)
-        if input_tokens is not None and completed else None,
-        input_tokens=int(input_tokens) if input_tokens is not None and completed else None,
-        input_tokens_per_s=_rate(row, "input_throughput") if completed else None,
-        output_tokens_per_s=round(_number(row, "output_throughput", required=True) or 0.0, 3),
-        requests_per_s=round(_number(row, "request_throughput", required=True) or 0.0, 4),
-        token_count_source=SOURCE, itl_note=f"per chunk, as {SOURCE} measures it",
-        notes=level_notes, ttft_ms=figures["ttft_ms"], tpot_ms=figures["tpot_ms"],
-        itl_ms=figures["itl_ms"], e2e_ms=figures["e2e_ms"],
-    )
+    return level_notes
 
 
 def _number(row: dict[str, Any], key: str, *, required: bool = False) -> float | None:

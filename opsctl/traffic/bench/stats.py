@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from opsctl.config.sloconfig import Slo
 from opsctl.core.redact import redact
@@ -70,46 +71,86 @@ def summarize(
     usage), so neither is throughput.
     """
     ok = [r for r in measured if r.ok]
-    failures = [r for r in measured + warmup if not r.ok]
-    kinds = Counter(str(r.error_kind or "unknown") for r in failures)
-    output_tokens = sum(r.output_tokens for r in ok)
-    prompt_counts = [r.prompt_tokens for r in ok if r.prompt_tokens]
-    stated = slo is not None and (slo.ttft is not None or slo.tpot is not None)
     flagged = [r for r in measured + warmup if r.usage_note]
     peak_tokens, peak_running = peaks(ok)
-    input_tokens = sum(prompt_counts) if ok and len(prompt_counts) == len(ok) else None
     return LevelResult(
         concurrency=concurrency,
-        requests=len(measured),
-        completed=len(ok),
-        failed=len(measured) - len(ok),
-        warmup_requests=len(warmup),
-        warmup_failed=sum(1 for r in warmup if not r.ok),
-        errors=dict(kinds),
-        error_examples=_examples([f"{r.error_kind}: {r.error}" for r in failures], api_key),
+        **_outcomes(measured, warmup, api_key),
         duration_s=round(duration_s, 4),
-        output_tokens=output_tokens,
-        prompt_tokens_mean=round(sum(prompt_counts) / len(prompt_counts), 2)
-        if prompt_counts else None,
-        input_tokens=input_tokens,
-        input_tokens_per_s=round(input_tokens / duration_s, 3)
-        if input_tokens is not None and duration_s > 0 else None,
-        output_tokens_per_s=round(output_tokens / duration_s, 3) if duration_s > 0 else 0.0,
-        requests_per_s=round(len(ok) / duration_s, 4) if duration_s > 0 else 0.0,
-        ttft_ms=pcts([r.ttft_s for r in ok if r.ttft_s is not None]),
-        itl_ms=pcts([gap for r in ok for gap in r.itl_s]),
-        tpot_ms=pcts([t for r in ok if (t := r.tpot_s) is not None]),
-        e2e_ms=pcts([r.e2e_s for r in ok if r.e2e_s is not None]),
-        token_count_source="+".join(sorted({r.token_source for r in ok})) or "none",
-        text_chunks=sum(r.content_chunks for r in ok),
-        itl_note=itl_note(ok),
+        **_throughput(ok, duration_s),
+        **_latencies(ok),
         usage_flagged=len(flagged),
         usage_notes=_examples([r.usage_note or "" for r in flagged], api_key),
         aborted=aborted,
         in_flight_cut=in_flight_cut,
-        goodput=goodput(slo, measured, duration_s) if slo is not None and stated else None,
+        goodput=_stated_goodput(slo, measured, duration_s),
         max_output_tokens_per_s=peak_tokens, max_concurrent_requests=peak_running,
     )
+
+
+def _outcomes(measured: list[RequestResult], warmup: list[RequestResult],
+              api_key: str | None) -> dict[str, Any]:
+    """How many requests each phase sent and how many failed; the failures by kind."""
+    completed = sum(1 for r in measured if r.ok)
+    failures = [r for r in measured + warmup if not r.ok]
+    return {
+        "requests": len(measured),
+        "completed": completed,
+        "failed": len(measured) - completed,
+        "warmup_requests": len(warmup),
+        "warmup_failed": sum(1 for r in warmup if not r.ok),
+        "errors": dict(Counter(str(r.error_kind or "unknown") for r in failures)),
+        "error_examples": _examples([f"{r.error_kind}: {r.error}" for r in failures], api_key),
+    }
+
+
+def _rate(amount: float, duration_s: float, digits: int) -> float:
+    """`amount` per second of `duration_s`, 0 over no time."""
+    return round(amount / duration_s, digits) if duration_s > 0 else 0.0
+
+
+def _throughput(ok: list[RequestResult], duration_s: float) -> dict[str, Any]:
+    """Tokens in and out of the successes and their rates; the input side only when every
+    success reported its prompt's tokens."""
+    output_tokens = sum(r.output_tokens for r in ok)
+    prompt_counts = [r.prompt_tokens for r in ok if r.prompt_tokens]
+    all_counted = bool(ok) and len(prompt_counts) == len(ok)
+    input_tokens = sum(prompt_counts) if all_counted else None
+    input_rate = None
+    if input_tokens is not None and duration_s > 0:
+        input_rate = _rate(input_tokens, duration_s, 3)
+    prompt_mean = None
+    if prompt_counts:
+        prompt_mean = round(sum(prompt_counts) / len(prompt_counts), 2)
+    return {
+        "output_tokens": output_tokens,
+        "prompt_tokens_mean": prompt_mean,
+        "input_tokens": input_tokens,
+        "input_tokens_per_s": input_rate,
+        "output_tokens_per_s": _rate(output_tokens, duration_s, 3),
+        "requests_per_s": _rate(len(ok), duration_s, 4),
+    }
+
+
+def _latencies(ok: list[RequestResult]) -> dict[str, Any]:
+    """The successes' latency percentiles and where their token counts came from."""
+    return {
+        "ttft_ms": pcts([r.ttft_s for r in ok if r.ttft_s is not None]),
+        "itl_ms": pcts([gap for r in ok for gap in r.itl_s]),
+        "tpot_ms": pcts([t for r in ok if (t := r.tpot_s) is not None]),
+        "e2e_ms": pcts([r.e2e_s for r in ok if r.e2e_s is not None]),
+        "token_count_source": "+".join(sorted({r.token_source for r in ok})) or "none",
+        "text_chunks": sum(r.content_chunks for r in ok),
+        "itl_note": itl_note(ok),
+    }
+
+
+def _stated_goodput(slo: Slo | None, measured: list[RequestResult],
+                    duration_s: float) -> Goodput | None:
+    """Goodput under `slo` when it states a TTFT or TPOT limit, else None."""
+    if slo is None or (slo.ttft is None and slo.tpot is None):
+        return None
+    return goodput(slo, measured, duration_s)
 
 
 def with_client_cpu(level: LevelResult, cpu_s: float, wall_s: float, *,

@@ -1,7 +1,7 @@
 """`opsctl bench`'s load: a concurrency sweep per variant -> BenchReport.
 
-Load model (opsctl.traffic.bench.arrival): a closed loop by default; at concurrency c, c workers each
-send one streaming request at a time; or Poisson arrivals at `request_rate` with c as the cap;
+Load model (opsctl.traffic.bench.arrival): a closed loop by default; at concurrency c, c workers
+each send one streaming request at a time; or Poisson arrivals at `request_rate` with c as the cap;
 either for N requests or for `duration_s` seconds per level. c warm-up requests (closed loop)
 run first and are excluded from the statistics (their failures still count). Prompts and output
 lengths come from the workload (opsctl.traffic.bench.workloads: word prompts by default, token-exact

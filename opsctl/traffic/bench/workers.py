@@ -53,7 +53,10 @@ STOP_GRACE_S = 5.0  # stopped workers report what finished within this
 EXIT_GRACE_S = 2.0  # then `close` terminates, then kills
 SEED_STRIDE = 1_000_003
 # The worker's command: a fresh interpreter, its socket to the parent as a file descriptor.
-_CHILD = "import sys; from opsctl.traffic.bench.workers import worker_main; worker_main(int(sys.argv[1]))"
+_CHILD = (
+    "import sys; from opsctl.traffic.bench.workers import worker_main; "
+    "worker_main(int(sys.argv[1]))"
+)
 
 
 class WorkerDied(RuntimeError):
@@ -240,19 +243,12 @@ class WorkerPool:
         parts = split(plan, workers)
         busy = self._workers[:len(parts)]
         phase.started, cpu = time.perf_counter(), time.process_time()
-        for worker, part in zip(busy, parts, strict=True):
-            worker.waiting, worker.on_done = self._loop.create_future(), on_done
-            if worker.alive:
-                _send(worker.conn, ("phase", part))
-            else:
-                self._gone(worker)
+        self._hand_out(busy, parts, on_done)
         waiting = [worker.waiting for worker in busy if worker.waiting is not None]
         try:
             await asyncio.wait(waiting)
         except asyncio.CancelledError:
-            for worker in busy:
-                if worker.alive and worker.waiting is not None and not worker.waiting.done():
-                    _send(worker.conn, ("stop", None))
+            _stop_unfinished(busy)
             await asyncio.wait(waiting, timeout=STOP_GRACE_S)
             raise
         finally:
@@ -263,6 +259,16 @@ class WorkerPool:
         for future in waiting:
             if (error := future.exception()) is not None:
                 raise error
+
+    def _hand_out(self, busy: list[_Worker], parts: list[PhasePlan],
+                  on_done: Callable[[], None] | None) -> None:
+        """Each busy worker its part of the phase (one already gone fails its wait at once)."""
+        for worker, part in zip(busy, parts, strict=True):
+            worker.waiting, worker.on_done = self._loop.create_future(), on_done
+            if worker.alive:
+                _send(worker.conn, ("phase", part))
+            else:
+                self._gone(worker)
 
     def close(self) -> None:
         """Ask every worker to exit; terminate, then kill, what has not within the grace."""
@@ -284,6 +290,13 @@ class WorkerPool:
                 worker.process.kill()
                 worker.process.wait()
             worker.conn.close()
+
+
+def _stop_unfinished(busy: list[_Worker]) -> None:
+    """Ask each live worker still in its phase to stop sending."""
+    for worker in busy:
+        if worker.alive and worker.waiting is not None and not worker.waiting.done():
+            _send(worker.conn, ("stop", None))
 
 
 def _merge(phase: Phase, reports: list[Phase], parent_cpu_s: float, start: int) -> None:

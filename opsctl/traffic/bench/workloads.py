@@ -274,10 +274,15 @@ def _sharegpt(spec: WorkloadSpec, tokens: Tokens | None) -> Workload:
 
 def _first_exchange(turns: list[Any]) -> tuple[str, str] | None:
     for first, second in zip(turns, turns[1:], strict=False):
-        if (isinstance(first, dict) and isinstance(second, dict)
-                and first.get("from") in ("human", "user") and second.get("from") in ("gpt", "assistant")
-                and isinstance(first.get("value"), str) and isinstance(second.get("value"), str)
-                and first["value"].strip()):
+        if (
+            isinstance(first, dict)
+            and isinstance(second, dict)
+            and first.get("from") in ("human", "user")
+            and second.get("from") in ("gpt", "assistant")
+            and isinstance(first.get("value"), str)
+            and isinstance(second.get("value"), str)
+            and first["value"].strip()
+        ):
             return first["value"], second["value"]
     return None
 

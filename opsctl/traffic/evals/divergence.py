@@ -83,7 +83,9 @@ def _missing_note(ref: GreedyOutput, cur: GreedyOutput | None) -> str:
     return ""
 
 
-def _locate(ref: GreedyOutput, cur: GreedyOutput) -> tuple[Literal["tokens", "characters"], int] | None:
+def _locate(
+    ref: GreedyOutput, cur: GreedyOutput
+) -> tuple[Literal["tokens", "characters"], int] | None:
     """First differing token when both sides have token ids, else first differing character."""
     if ref.tokens is not None and cur.tokens is not None:
         token = _first_difference(ref.tokens, cur.tokens)
