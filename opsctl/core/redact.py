@@ -75,12 +75,14 @@ _JSON_VALUE = re.compile(r'"(?P<name>[A-Za-z][A-Za-z0-9_.-]{0,63})"[ \t]{0,8}:[ 
 # A name is secret when it is one of these or ends in `_` + one (`client_secret`, `HF_TOKEN`);
 # not a tokenizer's `eos_token` or a count's `max_tokens`.
 _SECRET_WORDS = ("api_key", "password", "passwd", "secret", "credential", "credentials",
-                 "access_key", "private_key", "signature", "authorization", "token",
+                 "access_key", "private_key", "authorization", "token",
                  "access_token", "auth_token", "api_token", "bearer_token", "refresh_token",
                  "id_token", "session_token", "security_token", "hf_token", "bot_token")
 _TOKEN_WORDS = tuple(word for word in _SECRET_WORDS if word.endswith("_token"))
 _GLUED_WORDS = ("apikey", "password", "passwd", "secret")  # `dbpassword`, `clientsecret` too
-_QUERY_ONLY_WORDS = ("key", "sig", "code", "auth")  # secret after `?` or `&` only
+# Secret after `?` or `&` only: a presigned URL's `X-Amz-Signature`, `sig`; opsctl's own JSON
+# has a `signature` (a trace finding's name) that is no secret.
+_QUERY_ONLY_WORDS = ("key", "sig", "code", "auth", "signature")
 # Text with none of these holds no secret-named value: the two patterns above are skipped.
 _NAME_HINT = re.compile(r"(?i)key|pass|secret|token|credential|signature|auth|sig=|code=")
 # Secrets opsctl was handed in this process (`remember`, `remember_url`), beside the API key.
@@ -140,7 +142,9 @@ def _secret_name(name: str, *, query: bool) -> bool:
     """Whether a parameter or field of this name holds a secret (`api_key`, `X-Auth-Token`,
     `client_secret`, and `key`, `sig`, `code`, `auth` in a URL's query)."""
     plain = name.lower().replace("-", "_").replace(".", "_")
-    if query and plain in _QUERY_ONLY_WORDS or plain.endswith(_GLUED_WORDS):
+    if query and (plain in _QUERY_ONLY_WORDS or plain.endswith("_signature")):
+        return True
+    if plain.endswith(_GLUED_WORDS):
         return True
     words = _TOKEN_WORDS if plain.endswith("_token") else _SECRET_WORDS
     return any(plain == word or plain.endswith("_" + word) for word in words)

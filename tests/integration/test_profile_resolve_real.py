@@ -98,4 +98,7 @@ def test_offline_without_the_wheel_is_one_line_and_exit_3(tmp_path: Path) -> Non
     errors = [line for line in lines if line.startswith("error: ")]
     assert len(errors) == 1 and errors[0].startswith("error: pip download sglang==0.5.23 failed")
     assert sorted(releases_root().glob(f"*/{resolve.RECORD_DIR}/*.json")) == before
-    assert not list((tmp_path / "cache").glob("resolve/*"))
+    # Nothing of the release it could not fetch; the link farm to opsctl's own torch
+    # (argspec.resolution.torch_environment: made whole, reused by every later run) may stay.
+    left = [p.name for p in (tmp_path / "cache").glob("resolve/*")]
+    assert all(name.startswith("torch-") for name in left), left

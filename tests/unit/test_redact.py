@@ -110,3 +110,10 @@ def test_redact_stays_linear(text: str) -> None:
 def test_a_secret_named_by_variable_stays_a_name() -> None:
     assert redact("-e 'HF_TOKEN=$HF_TOKEN' password=${DB_PW}") == \
         "-e 'HF_TOKEN=$HF_TOKEN' password=${DB_PW}"
+
+
+def test_a_trace_findings_signature_is_no_secret_but_a_presigned_urls_is() -> None:
+    finding = '{"signature": "full_pool_kv_cast", "share": 0.99}'
+    assert redact(finding) == finding  # opsctl's own trace report (CI's trace capture test)
+    masked = redact("https://bucket.example/o?X-Amz-Signature=abcdef0123456789&x=1")
+    assert "abcdef0123456789" not in masked and "x=1" in masked
