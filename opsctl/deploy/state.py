@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from opsctl.core.checkpoint import checkpoint_id
 from opsctl.core.errors import UsageError
-from opsctl.core.files import atomic_write_text
+from opsctl.core.files import atomic_write_text, read_bounded
 from opsctl.core.paths import default_state_dir
 from opsctl.core.reports import stamp
 
@@ -121,9 +121,12 @@ def _safe(name: str, what: str) -> str:
     return name
 
 
+MAX_STATE_BYTES = 1 << 20  # a verdict or a last-good record is a few KiB
+
+
 def _load(path: Path, model: type[_Record]) -> Any:
     try:
-        return model.model_validate_json(path.read_text())
+        return model.model_validate_json(read_bounded(path, "state file", MAX_STATE_BYTES))
     except FileNotFoundError:
         return None
     except (ValidationError, ValueError, OSError) as exc:

@@ -114,6 +114,10 @@ def test_status_shows_a_recorded_mismatch_and_survives_a_broken_state_file(
     (state.root / "containers" / f"{started.container.id}.json").write_text("{not json")
     (shown,) = status_verdicts(engine, state)
     assert shown.startswith("unknown (state file")
+    # A state file grown past any record opsctl writes is refused unread, not loaded whole:
+    (state.root / "containers" / f"{started.container.id}.json").write_bytes(b" " * (2 << 20))
+    (shown,) = status_verdicts(engine, state)
+    assert shown.startswith("unknown (state file") and "larger than 1 MiB" in shown
     engine.add_container("opsctl-other", {labels.MANAGED: labels.TRUE,
                                           labels.ROLE: labels.ROLE_SERVER}, status="exited")
     assert status_verdicts(engine, state)[1] == "not verified"  # started before any record
