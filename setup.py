@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parent
 
 def _paths() -> ModuleType:
     # opsctl.core.paths is stdlib only: read from the file, before opsctl's dependencies exist.
-    spec = importlib.util.spec_from_file_location("_opsctl_paths", ROOT / "opsctl" / "core" / "paths.py")
+    source = ROOT / "opsctl" / "core" / "paths.py"
+    spec = importlib.util.spec_from_file_location("_opsctl_paths", source)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclass looks its module up
@@ -43,8 +44,8 @@ class BuildPyWithData(build_py):
                 raise SystemExit(f"opsctl's data folder {rel}/ is missing from {ROOT}")
 
             def ignore(folder: str, names: list[str], skip: set[Path] = skip) -> set[str]:
-                return {name for name in names
-                        if name == "__pycache__" or name.endswith(".pyc") or Path(folder, name) in skip}
+                return {name for name in names if name == "__pycache__"
+                        or name.endswith(".pyc") or Path(folder, name) in skip}
 
             shutil.copytree(source, target / rel, ignore=ignore)
 
