@@ -21,6 +21,7 @@ from opsctl.cli.knobs import (
     GspPrefixOpt,
     GspPromptsOpt,
     InputWordsOpt,
+    IslOslOpt,
     MultiTurnOpt,
     OutputTokensOpt,
     RangeRatioOpt,
@@ -70,6 +71,7 @@ def decide(
     multi_turn: MultiTurnOpt = _D.multi_turn,
     trace_scale: TraceScaleOpt = _D.trace_scale,
     random_range_ratio: RangeRatioOpt = _D.range_ratio,
+    isl_osl: IslOslOpt = None,
     extra_request_body: ExtraBodyOpt = None,
     margin: Annotated[float | None, _decide("margin_percent", "--margin")] = None,
     rescore: Annotated[str | None, typer.Option("--rescore", help="Judge the decide run in this "
@@ -125,7 +127,7 @@ def decide(
             dataset_name=dataset_name, dataset_path=dataset_path, tokenizer=tokenizer, seed=seed,
             gsp_groups=gsp_groups, gsp_prompts_per_group=gsp_prompts_per_group,
             gsp_prefix_len=gsp_prefix_len, multi_turn=multi_turn, trace_scale=trace_scale,
-            random_range_ratio=random_range_ratio,
+            random_range_ratio=random_range_ratio, isl_osl=isl_osl,
             extra_request_body=extra_request_body)).items() if name not in given})
     request = decide_app.DecideRequest(variants=parse_variants(variants),
                                        out_dir=Path(out) if out else default_decide_dir(),

@@ -61,6 +61,8 @@ MultiTurnOpt = Annotated[int, _bench("multi_turn", "--multi-turn")]
 TraceScaleOpt = Annotated[float, _bench("trace_scale", "--trace-scale")]
 RangeRatioOpt = Annotated[float, _bench("range_ratio", "--random-range-ratio")]
 ExtraBodyOpt = Annotated[str | None, _bench("extra_request_body", "--extra-request-body")]
+IslOslOpt = Annotated[str | None, typer.Option(
+    "--isl-osl", help=BenchSettings.model_fields["length_pairs"].description)]
 
 
 def workload(given: dict[str, Any]) -> dict[str, Any]:
@@ -70,7 +72,7 @@ def workload(given: dict[str, Any]) -> dict[str, Any]:
     from pathlib import Path
 
     from opsctl.traffic.bench.sweep import parse_request_body
-    from opsctl.traffic.bench.workloads import parse_dataset_name
+    from opsctl.traffic.bench.workloads import parse_dataset_name, parse_length_pairs
     from opsctl.traffic.client import parse_api
 
     path, tokenizer = given["dataset_path"], given["tokenizer"]
@@ -83,5 +85,6 @@ def workload(given: dict[str, Any]) -> dict[str, Any]:
         "gsp_groups": given["gsp_groups"], "gsp_prompts_per_group": given["gsp_prompts_per_group"],
         "gsp_prefix_len": given["gsp_prefix_len"], "multi_turn": given["multi_turn"],
         "trace_scale": given["trace_scale"], "range_ratio": given["random_range_ratio"],
+        "length_pairs": parse_length_pairs(given["isl_osl"]),
         "extra_request_body": parse_request_body(given["extra_request_body"]),
     }

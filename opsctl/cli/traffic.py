@@ -21,6 +21,7 @@ from opsctl.cli.knobs import (
     GspPrefixOpt,
     GspPromptsOpt,
     InputWordsOpt,
+    IslOslOpt,
     MultiTurnOpt,
     OutputTokensOpt,
     RangeRatioOpt,
@@ -228,6 +229,7 @@ def bench(
     gsp_prompts_per_group: GspPromptsOpt = _B.gsp_prompts_per_group,
     gsp_prefix_len: GspPrefixOpt = _B.gsp_prefix_len,
     random_range_ratio: RangeRatioOpt = _B.range_ratio,
+    isl_osl: IslOslOpt = None,
     extra_request_body: ExtraBodyOpt = None,
     driver: Annotated[str, typer.Option(
         "--driver", help="What sends the load: opsctl (its own client) or sglang-bench "
@@ -297,6 +299,7 @@ def bench(
                         gsp_prompts_per_group=gsp_prompts_per_group,
                         gsp_prefix_len=gsp_prefix_len, multi_turn=multi_turn,
                         trace_scale=trace_scale, random_range_ratio=random_range_ratio,
+                        isl_osl=isl_osl,
                         extra_request_body=extra_request_body)),
     )
     root = Root(image)

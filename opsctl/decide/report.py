@@ -405,6 +405,10 @@ def _workload(settings: DecideSettings | None) -> list[str]:
                "tokens" if settings.dataset in (None, "random", "words",
                                                 "generated-shared-prefix")
                else f"lengths from {settings.dataset_path}")
+    if settings.length_pairs:
+        shapes = ", ".join(f"{prompt}:{answer}" for prompt, answer in settings.length_pairs)
+        count = len(settings.length_pairs)
+        lengths = f"ISL:OSL pairs {shapes} (request i takes pair i mod {count})"
     parts = [f"dataset {named}", lengths, f"api {settings.api}"]
     if settings.dataset == "generated-shared-prefix":
         parts.append(f"{settings.gsp_groups} groups x {settings.gsp_prompts_per_group} prompts "

@@ -60,6 +60,7 @@ class DecideSettings(BaseModel):
     multi_turn: int = bench_knob("multi_turn")
     trace_scale: float = bench_knob("trace_scale")
     range_ratio: float = bench_knob("range_ratio")
+    length_pairs: tuple[tuple[int, int], ...] = bench_knob("length_pairs")
     extra_request_body: dict[str, Any] | None = bench_knob("extra_request_body")
 
     def sweep(self) -> BenchSettings:

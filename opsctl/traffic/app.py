@@ -232,11 +232,12 @@ def _check_context(deployment: Deployment, settings: BenchSettings) -> None:
         return  # the data's own lengths
     context, source = _context_length(deployment)
     prefix = settings.gsp_prefix_len if settings.dataset == "generated-shared-prefix" else 0
-    wanted = prefix + settings.input_words + settings.output_tokens
+    shapes = settings.length_pairs or ((settings.input_words, settings.output_tokens),)
+    wanted = prefix + max(prompt + answer for prompt, answer in shapes)
     if context is not None and wanted > context:
         raise UsageError(f"the prompt and answer lengths ({wanted} tokens) exceed the model's "
                          f"context of {context} tokens ({source})",
-                         hint="shorten --input-words/--output-tokens, or raise "
+                         hint="shorten --input-words/--output-tokens (--isl-osl), or raise "
                               "server.context_length in the profile")
 
 

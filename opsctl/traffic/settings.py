@@ -119,6 +119,10 @@ class BenchSettings(_Settings):
         "random and words: each prompt's and answer's length drawn (seeded) from [length x "
         "ratio, length], as sglang.bench_serving's --random-range-ratio; 1: every length "
         "exact."))
+    length_pairs: tuple[tuple[int, int], ...] = Field((), max_length=64, description=(
+        "random and words: ISL:OSL pairs, e.g. '1024:256,8192:1024': request i takes pair i "
+        "mod N (then --random-range-ratio within it), so one sweep judges a mix of shapes; "
+        "empty: every request --input-words / --output-tokens."))
     extra_request_body: dict[str, Any] | None = Field(None, description=(
         "A JSON object merged into every request's body, e.g. '{\"chat_template_kwargs\": "
         "{\"enable_thinking\": false}}' (sglang.bench_serving's --extra-request-body; the "
@@ -129,7 +133,7 @@ class BenchSettings(_Settings):
 # The knobs of what a sweep sends (decide's sweep takes them too: one definition, bench's).
 WORKLOAD_KNOBS = ("input_words", "output_tokens", "api", "dataset", "dataset_path", "tokenizer",
                   "seed", "gsp_groups", "gsp_prompts_per_group", "gsp_prefix_len", "multi_turn",
-                  "trace_scale", "range_ratio", "extra_request_body")
+                  "trace_scale", "range_ratio", "length_pairs", "extra_request_body")
 
 
 def bench_knob(name: str) -> Any:

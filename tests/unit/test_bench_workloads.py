@@ -151,3 +151,24 @@ def test_a_range_ratio_draws_each_length_from_its_range_and_one_keeps_them_exact
     assert {exact.item(i).output_tokens for i in range(50)} == {40}
     with pytest.raises(UsageError, match="the data sets its lengths"):
         build(WorkloadSpec(name="sharegpt", range_ratio=0.5))
+
+
+def test_isl_osl_pairs_give_each_request_its_shape_in_turn() -> None:
+    """One sweep over a mix of shapes: request i takes pair i mod N (a range ratio then draws
+    within that pair); a dataset whose data sets the lengths refuses them (exit 2)."""
+    from opsctl.traffic.bench.workloads import parse_length_pairs
+
+    pairs = parse_length_pairs("64:8, 16:32")
+    assert pairs == ((64, 8), (16, 32))
+    mixed = build(WorkloadSpec(name="words", pairs=pairs))
+    shapes = [(len(mixed.item(i).prompt.split()), mixed.item(i).output_tokens) for i in range(4)]
+    assert shapes == [(64, 8), (16, 32), (64, 8), (16, 32)]
+    drawn = build(WorkloadSpec(name="words", pairs=pairs, range_ratio=0.5))
+    assert {drawn.item(i).output_tokens for i in range(0, 50, 2)} <= set(range(4, 9))
+    assert {drawn.item(i).output_tokens for i in range(1, 50, 2)} <= set(range(16, 33))
+    with pytest.raises(UsageError, match="the data sets its lengths"):
+        build(WorkloadSpec(name="sharegpt", pairs=pairs))
+    for bad in ("64", "64:0", "a:b", "1:2:3", ",".join(["8:8"] * 65)):
+        with pytest.raises(UsageError, match="--isl-osl"):
+            parse_length_pairs(bad)
+    assert parse_length_pairs(None) == parse_length_pairs("") == ()

@@ -303,7 +303,7 @@ def test_the_variant_free_of_failures_at_the_highest_level_wins(tmp_path: Path) 
         "input_words": 256, "output_tokens": 256, "api": "completions", "dataset": None,
         "dataset_path": None, "tokenizer": None, "seed": 0, "gsp_groups": 8,
         "gsp_prompts_per_group": 8, "gsp_prefix_len": 512, "multi_turn": 1,
-        "trace_scale": 1.0, "range_ratio": 1.0, "extra_request_body": None}
+        "trace_scale": 1.0, "range_ratio": 1.0, "length_pairs": [], "extra_request_body": None}
     page = (run.out / "decide.md").read_text()
     assert f"**{report.recommendation}**" in page
     assert "[smoke](01-baseline/smoke.json) [bench](01-baseline/bench.json)" in page
@@ -713,8 +713,14 @@ def _sim_copy(tmp_path: Path, **server: object) -> str:
     (["--dataset-name", "nope"], "--dataset-name 'nope': choose one of"),
     (["--input-words", "1000", "--output-tokens", "100"],
      "(1100 tokens) exceed the model's context of 1024 tokens (server.context_length)"),
+    (["--isl-osl", "256:64,1000:100"],
+     "(1100 tokens) exceed the model's context of 1024 tokens (server.context_length)"),
+    (["--isl-osl", "256"], "--isl-osl '256' is not ISL:OSL"),
+    (["--isl-osl", "256:64", "--dataset-name", "sharegpt", "--dataset-path", "TRACE"],
+     "--isl-osl with --dataset-name sharegpt"),
 ], ids=["body-list", "body-own-key", "body-ignore-eos", "body-temperature", "body-max-completion",
-        "body-nan", "body-not-json", "trace-not-jsonl", "dataset", "context"])
+        "body-nan", "body-not-json", "trace-not-jsonl", "dataset", "context", "pairs-context",
+        "pairs-shape", "pairs-dataset"])
 def test_a_workload_the_sweeps_cannot_send_is_exit_2_before_the_engine_is_asked(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str) -> None:
     """One line, exit 2, before anything starts: the engine is never connected."""
@@ -762,6 +768,34 @@ def test_decide_sweeps_the_workload_it_was_given_and_says_so(tmp_path: Path) -> 
     assert ("Workload: dataset words; 64 prompt words or tokens, 32 output tokens; api "
             "completions; extra request body {\"chat_template_kwargs\": {\"enable_thinking\": "
             "false}} (seed 0).") in page
+
+
+def test_decide_judges_a_mix_of_isl_osl_pairs_and_says_so(tmp_path: Path) -> None:
+    sent: list[BenchOptions] = []
+    bench = FakeBench({})
+
+    def recording(targets: list[Target], options: BenchOptions, **_: object) -> BenchReport:
+        sent.append(options)
+        return bench(targets, options)
+
+    run = Run(tmp_path)
+    pairs = ((64, 16), (128, 8))
+    result = decide_app.decide(
+        PROFILE, DecideRequest(variants=("baseline",), out_dir=run.out, settings=DecideSettings(
+            concurrency=LEVELS, requests_per_level=4, repeats=1, dataset="words",
+            length_pairs=pairs)),
+        launch=Launch(engine=run.engine, image_for=lambda _: IMAGE, verify=FakeVerify(),
+                      state=None, http=FakeSglang(PROFILE.model.served_name, ["ready"]).client,
+                      clock=FakeClock()),
+        traffic=traffic(FakeSmoke(), recording))
+    assert result.error is None
+    (options,) = sent
+    work = options.work()
+    assert [work.item(i).output_tokens for i in range(4)] == [16, 8, 16, 8]
+    saved = json.loads((run.out / "decide.json").read_text())["settings"]
+    assert saved["length_pairs"] == [[64, 16], [128, 8]]
+    assert ("ISL:OSL pairs 64:16, 128:8 (request i takes pair i mod 2)"
+            in (run.out / "decide.md").read_text())
 
 
 def test_quick_shortens_what_was_not_given(monkeypatch: pytest.MonkeyPatch) -> None:

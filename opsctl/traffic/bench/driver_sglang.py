@@ -98,6 +98,9 @@ def workload_for(spec: WorkloadSpec, settings: BenchSettings) -> Workload:
     if spec.turns > 1:
         raise UsageError(f"--multi-turn {spec.turns}: {SOURCE} sends single requests",
                          hint=f"leave out --multi-turn, {other}")
+    if spec.pairs:
+        raise UsageError(f"--isl-osl: {SOURCE} draws one length pair per run",
+                         hint=f"leave out --isl-osl, {other}")
     if spec.tokenizer is not None:
         raise UsageError(f"--tokenizer: with --driver {SGLANG_BENCH} the tokenizer is the "
                          "server's own, inside its container", hint="leave out --tokenizer")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,6 +42,7 @@ TRACE_BLOCK_TOKENS = 512  # what one of a Mooncake trace's hash_ids stands for
 MAX_TRACE_REQUESTS = 1_000_000
 MAX_DATASET_BYTES = 1 << 30  # ShareGPT's cleaned split is about 650 MB
 MAX_TOKENIZER_BYTES = 128 << 20  # a large vocabulary's tokenizer.json is a few 10 MB
+MAX_LENGTH_PAIRS = 64  # ISL:OSL shapes in one sweep (BenchSettings.length_pairs' bound)
 MAX_WORKLOAD_WORDS = 20_000_000  # sglang's default shared-prefix set is about 2.2 million
 _EXACT_TRIES = 8  # re-encode rounds before the nearest count is accepted
 
@@ -81,6 +83,7 @@ class WorkloadSpec:
     defaulted: bool = False
     trace_scale: float = _B.trace_scale
     range_ratio: float = _B.range_ratio  # words, random: lengths in [len x ratio, len]
+    pairs: tuple[tuple[int, int], ...] = ()  # words, random: request i takes pair i mod N
     # Multi-turn chat: sessions of `turns` requests, each sending the session's whole history
     # (its earlier prompts and the server's answers) before its next prompt; `session_width`
     # sessions side by side (each bench phase sets it to its own concurrency: `for_phase`).
@@ -98,16 +101,20 @@ class WorkloadSpec:
                    dataset_path=settings.dataset_path, groups=settings.gsp_groups,
                    prompts_per_group=settings.gsp_prompts_per_group,
                    prefix_len=settings.gsp_prefix_len, trace_scale=settings.trace_scale,
-                   turns=settings.multi_turn, range_ratio=settings.range_ratio)
+                   turns=settings.multi_turn, range_ratio=settings.range_ratio,
+                   pairs=settings.length_pairs)
 
     def lengths(self, index: int) -> tuple[int, int]:
-        """Request `index`'s prompt and answer lengths: exact, or with a range ratio below 1
-        drawn from [length x ratio, length] (seeded by the index, as sglang draws them)."""
+        """Request `index`'s prompt and answer lengths: its ISL/OSL pair (pair index mod N)
+        or the one length pair, exact, or with a range ratio below 1 drawn from [length x
+        ratio, length] (seeded by the index, as sglang draws them)."""
+        prompt, answer = (self.pairs[index % len(self.pairs)] if self.pairs
+                          else (self.input_len, self.output_len))
         if self.range_ratio >= 1:
-            return self.input_len, self.output_len
+            return prompt, answer
         rng = random.Random(f"{self.seed}:lengths:{index}")
-        return (rng.randint(max(int(self.input_len * self.range_ratio), 1), self.input_len),
-                rng.randint(max(int(self.output_len * self.range_ratio), 1), self.output_len))
+        return (rng.randint(max(int(prompt * self.range_ratio), 1), prompt),
+                rng.randint(max(int(answer * self.range_ratio), 1), answer))
 
 
 class Workload:
@@ -145,6 +152,23 @@ class Workload:
             prompt_len, answer_len = self.spec.lengths(index)
             return WorkItem(make_prompt(index, prompt_len, self.spec.seed), answer_len)
         return self.items[index % len(self.items)]
+
+
+def parse_length_pairs(text: str | None) -> tuple[tuple[int, int], ...]:
+    """`--isl-osl 1024:256,8192:1024` -> ((1024, 256), (8192, 1024)); UsageError (exit 2)."""
+    if not text:
+        return ()
+    pairs = []
+    for item in (part.strip() for part in text.split(",")):
+        shape = re.fullmatch(r"(\d{1,7}):(\d{1,7})", item)
+        if shape is None or min(int(shape[1]), int(shape[2])) < 1:
+            raise UsageError(f"--isl-osl {item!r} is not ISL:OSL (two token counts >= 1)",
+                             hint="e.g. --isl-osl 1024:256,8192:1024")
+        pairs.append((int(shape[1]), int(shape[2])))
+    if len(pairs) > MAX_LENGTH_PAIRS:
+        raise UsageError(f"--isl-osl names {len(pairs)} pairs, at most {MAX_LENGTH_PAIRS}",
+                         hint="judge fewer shapes in one sweep")
+    return tuple(pairs)
 
 
 def parse_dataset_name(value: str) -> DatasetName:
@@ -198,6 +222,9 @@ def build(spec: WorkloadSpec) -> Workload:
         raise UsageError(f"--random-range-ratio {spec.range_ratio:g} with --dataset-name "
                          f"{spec.name}: the data sets its lengths",
                          hint="drop --random-range-ratio, or use --dataset-name random")
+    if spec.pairs and spec.name not in ("words", "random"):
+        raise UsageError(f"--isl-osl with --dataset-name {spec.name}: the data sets its lengths",
+                         hint="drop --isl-osl, or use --dataset-name random")
     tokens, unusable = _tokens(spec)
     if spec.name == "sharegpt":
         return _sharegpt(spec, tokens)
