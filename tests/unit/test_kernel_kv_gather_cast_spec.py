@@ -21,23 +21,16 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch (CPU build) is needed for the kernel tests")
 pytest.importorskip("triton", reason="triton is needed for its CPU interpreter")
 
+from test_kernel_kv_gather_cast import ROW, SENTINEL, fp8_pool  # noqa: E402  (one pool maker)
+
 from opsctl.kernels import kv_gather_cast  # noqa: E402
 
-ROW = 576
-SENTINEL = 0x7FC1  # a NaN bit pattern that no cast produces
 POOL_ROWS = 3_000
 
 
 @pytest.fixture(autouse=True)
 def _interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-
-def fp8_pool(rows: int, seed: int) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
-    raw = torch.randint(0, 256, (rows, 1, ROW), dtype=torch.uint8, generator=gen)
-    raw[(raw & 0x7F) == 0x7F] = 0x7E
-    return raw.view(torch.float8_e4m3fn)
 
 
 def fresh(ws: kv_gather_cast.GatherCastWorkspace) -> None:
