@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from opsctl.core.errors import OpsctlError, exit_codes_help, is_ctrl_c
+from opsctl.core.errors import OpsctlError, exit_codes_help
 from opsctl.core.failures import as_opsctl_error, interrupted
 from opsctl.core.redact import RedactingStream, api_key_from_env, redact
 from opsctl.core.text import printable
@@ -40,9 +40,7 @@ class _Commands(typer.core.TyperGroup):
     def invoke(self, ctx: Any) -> Any:  # typer's own (vendored) click.Context
         try:
             return super().invoke(ctx)
-        except (KeyboardInterrupt, RuntimeError) as caught:
-            if not is_ctrl_c(caught):  # a RuntimeError that is not a Ctrl-C is a bug
-                raise
+        except KeyboardInterrupt:
             raise interrupted() from None
 
 
@@ -154,7 +152,7 @@ def main() -> None:
     try:
         app()
     except Exception as caught:  # noqa: BLE001 - mapped by family; a bug is re-raised
-        exc = interrupted() if is_ctrl_c(caught) else as_opsctl_error(caught)
+        exc = as_opsctl_error(caught)
         if exc is None:
             raise
         _report(exc)

@@ -9,19 +9,18 @@ bug and exits 1 with a traceback.
 "Exit codes" section must equal `exit_codes_markdown()` (a unit test compares them).
 
 Termination is interruption: SIGTERM (`kill`, `timeout`, `systemctl stop`, a cancelled CI job)
-and SIGHUP (a closed terminal) are taken as Ctrl-C is (`handle_termination`), so every clean-up
-and partial report written for Ctrl-C holds for them too. The first interrupting signal a run
-receives is remembered: its exit code is 128 + its number (130, 143, 129) and the one line
-names it (`interrupted_by`).
+and SIGHUP (a closed terminal) are taken as Ctrl-C is (opsctl.core.interrupts), so every clean-up
+and partial report written for Ctrl-C holds for them too; `Interrupted` exits 128 + the first
+interrupting signal's number (130, 143, 129).
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import traceback
 from dataclasses import dataclass
-from types import FrameType
+
+from opsctl.core.interrupts import exit_code, interrupted_by
 
 EXIT_OK = 0
 EXIT_BUG = 1
@@ -175,86 +174,7 @@ class Interrupted(OpsctlError):
 
     def __init__(self, message: str, hint: str = "", details: list[str] | None = None) -> None:
         super().__init__(message, hint, details)
-        self.exit_code = INTERRUPTIONS[interrupting_signal()][1]
-
-
-# --- the signals that interrupt a run --------------------------------------------------------
-
-# Each interrupting signal: how the one line names it, and its exit code.
-INTERRUPTIONS: dict[int, tuple[str, int]] = {
-    signal.SIGINT: ("Ctrl-C", EXIT_INTERRUPTED),
-    signal.SIGTERM: ("SIGTERM", EXIT_TERMINATED),
-    signal.SIGHUP: ("SIGHUP", EXIT_HANGUP),
-}
-TERMINATING = (signal.SIGTERM, signal.SIGHUP)
-_received: list[int] = []  # the first interrupting signal this process received, if any
-_terminal: list[int] = []  # stdout, stderr: those that were a terminal when opsctl started
-
-
-def interrupt(signum: int, frame: FrameType | None) -> None:
-    """The handler of SIGTERM and SIGHUP: remember the signal, then do what a Ctrl-C does now,
-    by calling SIGINT's handler of the moment (Python's, which raises KeyboardInterrupt;
-    `asyncio.run`'s, which cancels its main task first; `deploy.ownership.InterruptGuard`'s,
-    which makes a second one leave what its clean-up has not removed). With none from Python
-    (SIGINT was ignored when opsctl started: a background job), KeyboardInterrupt."""
-    note_interruption(signum)
-    if signum == signal.SIGHUP:
-        _leave_the_terminal()
-    handler = signal.getsignal(signal.SIGINT)
-    if callable(handler):
-        handler(signal.SIGINT, frame)
-        return
-    raise KeyboardInterrupt
-
-
-def note_interruption(signum: int) -> None:
-    """Remember `signum` when it is the first interrupting signal of this process."""
-    if not _received and signum in INTERRUPTIONS:
-        _received.append(signum)
-
-
-def handle_termination() -> None:
-    """Take SIGTERM and SIGHUP as interruptions (from the main thread: `opsctl.entry` does,
-    first); one ignored when opsctl started (`nohup`) stays ignored. After a SIGHUP, what went
-    to the terminal goes nowhere. Python's own SIGINT handler is kept: `asyncio.run` takes over
-    only that one. A Ctrl-C is remembered when it reaches opsctl's handlers (ownership's
-    guard); one Python's handler raised is the Ctrl-C `interrupting_signal` falls back to."""
-    _terminal[:] = [fd for fd in (1, 2) if os.isatty(fd)]  # a hung-up one answers no more
-    for signum in TERMINATING:
-        if signal.getsignal(signum) == signal.SIG_DFL:
-            signal.signal(signum, interrupt)
-
-
-def _leave_the_terminal() -> None:
-    """The terminal hung up: every write to it fails (EIO), and a clean-up note that failed so
-    would cut the clean-up short. What opsctl still prints there goes to /dev/null instead
-    (output to files or pipes is kept)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        for fd in _terminal:
-            os.dup2(devnull, fd)
-    finally:
-        os.close(devnull)
-
-
-def interrupting_signal() -> int:
-    """The signal that interrupted this run: the first one remembered, else SIGINT (a
-    KeyboardInterrupt from Python's own handler is a Ctrl-C)."""
-    return _received[0] if _received else signal.SIGINT
-
-
-def interrupted_by() -> str:
-    """How the one line names what interrupted this run: Ctrl-C, SIGTERM or SIGHUP."""
-    return INTERRUPTIONS[interrupting_signal()][0]
-
-
-def is_ctrl_c(exc: BaseException) -> bool:
-    """An interruption (Ctrl-C, or SIGTERM or SIGHUP taken as one), also as CPython 3.11
-    reports one that landed in a class's `__set_name__` (pydantic and dataclasses build classes
-    so, at import and at run time): a RuntimeError caused by the KeyboardInterrupt. CI's gate
-    Ctrl-C module found it while the CLI imported."""
-    return isinstance(exc, KeyboardInterrupt) or (
-        isinstance(exc, RuntimeError) and isinstance(exc.__cause__, KeyboardInterrupt))
+        self.exit_code = exit_code()
 
 
 class Crashed(OpsctlError):
@@ -265,7 +185,7 @@ class Crashed(OpsctlError):
 
 def stop_reason(stopped_by: BaseException) -> str:
     """One line for a report's `partial_reason`: what stopped the run early."""
-    if is_ctrl_c(stopped_by):
+    if isinstance(stopped_by, KeyboardInterrupt):
         return f"interrupted ({interrupted_by()})"
     return " ".join(f"crashed: {type(stopped_by).__name__}: {stopped_by}".split())
 
@@ -274,7 +194,7 @@ def stop_error(stopped_by: BaseException, what: str, where: object) -> OpsctlErr
     """The error to raise once a run's partial report is written: exit 130 for Ctrl-C (143
     SIGTERM, 129 SIGHUP), else 1 with the traceback (it is a bug) above the one-line message."""
     saved = f"what it measured is in {where} (marked partial)"
-    if is_ctrl_c(stopped_by):
+    if isinstance(stopped_by, KeyboardInterrupt):
         return Interrupted(f"{what} interrupted ({interrupted_by()}); {saved}",
                            hint="run it again for a whole report")
     return Crashed(f"{what} {stop_reason(stopped_by)}; {saved}",

@@ -34,8 +34,8 @@ from opsctl.core.errors import (
     OpsctlError,
     ProfileError,
     UsageError,
-    interrupted_by,
 )
+from opsctl.core.interrupts import interrupted_by
 
 
 def interrupted() -> Interrupted:

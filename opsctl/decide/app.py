@@ -47,7 +47,6 @@ from opsctl.core.errors import (
     OpsctlError,
     SmokeError,
     UsageError,
-    is_ctrl_c,
 )
 from opsctl.core.files import atomic_write_text
 from opsctl.core.reports import (
@@ -214,7 +213,7 @@ def _stopped(ctx: _Ctx, report: DecideReport, running: VariantRecord,
         running.status, running.reason = "interrupted", report.partial_reason
     _conclude(report, smoked, elapsed_s, out, slo)
     written = write_report(report, out, chart=ctx.request.chart)
-    if not is_ctrl_c(exc):
+    if not isinstance(exc, KeyboardInterrupt):
         return None
     stopped = report.stop_error("decide", out / DECIDE_JSON)
     if stopped is not None:

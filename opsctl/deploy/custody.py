@@ -24,9 +24,8 @@ from opsctl.core.errors import (
     Interrupted,
     OpsctlError,
     UsageError,
-    interrupted_by,
-    is_ctrl_c,
 )
+from opsctl.core.interrupts import interrupted_by
 from opsctl.deploy.logsave import save_log
 from opsctl.deploy.ownership import SecondInterrupt
 from opsctl.deploy.state import StateDir
@@ -161,7 +160,7 @@ def after_cleanup(cause: BaseException, retired: list[Retired], left: str | None
     done = "; ".join(f"container removed: {item.name}, its log saved to {item.log}"
                      if item.log else f"container removed: {item.name}" for item in retired)
     said = left or done
-    if is_ctrl_c(cause):
+    if isinstance(cause, KeyboardInterrupt):
         if left is None:
             return cause
         return Interrupted(f"interrupted ({interrupted_by()}); {left}",

@@ -23,7 +23,7 @@ from opsctl.config.profiles import Deployment, Profile
 from opsctl.config.runspec import base_url, run_spec, server_labels
 from opsctl.core import labels
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
-from opsctl.core.errors import LaunchError, OpsctlError, UsageError, is_ctrl_c, stop_reason
+from opsctl.core.errors import LaunchError, OpsctlError, UsageError, stop_reason
 from opsctl.core.files import check_output_path
 from opsctl.core.redact import redact
 from opsctl.deploy import ownership, readiness
@@ -127,7 +127,7 @@ def up(
                 # container is being created) all remove what this run created, and only that.
                 guard.cleaning()
                 retired, left = custody.clean_up_run(run, f"`opsctl up` failed: {_why(exc)}",
-                                                     is_ctrl_c(exc))
+                                                     isinstance(exc, KeyboardInterrupt))
                 raise after_cleanup(exc, retired, left) from None
 
 
@@ -150,7 +150,7 @@ def _start(launch: Launch, deployment: Deployment, spec: RunSpec, run: RunRecord
 
 
 def _why(exc: BaseException) -> str:
-    if is_ctrl_c(exc):
+    if isinstance(exc, KeyboardInterrupt):
         return stop_reason(exc)
     return exc.message if isinstance(exc, OpsctlError) else f"{type(exc).__name__}: {exc}"
 

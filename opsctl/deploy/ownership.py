@@ -12,7 +12,7 @@
 - **Ctrl-C.** While a run cleans up after itself, a Ctrl-C no longer interrupts it at a random
   point: the first Ctrl-C starts the cleanup, a second one raises `SecondInterrupt`, which the
   cleanup takes as "leave what is left as it is" and names it. SIGTERM and SIGHUP count as
-  Ctrl-C here: `core.errors.interrupt` hands them to the SIGINT handler of the moment, this one.
+  Ctrl-C here: `core.interrupts.interrupt` hands them to the SIGINT handler of the moment, this one.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
+from opsctl.core import interrupts
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
-from opsctl.core.errors import LaunchError, note_interruption
+from opsctl.core.errors import LaunchError
 from opsctl.deploy.state import StateDir
 
 # Locks this process holds: path -> (open file, depth), so nested holders share one flock.
@@ -116,7 +117,7 @@ class InterruptGuard:
     SIGINT raises KeyboardInterrupt as Python's own handler does and marks the run as cleaning
     up; any SIGINT while cleaning up raises SecondInterrupt instead. A failure that is not a
     Ctrl-C starts the cleanup with `cleaning()`. SIGTERM and SIGHUP reach it as SIGINT does
-    (`core.errors.handle_termination`): a SIGTERM, then a second one, is the same pair."""
+    (`core.interrupts.arm`): a SIGTERM, then a second one, is the same pair."""
 
     def __init__(self) -> None:
         self.is_cleaning = False
@@ -136,8 +137,10 @@ class InterruptGuard:
         self.is_cleaning = True
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        note_interruption(signum)  # a Ctrl-C first: the exit code and the line say so
-        if self.is_cleaning:
+        interrupts.note_interruption(signum)  # a Ctrl-C first: the exit code and line say so
+        if interrupts.deferred(frame):  # where Python cannot raise it: it comes again
+            return
+        if self.is_cleaning and not interrupts.redelivered():
             raise SecondInterrupt
         self.is_cleaning = True
         raise KeyboardInterrupt

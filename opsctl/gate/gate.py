@@ -35,7 +35,6 @@ from opsctl.core.errors import (
     OpsctlError,
     SmokeError,
     UsageError,
-    is_ctrl_c,
 )
 from opsctl.deploy.app import Progress, find_servers
 from opsctl.deploy.launch import Launch
@@ -161,7 +160,7 @@ def _gate(ctx: _Ctx, deployment: Deployment, push: Push | None,
         on_step(comparison)
         failed, verdict, report = _attempt(ctx, deployment, image, path, compare_with, evals)
     except BaseException as exc:
-        outcome: Outcome = ("interrupted" if is_ctrl_c(exc) or isinstance(exc, Interrupted)
+        outcome: Outcome = ("interrupted" if isinstance(exc, KeyboardInterrupt | Interrupted)
                             else "failed")
         on_step(f"{outcome}: removing what this run started")
         _restore(ctx, profile, back)

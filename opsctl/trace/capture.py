@@ -27,7 +27,7 @@ from typing import Protocol
 import httpx
 
 from opsctl.core.clock import Clock
-from opsctl.core.errors import LaunchError, is_ctrl_c
+from opsctl.core.errors import LaunchError
 from opsctl.core.redact import redact_userinfo
 from opsctl.engine.api import Engine
 from opsctl.trace.chrome import TRACE_SUFFIXES
@@ -183,7 +183,7 @@ def profile(client: httpx.Client, source: TraceSource, ask: ProfileAsk, dest: Pa
             names = await_traces(source, before, clock, wait_s)
         except BaseException as exc:  # Ctrl-C or a failure: the profile this run started stops
             # too (a Ctrl-C during /start_profile: the server may have started it already)
-            if started or is_ctrl_c(exc):
+            if started or isinstance(exc, KeyboardInterrupt):
                 stop_quietly(client)
             raise
         stopped = False

@@ -27,6 +27,7 @@ from opsctl.config.evalconfig import EvalConfig
 from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import ServerUnreachable
 from opsctl.core.httpcap import answer_json
+from opsctl.core.interrupts import run_async
 from opsctl.core.redact import API_KEY_ENV, mask_secret, redact, redact_model
 from opsctl.traffic.client import (
     ClientFactory,
@@ -169,7 +170,7 @@ def run_smoke(options: SmokeOptions, client_factory: ClientFactory = make_client
     run = _Run(options)
     stopped_by: BaseException | None = None
     try:
-        asyncio.run(_run_stages(run, reference, client_factory))
+        run_async(_run_stages(run, reference, client_factory))
     except (KeyboardInterrupt, Exception) as exc:  # kept for the verdict, after the report
         stopped_by = exc
     failed = any(check.status == "fail" for check in run.checks)

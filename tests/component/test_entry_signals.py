@@ -1,6 +1,7 @@
 """opsctl.entry in real child processes: a Ctrl-C is neither lost where Python cannot raise it
-nor turned into a death by SIGINT after opsctl chose exit 130 (issue 25, item 5). Each case
-also runs without the guard, to show the CPython behaviour it guards against."""
+nor turned into a death by SIGINT after opsctl chose exit 130 (issue 25, item 5; the mechanism:
+opsctl.core.interrupts). Each case also runs without the guard, to show the CPython behaviour it
+guards against."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from opsctl.core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
 
 _CHILD = """
 import sys, time, types
-from opsctl.core.errors import INTERRUPTIONS, interrupting_signal  # imported first: no exec()
+from opsctl.core.interrupts import INTERRUPTIONS, interrupting_signal
 fake = types.ModuleType("opsctl.cli")
 
 class _Slow:
@@ -37,7 +38,8 @@ fake.main = main
 sys.modules["opsctl.cli"] = fake
 {run}
 """
-_THROUGH_EXEC = 'exec("import time; time.sleep(30)")'  # as a dataclass is built
+# As a dataclass is built, only longer: CPython marks an interrupt raised in there unhandled.
+_THROUGH_EXEC = 'exec("import time; time.sleep(1)")'
 _IN_DEL = "_Slow()"
 ONE_LINE = "error: interrupted (Ctrl-C)\n"
 _GUARDED = "from opsctl.entry import main as entry_main; entry_main()"

@@ -38,7 +38,8 @@ from doctor_samples import fake_tools
 from simprofile import remove_containers, sim_profile_data, write_profile
 
 from opsctl.core import labels
-from opsctl.core.errors import EXIT_HOST, INTERRUPTIONS
+from opsctl.core.errors import EXIT_HOST
+from opsctl.core.interrupts import INTERRUPTIONS
 from opsctl.decide.report import DECIDE_JSON
 from opsctl.deploy.localsim import free_port
 from opsctl.trace.report import ANALYSIS_JSON

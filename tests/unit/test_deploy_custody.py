@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from fakes import Behaviour, FakeClock, FakeEngine, FakeSglang
 
 from opsctl.config.profiles import load_profile
 from opsctl.config.runspec import run_spec
-from opsctl.core import errors, labels
+from opsctl.core import interrupts, labels
 from opsctl.core.errors import (
     EXIT_DAEMON,
     EXIT_INTERRUPTED,
@@ -237,12 +238,15 @@ def test_one_ctrl_c_removes_it_and_saves_its_log(engine: FakeEngine, state: Stat
 @pytest.fixture
 def termination(monkeypatch: pytest.MonkeyPatch) -> Any:
     """SIGTERM and SIGHUP taken as opsctl's entry takes them; restored, and forgotten, after."""
-    monkeypatch.setattr(errors, "_received", [])
-    kept = {signum: signal.getsignal(signum) for signum in errors.TERMINATING}
-    for signum in errors.TERMINATING:
+    monkeypatch.setattr(interrupts, "_received", [])
+    kept = {signum: signal.getsignal(signum) for signum in interrupts.INTERRUPTIONS}
+    hook = sys.unraisablehook
+    for signum in interrupts.TERMINATING:
         signal.signal(signum, signal.SIG_DFL)
-    errors.handle_termination()
+    interrupts.arm()
     yield
+    interrupts.disarm()
+    sys.unraisablehook = hook
     for signum, handler in kept.items():
         signal.signal(signum, handler)
 
@@ -270,7 +274,7 @@ def test_sigterm_then_sighup_during_cleanup_is_the_ctrl_c_pair(
                                            "again): opsctl-sim (c2)")
     assert any("SIGTERM again to leave it running" in note for note in notes)
     assert [c.status for c in engine.containers.values()] == ["running"]
-    assert signal.getsignal(signal.SIGTERM) is errors.interrupt
+    assert signal.getsignal(signal.SIGTERM) is interrupts.interrupt
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])

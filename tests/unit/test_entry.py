@@ -1,7 +1,7 @@
 """The console script's guard: a Ctrl-C while the CLI is still being imported is one line and
-exit 130, never Python's KeyboardInterrupt traceback (issue 25, item 5). The real-process cases
-(CPython's own ways to lose a Ctrl-C or override exit 130) are in
-tests/component/test_entry_signals.py."""
+exit 130, never Python's KeyboardInterrupt traceback (issue 25, item 5); opsctl's handlers raise
+a Ctrl-C only where Python can raise it (core.interrupts). The real-process cases (CPython's own
+ways to lose a Ctrl-C or override exit 130) are in tests/component/test_entry_signals.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from opsctl import entry
-from opsctl.core import errors
+from opsctl.core import interrupts
 from opsctl.core.errors import EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_TERMINATED
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -25,10 +25,14 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 def _handlers_kept(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """`entry.main` takes SIGTERM and SIGHUP, and ignores all three interrupting signals on its
     way out (the process exits next); the test session keeps its own handlers, and no signal a
-    test sent is remembered by the next."""
-    monkeypatch.setattr(errors, "_received", [])
+    test sent is remembered by the next, nothing is left armed."""
+    monkeypatch.setattr(interrupts, "_received", [])
+    hook = sys.unraisablehook
     handlers = {signum: signal.getsignal(signum) for signum in SIGNALS}
     yield
+    with interrupts._lock:
+        interrupts._state["armed"] = False
+    sys.unraisablehook = hook
     for signum, handler in handlers.items():
         signal.signal(signum, handler)
 
@@ -41,7 +45,6 @@ class _Importing(types.ModuleType):
 def test_ctrl_c_while_the_cli_is_imported_is_exit_130_in_one_line(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setitem(sys.modules, "opsctl.cli", _Importing("opsctl.cli"))
-    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # main() installs its own
     with pytest.raises(SystemExit) as stopped:
         entry.main()
     assert stopped.value.code == EXIT_INTERRUPTED
@@ -71,7 +74,6 @@ def test_sigterm_or_sighup_while_the_cli_is_imported_is_one_line_and_128_plus_th
     """Termination is interruption (issue 37): without opsctl's handler the process (here the
     test session) dies by the signal, with no line and nothing cleaned up."""
     monkeypatch.setitem(sys.modules, "opsctl.cli", _ImportingUntil(signum))
-    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
     for taken in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(taken, signal.SIG_DFL)  # as a process starts
     with pytest.raises(SystemExit) as stopped:
@@ -84,9 +86,9 @@ def test_a_signal_ignored_when_opsctl_starts_stays_ignored() -> None:
     """`nohup opsctl decide ...`: a closed terminal must not stop it."""
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    errors.handle_termination()
+    interrupts.arm()
     assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
-    assert signal.getsignal(signal.SIGTERM) is errors.interrupt
+    assert signal.getsignal(signal.SIGTERM) is interrupts.interrupt
 
 
 def test_sigterm_goes_the_way_a_ctrl_c_goes_at_that_moment() -> None:
@@ -94,13 +96,14 @@ def test_sigterm_goes_the_way_a_ctrl_c_goes_at_that_moment() -> None:
     InterruptGuard's counts a second one): one path for both, the first signal remembered."""
     called: list[int] = []
     signal.signal(signal.SIGINT, lambda signum, _: called.append(signum))
-    errors.interrupt(signal.SIGTERM, None)
-    errors.interrupt(signal.SIGHUP, None)
+    interrupts.interrupt(signal.SIGTERM, None)
+    interrupts.interrupt(signal.SIGHUP, None)
     assert called == [signal.SIGINT, signal.SIGINT]
-    assert errors.interrupted_by() == "SIGTERM" and errors.interrupting_signal() == signal.SIGTERM
+    assert interrupts.interrupted_by() == "SIGTERM"
+    assert interrupts.interrupting_signal() == signal.SIGTERM
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # SIGINT ignored when opsctl started
     with pytest.raises(KeyboardInterrupt):
-        errors.interrupt(signal.SIGTERM, None)
+        interrupts.interrupt(signal.SIGTERM, None)
 
 
 def test_a_terminated_run_exits_143_and_says_sigterm_at_the_top_and_in_a_report(
@@ -110,7 +113,7 @@ def test_a_terminated_run_exits_143_and_says_sigterm_at_the_top_and_in_a_report(
     from opsctl.core.errors import stop_error, stop_reason
 
     assert stop_error(KeyboardInterrupt(), "bench", "out").exit_code == EXIT_INTERRUPTED
-    errors.note_interruption(signal.SIGTERM)
+    interrupts.note_interruption(signal.SIGTERM)
     assert stop_reason(KeyboardInterrupt()) == "interrupted (SIGTERM)"
     stopped_run = stop_error(KeyboardInterrupt(), "bench", "out")
     assert stopped_run.exit_code == EXIT_TERMINATED
@@ -147,24 +150,6 @@ def test_the_console_script_and_python_m_run_the_guard() -> None:
     )
 
 
-class _ImportingSetName(types.ModuleType):
-    def __getattr__(self, name: str) -> object:
-        # CPython 3.11 wraps what a class's __set_name__ raises (CI's gate Ctrl-C module, seed 6:
-        # pydantic's DecoratorInfos while the CLI imported).
-        raise RuntimeError("Error calling __set_name__ on 'Field' instance 'validators' in "
-                           "'DecoratorInfos'") from KeyboardInterrupt()
-
-
-def test_ctrl_c_wrapped_by_set_name_while_the_cli_is_imported_is_exit_130_in_one_line(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setitem(sys.modules, "opsctl.cli", _ImportingSetName("opsctl.cli"))
-    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
-    with pytest.raises(SystemExit) as stopped:
-        entry.main()
-    assert stopped.value.code == EXIT_INTERRUPTED
-    assert capsys.readouterr().err == "error: interrupted (Ctrl-C) while starting\n"
-
-
 class _ImportingBug(types.ModuleType):
     def __getattr__(self, name: str) -> object:
         raise RuntimeError("a bug of opsctl's own")
@@ -173,35 +158,96 @@ class _ImportingBug(types.ModuleType):
 def test_a_runtime_error_while_the_cli_is_imported_is_a_bug_with_its_traceback(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "opsctl.cli", _ImportingBug("opsctl.cli"))
-    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
     with pytest.raises(RuntimeError, match="a bug of opsctl's own"):
         entry.main()
 
 
-def _wrapped_ctrl_c() -> RuntimeError:
-    wrapped = RuntimeError("Error calling __set_name__")
-    wrapped.__cause__ = KeyboardInterrupt()
-    return wrapped
 
 
-def test_a_wrapped_ctrl_c_is_exit_130_where_a_run_is_judged_and_at_the_top(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    import importlib
+class _SignalsWhileNamed:
+    """A descriptor whose `__set_name__` is running when the Ctrl-C arrives (pydantic and
+    dataclasses build classes with such fields while the CLI imports)."""
 
-    from opsctl.core.errors import stop_error, stop_reason
-    from opsctl.core.failures import as_opsctl_error
+    def __set_name__(self, owner: type, name: str) -> None:
+        signal.raise_signal(signal.SIGINT)
+        sum(range(1000))  # the handler runs in here
 
-    assert stop_reason(_wrapped_ctrl_c()) == "interrupted (Ctrl-C)"
-    assert stop_error(_wrapped_ctrl_c(), "bench", "out").exit_code == EXIT_INTERRUPTED
-    # Not a failure a per-check guard may turn into a row (doctor's): only the top maps it.
-    assert as_opsctl_error(_wrapped_ctrl_c()) is None
-    assert as_opsctl_error(RuntimeError("a bug")) is None
 
-    def interrupted() -> None:
-        raise _wrapped_ctrl_c()
+def _build_a_class() -> None:
+    class Model:
+        field = _SignalsWhileNamed()
 
-    cli_app = importlib.import_module("opsctl.cli.app")  # the module (opsctl.cli.app is typer's)
-    monkeypatch.setattr(cli_app, "app", interrupted)
-    with pytest.raises(SystemExit) as stopped:
-        cli_app.main()
-    assert stopped.value.code == EXIT_INTERRUPTED
+
+def _raised_where(caught: pytest.ExceptionInfo[BaseException]) -> list[str]:
+    return [step.name for step in caught.traceback]
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="CPython 3.12 stopped wrapping it")
+def test_a_ctrl_c_inside_set_name_is_a_runtime_error_under_pythons_own_handler() -> None:
+    """What opsctl's handler avoids (CI's gate Ctrl-C module, seed 6, once hit it: a
+    traceback instead of exit 130)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    with pytest.raises(RuntimeError, match="__set_name__") as caught:
+        _build_a_class()
+    assert isinstance(caught.value.__cause__, KeyboardInterrupt)
+
+
+def test_a_ctrl_c_inside_set_name_is_raised_once_the_class_is_built() -> None:
+    interrupts.arm()
+    with pytest.raises(KeyboardInterrupt) as caught:
+        _build_a_class()
+        time.sleep(5)  # sent again 50 ms later: it lands here
+    assert not {"__set_name__", "_build_a_class"} & set(_raised_where(caught))
+
+
+def test_a_ctrl_c_inside_code_from_a_string_is_raised_after_it() -> None:
+    """Raised inside exec'd code, CPython would kill the process with SIGINT at exit (the real
+    process: tests/component/test_entry_signals.py)."""
+    interrupts.arm()
+    with pytest.raises(KeyboardInterrupt) as caught:
+        exec("import signal\nsignal.raise_signal(signal.SIGINT)\nsum(range(1000))")  # noqa: S102
+        time.sleep(5)
+    assert "<module>" not in _raised_where(caught)  # exec'd code's frame
+
+
+def test_a_ctrl_c_is_deferred_for_a_bounded_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Code from a string that never ends does not keep a Ctrl-C away for ever."""
+    monkeypatch.setattr(interrupts, "MAX_DEFERRALS", 3)
+    interrupts.arm()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt) as caught:
+        exec("import signal, time\nsignal.raise_signal(signal.SIGINT)\ntime.sleep(5)")  # noqa: S102
+    assert time.monotonic() - started < 2
+    assert "<module>" in _raised_where(caught)
+
+
+def test_arming_twice_keeps_the_hook_it_replaced() -> None:
+    before = sys.unraisablehook
+    interrupts.arm()
+    interrupts.arm()
+    interrupts.disarm()
+    assert sys.unraisablehook is before
+    for signum in SIGNALS:  # the exit is chosen: no late Ctrl-C, SIGTERM or SIGHUP
+        assert signal.getsignal(signum) is signal.SIG_IGN
+
+
+def test_under_opsctls_handler_asyncio_still_cancels_its_task_first() -> None:
+    """`run_async`: asyncio's own first-Ctrl-C handling (cancel the main task: its clean-ups run
+    at an await), which it installs only over Python's default handler."""
+    import asyncio
+
+    interrupts.arm()
+    cleaned: list[str] = []
+
+    async def main() -> None:
+        try:
+            signal.raise_signal(signal.SIGINT)
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            cleaned.append("cancelled at the await")
+            raise
+
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.run_async(main())
+    assert cleaned == ["cancelled at the await"]
+    assert signal.getsignal(signal.SIGINT) is interrupts.on_sigint

@@ -47,6 +47,7 @@ from opsctl.config.profiles import Deployment
 from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import LaunchError, OpsctlError, UsageError, stop_reason
 from opsctl.core.httpcap import answer_json, checked_base_url
+from opsctl.core.interrupts import run_async
 from opsctl.core.options import comma_items
 from opsctl.core.redact import API_KEY_ENV, mask_secret, redact, redact_model, redact_userinfo
 from opsctl.traffic.bench.arrival import Arrival, check_replay
@@ -494,7 +495,7 @@ def _bench_target(
                                  hint="pass --base-url NAME=URL, or --variants to launch them")
             result.base_url = launcher.up(target.label)
         run = options.driver.sweep if options.driver else sweep
-        asyncio.run(run(target.label, result.base_url, options, progress, client_factory, result))
+        run_async(run(target.label, result.base_url, options, progress, client_factory, result))
     except OpsctlError as exc:
         result.error = redact(f"{type(exc).__name__}: {exc.message}", options.api_key)
         result.error_exit_code = exc.exit_code

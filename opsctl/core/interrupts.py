@@ -1,0 +1,239 @@
+"""How a Ctrl-C (or SIGTERM, SIGHUP: taken as one) reaches opsctl: a KeyboardInterrupt, raised
+only where Python can raise it, and the signal remembered for the exit code and the one line.
+
+`arm` (opsctl.entry, first) installs the handlers: SIGINT's is `on_sigint`, SIGTERM's and
+SIGHUP's `interrupt`, which remembers the signal and then does what a Ctrl-C does at that moment
+(it calls SIGINT's handler of the moment: this module's, `asyncio.run`'s through `run_async`, or
+`deploy.ownership.InterruptGuard`'s). A signal ignored when opsctl started (`nohup`, a background
+job) stays ignored. The first interrupting signal is remembered: the exit code is 128 + its
+number (130, 143, 129) and the one line names it (`interrupted_by`).
+
+CPython has three places where a KeyboardInterrupt raised by a signal handler goes wrong:
+
+- inside code run by `exec()`/`eval()` of a string (dataclasses, namedtuple and typer's
+  annotations are built so): CPython marks the interrupt unhandled and, when the process exits,
+  kills it with SIGINT, overriding the exit status opsctl chose;
+- inside a class's `__set_name__` (pydantic and dataclasses build classes so): CPython 3.11 hands
+  the caller a RuntimeError caused by it, a traceback instead of a Ctrl-C;
+- inside a finalizer (`__del__`, a weakref callback): printed as "Exception ignored in ..." and
+  lost; the command runs on.
+
+The first two are avoided: opsctl's handlers look at the frames the signal interrupted
+(`deferred`), and inside such code raise nothing and send the signal again 50 ms later, when that
+code (function and class definitions: microseconds) is done; after 2 s of it they raise anyway.
+The third cannot be told from the frames (any function can be a weakref callback), so it is
+repaired: while armed, the unraisable hook sends the interrupting signal again, marked as a
+re-delivery (`redelivered`) so that InterruptGuard does not count it as a second Ctrl-C.
+`disarm` (opsctl.entry, on the way out) ignores the three signals from then on, sends nothing
+more and gives the previous hook back: nothing lands after opsctl chose its exit.
+
+Standard library only, and no class built while it is imported (a Ctrl-C then would be the
+first case): it is imported before the CLI.
+"""
+
+from __future__ import annotations
+
+import _thread
+import os
+import signal
+import sys
+import time
+from collections.abc import Coroutine
+from types import FrameType
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# Each interrupting signal: how the one line names it, and its exit code (128 + its number, as
+# a shell reports a command the signal stopped).
+INTERRUPTIONS: dict[int, tuple[str, int]] = {
+    signum: (name, 128 + signum)
+    for signum, name in ((signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM"),
+                         (signal.SIGHUP, "SIGHUP"))
+}
+TERMINATING = (signal.SIGTERM, signal.SIGHUP)
+RESEND_S = 0.05  # a deferred or lost interrupt is sent again this much later
+MAX_DEFERRALS = 40  # 2 s of deferring, then it is raised wherever it lands
+# Frames where a KeyboardInterrupt must not be raised: code compiled from a string, and a
+# class's __set_name__ (see the module docstring).
+_FROM_A_STRING = "<string>"
+_WRAPPED_BY_CPYTHON = "__set_name__"
+
+_received: list[int] = []  # the first interrupting signal this process received, if any
+_terminal: list[int] = []  # stdout, stderr: those that were a terminal when opsctl started
+_lock = _thread.allocate_lock()
+# armed: re-sending allowed; main: the main thread's id; base: the frame that armed (what runs
+# below it is not opsctl's: a console script, runpy, `python -c`, a test runner); deferrals: in
+# a row; redelivery: the next interrupt is a lost one sent again (the unraisable hook's); hook:
+# the unraisable hook `arm` replaced.
+_state: dict[str, Any] = {"armed": False, "main": None, "base": None, "deferrals": 0,
+                          "redelivery": False, "hook": sys.unraisablehook}
+
+
+# --- what interrupted this run -----------------------------------------------------------------
+
+def note_interruption(signum: int) -> None:
+    """Remember `signum` when it is the first interrupting signal of this process."""
+    if not _received and signum in INTERRUPTIONS:
+        _received.append(signum)
+
+
+def interrupting_signal() -> int:
+    """The signal that interrupted this run: the first one remembered, else SIGINT (a
+    KeyboardInterrupt from Python's own handler is a Ctrl-C)."""
+    return _received[0] if _received else signal.SIGINT
+
+
+def interrupted_by() -> str:
+    """How the one line names what interrupted this run: Ctrl-C, SIGTERM or SIGHUP."""
+    return INTERRUPTIONS[interrupting_signal()][0]
+
+
+def exit_code() -> int:
+    """128 + the interrupting signal's number."""
+    return INTERRUPTIONS[interrupting_signal()][1]
+
+
+# --- the handlers ------------------------------------------------------------------------------
+
+def on_sigint(signum: int, frame: FrameType | None) -> None:
+    """SIGINT's handler while opsctl runs: Python's own (KeyboardInterrupt), raised only where
+    Python can raise it."""
+    if deferred(frame):
+        return
+    redelivered()  # a lost one sent again is the same Ctrl-C: nothing to tell apart here
+    raise KeyboardInterrupt
+
+
+def interrupt(signum: int, frame: FrameType | None) -> None:
+    """The handler of SIGTERM and SIGHUP: remember the signal, then do what a Ctrl-C does now,
+    by calling SIGINT's handler of the moment. With none from Python (SIGINT was ignored when
+    opsctl started: a background job), KeyboardInterrupt where it can be raised."""
+    note_interruption(signum)
+    if signum == signal.SIGHUP:
+        _leave_the_terminal()
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+        return
+    if not deferred(frame):
+        raise KeyboardInterrupt
+
+
+def deferred(frame: FrameType | None) -> bool:
+    """True when the signal handler that got `frame` must raise nothing now: it interrupted code
+    compiled from a string or a `__set_name__`. The interrupting signal is then sent again in
+    RESEND_S; after MAX_DEFERRALS in a row, False (raise it wherever it lands). Unarmed (nothing
+    would send it again), False."""
+    if not _state["armed"] or _state["deferrals"] >= MAX_DEFERRALS \
+            or not _in_fragile_code(frame):
+        _state["deferrals"] = 0
+        return False
+    _state["deferrals"] += 1
+    _send_soon(interrupting_signal())
+    return True
+
+
+def redelivered() -> bool:
+    """True once for an interrupt the unraisable hook sent again: the handler that lost it
+    already ran for it (InterruptGuard must not count it a second time)."""
+    again, _state["redelivery"] = _state["redelivery"], False
+    return bool(again)
+
+
+def _in_fragile_code(frame: FrameType | None) -> bool:
+    """Any frame from `frame` down to the one that armed is compiled from a string or a
+    `__set_name__`; False where that frame is not below (`arm` ran elsewhere: a test's fixture)."""
+    fragile = False
+    while frame is not None:
+        if frame is _state["base"]:
+            return fragile
+        code = frame.f_code
+        fragile = fragile or code.co_filename == _FROM_A_STRING \
+            or code.co_name == _WRAPPED_BY_CPYTHON
+        frame = frame.f_back
+    return False
+
+
+def _ctrl_c_not_lost(unraisable: Any) -> None:
+    """sys.unraisablehook while armed: a Ctrl-C that landed where it could not be raised (a
+    finalizer) is sent again; anything else, and anything at interpreter shutdown, goes to the
+    previous hook. Only a KeyboardInterrupt: other BaseExceptions reach this hook in normal runs
+    (an asyncio.CancelledError in a finalizer)."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _state["armed"] \
+            and not sys.is_finalizing() and _thread.get_ident() == _state["main"]:
+        _state["redelivery"] = True
+        _send_soon(interrupting_signal())
+        return
+    _state["hook"](unraisable)
+
+
+def _send_soon(signum: int) -> None:
+    # _thread, not threading: Thread.start waits for the thread, which never answers at
+    # interpreter shutdown.
+    _thread.start_new_thread(_send, (signum,))
+
+
+def _send(signum: int) -> None:
+    time.sleep(RESEND_S)  # the handler or the hook has returned by then
+    with _lock:
+        if _state["armed"]:  # to the main thread: a sleep or a wait there wakes for it
+            signal.pthread_kill(_state["main"], signum)
+
+
+# --- arming --------------------------------------------------------------------------------------
+
+def arm() -> None:
+    """Install the handlers and the unraisable hook (from the main thread, before anything else
+    of opsctl's). A signal ignored when opsctl started stays ignored."""
+    _state["main"], _state["base"] = _thread.get_ident(), sys._getframe(1)
+    _terminal[:] = [fd for fd in (1, 2) if os.isatty(fd)]  # a hung-up one answers no more
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, on_sigint)
+    for signum in TERMINATING:
+        if signal.getsignal(signum) == signal.SIG_DFL:
+            signal.signal(signum, interrupt)
+    with _lock:
+        _state["armed"] = True
+    if sys.unraisablehook is not _ctrl_c_not_lost:
+        _state["hook"], sys.unraisablehook = sys.unraisablehook, _ctrl_c_not_lost
+
+
+def disarm() -> None:
+    """opsctl chose its exit: the three signals are ignored from here on (one now would only
+    turn that exit into a death by the signal), nothing is sent again, the hook goes back."""
+    if _thread.get_ident() == _state["main"]:
+        for signum in INTERRUPTIONS:
+            signal.signal(signum, signal.SIG_IGN)
+    with _lock:
+        _state["armed"] = False
+    sys.unraisablehook = _state["hook"]
+
+
+def run_async(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)` with asyncio's own Ctrl-C handling: its first Ctrl-C cancels the main
+    task, so the run's clean-ups and partial reports happen at an await. asyncio installs it only
+    over Python's default handler, so `on_sigint` steps aside while the loop runs; under another
+    handler (InterruptGuard's) asyncio leaves that one in place, as always."""
+    import asyncio
+
+    ours = _thread.get_ident() == _state["main"] and signal.getsignal(signal.SIGINT) is on_sigint
+    if ours:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return asyncio.run(main)
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, on_sigint)
+
+
+def _leave_the_terminal() -> None:
+    """The terminal hung up: every write to it fails (EIO), and a clean-up note that failed so
+    would cut the clean-up short. What opsctl still prints there goes to /dev/null instead
+    (output to files or pipes is kept)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in _terminal:
+            os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
