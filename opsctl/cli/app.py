@@ -13,13 +13,13 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
-from opsctl.core.errors import OpsctlError, exit_codes_help
+from opsctl.core.errors import EXIT_INTERRUPTED, OpsctlError, exit_codes_help
 from opsctl.core.failures import as_opsctl_error, interrupted
 from opsctl.core.redact import RedactingStream, api_key_from_env, redact
 from opsctl.core.text import printable
@@ -32,27 +32,14 @@ EXIT_CODES_HELP = exit_codes_help()
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 
 
-class _Commands(typer.core.TyperGroup):
-    """A Ctrl-C (or SIGTERM, SIGHUP: core.errors) that escapes a command becomes its
-    Interrupted error here, inside typer, which would exit 130 with no line and whatever the
-    signal was; `main` then reports it as every error is."""
-
-    def invoke(self, ctx: Any) -> Any:  # typer's own (vendored) click.Context
-        try:
-            return super().invoke(ctx)
-        except KeyboardInterrupt:
-            raise interrupted() from None
-
-
 def command_group(help: str, *, completion: bool = False) -> typer.Typer:  # noqa: A002
     """A typer app or sub-command group with opsctl's one help style: click's plain formatting
     (paragraphs wrapped, no rich markup interpreted in help text: it is printed literally, as
-    everything opsctl prints), `-h` as `--help`, no rich tracebacks, a
-    Ctrl-C or termination escaping a command turned into its one line (_Commands); typer's own
+    everything opsctl prints), `-h` as `--help`, no rich tracebacks; typer's own
     shell-completion options (--install-completion, --show-completion) on the root only."""
     return typer.Typer(help=help, no_args_is_help=True, add_completion=completion,
                        pretty_exceptions_enable=False, rich_markup_mode=None,
-                       context_settings=HELP_OPTIONS, cls=_Commands)
+                       context_settings=HELP_OPTIONS)
 
 
 app = command_group("Deploy GLM-5-NVFP4 with sglang on one 8x RTX PRO 6000 host.\n\n"
@@ -146,11 +133,17 @@ def main() -> None:
     line, a hint and its documented exit code (opsctl.core.failures); only a bug keeps its
     traceback and exits 1.
 
-    typer runs in standalone mode, so its own usage errors already exit 2 with click's message,
-    and Ctrl-C inside a command exits 130.
+    typer runs in standalone mode, so its own usage errors already exit 2 with click's message.
+    A Ctrl-C (SIGTERM, SIGHUP) anywhere inside typer, a command or the parsing of its options,
+    typer turns into a silent exit 130 whatever the signal was: it is reported here as every
+    interruption is, with its line and its own exit code.
     """
     try:
         app()
+    except SystemExit as leaving:
+        if not _typer_took_a_ctrl_c(leaving):
+            raise
+        _report(interrupted())
     except Exception as caught:  # noqa: BLE001 - mapped by family; a bug is re-raised
         exc = as_opsctl_error(caught)
         if exc is None:
@@ -158,6 +151,13 @@ def main() -> None:
         _report(exc)
     except KeyboardInterrupt:
         _report(interrupted())
+
+
+def _typer_took_a_ctrl_c(leaving: SystemExit) -> bool:
+    """typer's `sys.exit(130)` for the KeyboardInterrupt its Exit(130) was raised from."""
+    typer_exit = leaving.__context__
+    return leaving.code == EXIT_INTERRUPTED and typer_exit is not None \
+        and isinstance(typer_exit.__cause__, KeyboardInterrupt)
 
 
 def _report(exc: OpsctlError) -> None:

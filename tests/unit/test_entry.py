@@ -251,3 +251,35 @@ def test_under_opsctls_handler_asyncio_still_cancels_its_task_first() -> None:
         interrupts.run_async(main())
     assert cleaned == ["cancelled at the await"]
     assert signal.getsignal(signal.SIGINT) is interrupts.on_sigint
+
+
+def test_a_ctrl_c_while_typer_parses_the_options_is_one_line_and_the_signals_code(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """typer turns a KeyboardInterrupt anywhere in its main into a silent exit 130 (CI's doctor
+    Ctrl-C timing hit it in the root's option parsing: SIGTERM there exited 130, no line)."""
+    import importlib
+
+    import typer
+
+    cli_app = importlib.import_module("opsctl.cli.app")
+    commands = cli_app.command_group("a group as opsctl's")
+
+    def interrupted_while_parsing(value: bool) -> None:
+        raise KeyboardInterrupt
+
+    @commands.callback()
+    def root(flag: bool = typer.Option(False, "--flag", is_eager=True,
+                                       callback=interrupted_while_parsing)) -> None:
+        pass
+
+    @commands.command()
+    def doctor() -> None:
+        pass
+
+    interrupts.note_interruption(signal.SIGTERM)
+    monkeypatch.setattr(sys, "argv", ["opsctl", "doctor"])
+    monkeypatch.setattr(cli_app, "app", commands)
+    with pytest.raises(SystemExit) as stopped:
+        cli_app.main()
+    assert stopped.value.code == EXIT_TERMINATED
+    assert capsys.readouterr().err.splitlines()[0] == "error: interrupted (SIGTERM)"
