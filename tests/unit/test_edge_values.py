@@ -177,7 +177,8 @@ def _trace(tmp_path: Path, last_ms: float) -> Path:
 
 
 def test_a_trace_longer_than_the_sweeps_deadline_is_refused_up_front(tmp_path: Path) -> None:
-    from opsctl.traffic.bench.sweep import DEADLINE_CAP_S, BenchOptions
+    from opsctl.traffic.bench.plan import BenchOptions
+    from opsctl.traffic.settings import DEADLINE_CAP_S
     from opsctl.traffic.bench.workloads import WorkloadSpec, build
     from opsctl.traffic.settings import BenchSettings
 
