@@ -28,7 +28,8 @@ from pathlib import Path
 import httpx
 
 from opsctl.deploy import localsim as simproc
-from opsctl.traffic.bench.sweep import BenchOptions, sweep
+from opsctl.traffic.bench.plan import BenchOptions
+from opsctl.traffic.bench.sweep import sweep
 from opsctl.traffic.settings import BenchSettings
 
 ROOT = Path(__file__).resolve().parent.parent

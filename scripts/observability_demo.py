@@ -30,7 +30,8 @@ from opsctl.observe.metrics import push_report
 from opsctl.observe.promconfig import ScrapeTargets
 from opsctl.observe.promnames import slo_rules
 from opsctl.observe.report import QUERY_TIMEOUT_SECONDS
-from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
+from opsctl.traffic.bench.plan import BenchOptions
+from opsctl.traffic.bench.sweep import Target, run_bench
 from opsctl.traffic.settings import BenchSettings
 from opsctl.traffic.smoke import SmokeOptions, run_smoke
 

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from opsctl.core.paths import project_root
-from opsctl.traffic.bench.sweep import BenchOptions
+from opsctl.traffic.bench.plan import BenchOptions
 from opsctl.traffic.settings import BenchSettings
 
 

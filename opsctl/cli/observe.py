@@ -152,7 +152,13 @@ def exporter(
     from opsctl.observe.exporter import running_source, static_source
 
     if variant:
-        source = static_source(load_profile(profile).resolve(variant), image)
+        from opsctl.config.runspec import NO_PATCH
+        from opsctl.image.patchset import patch_set_sha256
+
+        deployment = load_profile(profile).resolve(variant)
+        patch = (patch_set_sha256(deployment.image.sglang_version) if deployment.patched
+                 else NO_PATCH)
+        source = static_source(deployment, image, patch)
     else:
         source = running_source(lambda: _running_servers(profile))
     observe.exporter(source, Path(reports), address, port,

@@ -272,12 +272,8 @@ def bench(
     from opsctl.traffic import view
     from opsctl.traffic.bench.driver_sglang import SglangBench
     from opsctl.traffic.bench.drivers import SGLANG_BENCH, parse_driver
-    from opsctl.traffic.bench.sweep import (
-        BenchOptions,
-        parse_concurrency,
-        parse_goodput,
-        parse_variants,
-    )
+    from opsctl.traffic.bench.plan import BenchOptions
+    from opsctl.traffic.bench.sweep import parse_concurrency, parse_goodput, parse_variants
 
     if rescore is not None:
         rescored = traffic.rescore(Path(rescore), parse_goodput(goodput or []),

@@ -34,6 +34,7 @@ from opsctl.config.profile_checks import is_secret_name
 from opsctl.config.profiles import PATCH_SWITCH_ENV, Deployment, ImageSpec, Profile
 from opsctl.config.releasefacts import DEFAULTS_FILE
 from opsctl.config.resolve import RECORD_DIR
+from opsctl.config.runspec import NO_PATCH
 from opsctl.core import labels, wheels
 from opsctl.core.errors import BuildError, ProfileError, UsageError
 from opsctl.core.files import sha256_file
@@ -99,7 +100,7 @@ class BuildPlan:
             labels.IMAGE_KIND: self.kind,
             labels.VERSION: __version__,
             labels.SGLANG_VERSION: self.sglang_version,
-            labels.PATCH_SHA256: self.patch_set_sha256 or "none",
+            labels.PATCH_SHA256: self.patch_set_sha256 or NO_PATCH,
             "org.opencontainers.image.title": self.repository,
             "org.opencontainers.image.version": self.sglang_version,
             "org.opencontainers.image.base.name": self.base_image,

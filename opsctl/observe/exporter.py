@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from opsctl.config.runspec import NO_PATCH
 from opsctl.core import labels as keys
 from opsctl.core.errors import OpsctlError, UsageError
 from opsctl.core.reports import BENCH_GLOB, SMOKE_GLOB
@@ -56,7 +57,7 @@ class DeploymentInfo:
             variant=labels.get(keys.VARIANT, UNKNOWN),
             image=labels.get(keys.IMAGE, UNKNOWN),
             sglang_version=labels.get(keys.SGLANG_VERSION, UNKNOWN),
-            patch_sha256=labels.get(keys.PATCH_SHA256, "none"),
+            patch_sha256=labels.get(keys.PATCH_SHA256, NO_PATCH),
         )
 
 
@@ -65,17 +66,15 @@ InfoSource = Callable[[], list[DeploymentInfo]]
 RunningServers = Callable[[], Iterable[Mapping[str, str]]]
 
 
-def static_source(deployment: Deployment, image: str | None) -> InfoSource:
-    """Info from a resolved profile variant (no Docker): for a deployment opsctl did not start."""
-    from opsctl.image import patchset
-
-    version = deployment.image.sglang_version
+def static_source(deployment: Deployment, image: str | None, patch_sha256: str) -> InfoSource:
+    """Info from a resolved profile variant (no Docker): for a deployment opsctl did not start;
+    `patch_sha256` is its image's patch-set digest label (the image room's), NO_PATCH without."""
     info = DeploymentInfo(
         profile=deployment.profile.name,
         variant=deployment.variant,
         image=image or deployment.image.repository,
-        sglang_version=version,
-        patch_sha256=patchset.patch_set_sha256(version) if deployment.patched else "none",
+        sglang_version=deployment.image.sglang_version,
+        patch_sha256=patch_sha256,
     )
     return lambda: [info]
 

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 from opsctl.core.errors import OpsctlError
 from opsctl.core.redact import redact_userinfo
+from opsctl.traffic.bench.plan import BenchOptions
 from opsctl.traffic.bench.report import VariantResult
-from opsctl.traffic.bench.sweep import BenchOptions, sweep
+from opsctl.traffic.bench.sweep import sweep
 from opsctl.traffic.client import ClientFactory, make_client
 from opsctl.traffic.settings import BENCH_DEFAULTS, BenchSettings
 

@@ -25,19 +25,13 @@ from opsctl.core.errors import OpsctlError, UsageError
 from opsctl.core.files import check_output_path, read_bounded
 from opsctl.core.redact import redact_userinfo
 from opsctl.core.reports import default_bench_dir, default_smoke_path
+from opsctl.traffic.bench.plan import BenchOptions, Progress
 from opsctl.traffic.bench.records import REQUESTS_DIR, rescore_report
 from opsctl.traffic.bench.records import load_report as load_bench_report
 from opsctl.traffic.bench.report import BenchReport
 from opsctl.traffic.bench.report import verdict_error as bench_verdict
 from opsctl.traffic.bench.serving import write_report_files
-from opsctl.traffic.bench.sweep import (
-    BenchOptions,
-    Launcher,
-    Progress,
-    Target,
-    parse_targets,
-    run_bench,
-)
+from opsctl.traffic.bench.sweep import Launcher, Target, parse_targets, run_bench
 from opsctl.traffic.bench.workloads import Workload, WorkloadSpec, build
 from opsctl.traffic.client import ClientFactory
 from opsctl.traffic.served import local_tokenizer

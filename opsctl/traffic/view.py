@@ -27,8 +27,8 @@ from opsctl.traffic.bench.markdown import (
     server_problems,
     sweep_end_line,
 )
+from opsctl.traffic.bench.plan import Progress
 from opsctl.traffic.bench.report import BenchReport, VariantResult
-from opsctl.traffic.bench.sweep import Progress
 from opsctl.traffic.evals.probes import ProbeResult
 from opsctl.traffic.smoke_report import SmokeReport
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from opsctl.config.profiles import Deployment
 from opsctl.core.errors import Interrupted
 from opsctl.deploy.launch import Launch
-from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
+from opsctl.traffic.bench.plan import BenchOptions
+from opsctl.traffic.bench.sweep import Target, run_bench
 from opsctl.traffic.client import ClientFactory, make_client
 from opsctl.traffic.settings import BenchSettings
 from opsctl.tune.app import Measure

@@ -12,9 +12,10 @@ from conftest import OpsctlRunner, SimServer
 
 from opsctl.config.sloconfig import Slo
 from opsctl.traffic.bench.arrival import Arrival, Batch, drive, poisson_gaps
+from opsctl.traffic.bench.plan import BenchOptions
 from opsctl.traffic.bench.serving import write_report_files
 from opsctl.traffic.bench.stats import goodput
-from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
+from opsctl.traffic.bench.sweep import Target, run_bench
 from opsctl.traffic.client import RequestResult
 from opsctl.traffic.settings import BenchSettings
 

@@ -13,9 +13,10 @@ from opsctl.config.sloconfig import Slo
 from opsctl.core.errors import UsageError
 from opsctl.core.paths import project_root
 from opsctl.traffic import app as traffic
+from opsctl.traffic.bench.plan import BenchOptions
 from opsctl.traffic.bench.records import read_records
 from opsctl.traffic.bench.serving import NOT_MEASURED, write_report_files
-from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
+from opsctl.traffic.bench.sweep import Target, run_bench
 from opsctl.traffic.settings import BenchSettings
 
 StartSim = Callable[..., SimServer]

@@ -11,9 +11,10 @@ import pytest
 from conftest import SimServer
 
 from opsctl.core.errors import EXIT_LAUNCH, EXIT_SMOKE, EXIT_USAGE, LaunchError
+from opsctl.traffic.bench.plan import BenchOptions
 from opsctl.traffic.bench.report import verdict_error
 from opsctl.traffic.bench.serving import write_report_files
-from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench, sweep
+from opsctl.traffic.bench.sweep import Target, run_bench, sweep
 from opsctl.traffic.settings import BenchSettings
 
 StartSim = Callable[..., SimServer]

@@ -16,7 +16,8 @@ from opsctl.core.errors import UsageError
 from opsctl.traffic.bench import arrival as arrival_module
 from opsctl.traffic.bench.arrival import Arrival, Batch, drive
 from opsctl.traffic.bench.levels import PhasePlan
-from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
+from opsctl.traffic.bench.plan import BenchOptions
+from opsctl.traffic.bench.sweep import Target, run_bench
 from opsctl.traffic.bench.workers import split
 from opsctl.traffic.bench.workloads import (
     TRACE_BLOCK_TOKENS,

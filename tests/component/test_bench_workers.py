@@ -26,7 +26,8 @@ from conftest import REPO_ROOT, SimServer
 from hostile import HostileServer
 
 from opsctl.traffic.bench.levels import Phase, PhasePlan, RequestSpec
-from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
+from opsctl.traffic.bench.plan import BenchOptions
+from opsctl.traffic.bench.sweep import Target, run_bench
 from opsctl.traffic.bench.workers import WorkerDied, WorkerPool, WorkerSetup
 from opsctl.traffic.bench.workloads import Workload, WorkloadSpec, build
 from opsctl.traffic.client import RequestResult, make_client, request_body, stream_generate

@@ -13,8 +13,9 @@ from opsctl.config.sloconfig import Slo
 from opsctl.decide import app as decide_app
 from opsctl.decide.report import DecideReport, RunRecord, VariantRecord
 from opsctl.decide.report import markdown as decide_markdown
+from opsctl.traffic.bench.plan import BenchOptions
 from opsctl.traffic.bench.serving import write_report_files
-from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
+from opsctl.traffic.bench.sweep import Target, run_bench
 from opsctl.traffic.settings import BenchSettings
 
 StartSim = Callable[..., SimServer]

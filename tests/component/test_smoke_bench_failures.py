@@ -267,7 +267,7 @@ def test_the_bench_deadline_ends_a_server_that_stops_answering(tmp_path: Path) -
 
 
 def test_the_default_deadline_is_derived_and_capped(tmp_path: Path) -> None:
-    from opsctl.traffic.bench.sweep import BenchOptions
+    from opsctl.traffic.bench.plan import BenchOptions
     from opsctl.traffic.settings import DEADLINE_CAP_S, BenchSettings
 
     assert BenchOptions(BenchSettings(concurrency=(1, 2), requests_per_level=4,

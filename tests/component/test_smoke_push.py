@@ -17,7 +17,8 @@ from rich.console import Console
 from opsctl.config.profiles import Profile
 from opsctl.core.errors import OpsctlError
 from opsctl.traffic import app, view
-from opsctl.traffic.bench.sweep import BenchOptions, Launcher
+from opsctl.traffic.bench.plan import BenchOptions
+from opsctl.traffic.bench.sweep import Launcher
 from opsctl.traffic.client import make_client
 from opsctl.traffic.evals.dataset import load_gsm8k
 from opsctl.traffic.settings import BenchSettings, SmokeSettings

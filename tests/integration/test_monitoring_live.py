@@ -39,7 +39,8 @@ from opsctl.observe.promconfig import ScrapeTargets
 from opsctl.observe.promnames import slo_rules
 from opsctl.observe.report import QUERY_TIMEOUT_SECONDS, with_variant
 from opsctl.observe.view import plot_decode_latency
-from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
+from opsctl.traffic.bench.plan import BenchOptions
+from opsctl.traffic.bench.sweep import Target, run_bench
 from opsctl.traffic.settings import BenchSettings, SmokeSettings
 from opsctl.traffic.smoke import SmokeOptions, run_smoke
 

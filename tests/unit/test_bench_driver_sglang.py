@@ -20,10 +20,11 @@ from opsctl.deploy.urlserver import server_for_url
 from opsctl.engine import dockerpy
 from opsctl.engine.api import ExecResult, PortBinding
 from opsctl.traffic.bench.driver_sglang import MAX_ROW_BYTES, SglangBench, bench_argv, workload_for
+from opsctl.traffic.bench.plan import BenchOptions
 from opsctl.traffic.bench.report import verdict_error
 from opsctl.traffic.bench.serving import write_report_files
 from opsctl.traffic.bench.serving_read import level_from_row, parse_row
-from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
+from opsctl.traffic.bench.sweep import Target, run_bench
 from opsctl.traffic.bench.workloads import WorkloadSpec
 from opsctl.traffic.settings import BenchSettings
 

@@ -13,6 +13,7 @@ import pytest
 from opsctl.core.errors import EXIT_LAUNCH, EXIT_SMOKE, EXIT_USAGE, UsageError
 from opsctl.traffic.bench.gpu_sample import GpuFigure
 from opsctl.traffic.bench.markdown import delta_percent, markdown_table
+from opsctl.traffic.bench.plan import BenchOptions
 from opsctl.traffic.bench.records import load_report
 from opsctl.traffic.bench.report import (
     SCHEMA_VERSION,
@@ -26,7 +27,7 @@ from opsctl.traffic.bench.report import (
 from opsctl.traffic.bench.server_sampler import CacheFigure, GaugeFigure, ServerFigures
 from opsctl.traffic.bench.serving import level_row, write_report_files
 from opsctl.traffic.bench.stats import summarize
-from opsctl.traffic.bench.sweep import BenchOptions, parse_goodput
+from opsctl.traffic.bench.sweep import parse_goodput
 from opsctl.traffic.client import RequestResult
 from opsctl.traffic.served import ModelResolution
 from opsctl.traffic.settings import BenchSettings

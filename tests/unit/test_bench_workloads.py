@@ -10,7 +10,8 @@ import pytest
 from conftest import SimServer
 
 from opsctl.core.errors import UsageError
-from opsctl.traffic.bench.sweep import BenchOptions, Target, run_bench
+from opsctl.traffic.bench.plan import BenchOptions
+from opsctl.traffic.bench.sweep import Target, run_bench
 from opsctl.traffic.bench.workloads import WorkloadSpec, build, load_tokenizer, parse_dataset_name
 from opsctl.traffic.settings import BenchSettings
 

@@ -48,6 +48,7 @@ from opsctl.deploy.state import StateDir
 from opsctl.engine.api import ContainerInfo, RunSpec
 from opsctl.engine.api import Engine as EngineApi
 from opsctl.traffic.app import Traffic
+from opsctl.traffic.bench.plan import BenchOptions
 from opsctl.traffic.bench.records import record_level
 from opsctl.traffic.bench.report import (
     BenchReport,
@@ -56,7 +57,7 @@ from opsctl.traffic.bench.report import (
     VariantResult,
 )
 from opsctl.traffic.bench.stats import summarize
-from opsctl.traffic.bench.sweep import BenchOptions, Target, request_files
+from opsctl.traffic.bench.sweep import Target, request_files
 from opsctl.traffic.client import RequestResult
 from opsctl.traffic.evals.dataset import load_gsm8k
 from opsctl.traffic.evals.gsm8k import EvalResult

@@ -177,9 +177,9 @@ def _trace(tmp_path: Path, last_ms: float) -> Path:
 
 
 def test_a_trace_longer_than_the_sweeps_deadline_is_refused_up_front(tmp_path: Path) -> None:
-    from opsctl.traffic.bench.sweep import DEADLINE_CAP_S, BenchOptions
+    from opsctl.traffic.bench.plan import BenchOptions
     from opsctl.traffic.bench.workloads import WorkloadSpec, build
-    from opsctl.traffic.settings import BenchSettings
+    from opsctl.traffic.settings import DEADLINE_CAP_S, BenchSettings
 
     far = build(WorkloadSpec(name="mooncake-trace", dataset_path=_trace(tmp_path, 1e9)))
     with pytest.raises(UsageError, match="beyond the sweep's deadline of 604800 s"):

@@ -154,11 +154,13 @@ def test_exporter_describes_a_profile_variant_without_docker() -> None:
     from opsctl.image import patchset
 
     sim = load_profile("sim")
-    registry = exporter_registry(static_source(sim.resolve("gathercast"), "opsctl/sim:test"), None)
+    digest = patchset.patch_set_sha256("0.5.23")
+    registry = exporter_registry(
+        static_source(sim.resolve("gathercast"), "opsctl/sim:test", digest), None)
     labels = {"profile": "sim", "variant": "gathercast", "image": "opsctl/sim:test",
-              "sglang_version": "0.5.23", "patch_sha256": patchset.patch_set_sha256("0.5.23")}
+              "sglang_version": "0.5.23", "patch_sha256": digest}
     assert registry.get_sample_value("opsctl_deployment_info", labels) == 1.0
-    unpatched = exporter_registry(static_source(sim.resolve("baseline"), None), None)
+    unpatched = exporter_registry(static_source(sim.resolve("baseline"), None, "none"), None)
     assert unpatched.get_sample_value("opsctl_deployment_info", {
         **labels, "variant": "baseline", "image": "opsctl/sim", "patch_sha256": "none"}) == 1.0
 

@@ -9,10 +9,10 @@ from rich.console import Console
 
 from opsctl.traffic.bench.gpu_sample import GpuFigure
 from opsctl.traffic.bench.markdown import markdown_table
+from opsctl.traffic.bench.plan import BenchOptions
 from opsctl.traffic.bench.report import BenchReport, ClientInfo, LevelResult, VariantResult
 from opsctl.traffic.bench.server_sampler import GaugeFigure, LatencyFigure, ServerFigures
 from opsctl.traffic.bench.stats import summarize
-from opsctl.traffic.bench.sweep import BenchOptions
 from opsctl.traffic.client import RequestResult
 from opsctl.traffic.settings import BenchSettings
 from opsctl.traffic.view import render_bench

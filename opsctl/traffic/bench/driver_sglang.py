@@ -35,9 +35,10 @@ from opsctl.core.errors import OpsctlError, UsageError
 from opsctl.core.redact import redact, redact_userinfo
 from opsctl.traffic.bench.drivers import BACKENDS, SGLANG_BENCH
 from opsctl.traffic.bench.levels import CUT_SHORT, sweep_end
+from opsctl.traffic.bench.plan import BenchOptions, Progress
 from opsctl.traffic.bench.report import LevelResult, Pcts, VariantResult
 from opsctl.traffic.bench.serving_read import SOURCE, level_from_row, parse_row
-from opsctl.traffic.bench.sweep import BenchOptions, Progress, deadline_reached, resolve_model
+from opsctl.traffic.bench.sweep import deadline_reached, resolve_model
 from opsctl.traffic.bench.workloads import Workload, WorkloadSpec
 from opsctl.traffic.client import ClientFactory, make_client
 from opsctl.traffic.settings import BenchSettings
@@ -162,7 +163,7 @@ def bench_argv(options: BenchOptions, concurrency: int, *, served: str, tokenize
 
 
 class SglangBench:
-    """The `sglang-bench` driver (opsctl.traffic.bench.drivers.SweepDriver)."""
+    """The `sglang-bench` driver (opsctl.traffic.bench.plan.SweepDriver)."""
 
     name = SGLANG_BENCH
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from opsctl.traffic.bench.arrival import Arrival, Batch, drive
+from opsctl.traffic.bench.plan import BenchOptions, Progress
 from opsctl.traffic.bench.records import record_level
 from opsctl.traffic.bench.report import LevelResult
 from opsctl.traffic.bench.server_sampler import LevelSampler
@@ -39,7 +40,6 @@ from opsctl.traffic.bench.workloads import Workload
 from opsctl.traffic.client import Api, RequestResult, TrafficClient, request_body, stream_generate
 
 if TYPE_CHECKING:
-    from opsctl.traffic.bench.sweep import BenchOptions, Progress
     from opsctl.traffic.settings import BenchSettings
 
 CUT_SHORT = "cut short"
