@@ -33,7 +33,6 @@ from opsctl.deploy.custody import Custody, Note
 from opsctl.deploy.logsave import LOGS_DIR, named_secrets
 from opsctl.deploy.preflight import describe as describe_preflight
 from opsctl.deploy.serverstatus import ServerStatus as ServerStatus
-from opsctl.deploy.serverstatus import StatusResult as StatusResult
 from opsctl.deploy.serverstatus import status as status
 from opsctl.deploy.serverstatus import uptime as uptime
 from opsctl.deploy.state import CheckpointRecord, StateDir, Verdict

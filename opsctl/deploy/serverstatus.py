@@ -42,13 +42,8 @@ class ServerStatus:
     crash_loop: str = ""  # why it is a crash loop; "" when it is not
 
 
-@dataclass(frozen=True)
-class StatusResult:
-    servers: list[ServerStatus]
-
-
 def status(engine: Engine, *, http: Callable[[], httpx.Client] = readiness.http_client,
-           clock: Clock = SYSTEM_CLOCK, state: StateDir | None = None) -> StatusResult:
+           clock: Clock = SYSTEM_CLOCK, state: StateDir | None = None) -> list[ServerStatus]:
     """Every opsctl server: what it runs (from its labels), for how long, its readiness now,
     its health, restarts and last exit, and `up`'s verdict on it (from `state`)."""
     rows = []
@@ -70,7 +65,7 @@ def status(engine: Engine, *, http: Callable[[], httpx.Client] = readiness.http_
                 last_exit=last_exit(info),
                 crash_loop=crash_loop(info),
             ))
-    return StatusResult(servers=rows)
+    return rows
 
 
 def health_of(info: ContainerInfo) -> str:

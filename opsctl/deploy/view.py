@@ -26,12 +26,12 @@ from opsctl.deploy.app import (
     LogsResult,
     Progress,
     ResolveResult,
-    StatusResult,
     UpResult,
 )
 from opsctl.deploy.hostcheck import HostP2pReport
 from opsctl.deploy.logsave import LOGS_DIR
 from opsctl.deploy.readiness import HEARTBEAT_SECONDS, Phase
+from opsctl.deploy.serverstatus import ServerStatus
 
 
 def _variant_lines(summary: VariantSummary, indent: str = "") -> list[str]:
@@ -202,16 +202,16 @@ def note(console: Console) -> Callable[[str], None]:
                                       highlight=False, soft_wrap=True)
 
 
-def status_json(result: StatusResult) -> str:
+def status_json(servers: list[ServerStatus]) -> str:
     """`status --json`: {"servers": [{name, profile, variant, image, patch_sha256, uptime,
     readiness, verdict, health, restarts, last_exit, crash_loop}, ...]}."""
-    return json.dumps(dataclasses.asdict(result), indent=2)
+    return json.dumps({"servers": [dataclasses.asdict(server) for server in servers]}, indent=2)
 
 
-def status_table(result: StatusResult) -> Table:
+def status_table(servers: list[ServerStatus]) -> Table:
     table = Table("container", "profile", "variant", "image", "patch sha", "uptime", "readiness",
                   "health", "restarts", "last exit", "verdict")
-    for server in result.servers:
+    for server in servers:
         verdict = Text(server.verdict, style="bold red" if server.verdict.startswith("MISMATCH")
                        else "green" if server.verdict.startswith("verified") else "")
         health = Text(server.health, style="bold red" if server.health.startswith("unhealthy")

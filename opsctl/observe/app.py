@@ -27,30 +27,10 @@ DecodeLatencyPlot = Callable[[report_module.DecodeLatency, Path], Path]
 
 
 @dataclass(frozen=True)
-class RenderResult:
-    written: list[Path]
-
-
-@dataclass(frozen=True)
 class MonitorUpResult:
     plan: monitoring.Plan
     dry_run: bool
     started: list[str]  # container names; empty on a dry run
-
-
-@dataclass(frozen=True)
-class MonitorDownResult:
-    removed: list[str]
-
-
-@dataclass(frozen=True)
-class ExporterResult:
-    url: str  # where /metrics was served until the interrupt
-
-
-@dataclass(frozen=True)
-class MetricsProxyResult:
-    url: str  # where the upstream's /metrics was served until the interrupt
 
 
 @dataclass(frozen=True)
@@ -59,11 +39,11 @@ class ReportResult:
     data: report_module.DecodeLatency
 
 
-def monitor_render(profile: Profile, root: Path, force: bool = False) -> RenderResult:
+def monitor_render(profile: Profile, root: Path, force: bool = False) -> list[Path]:
     """Write the scrape config, rules, Grafana provisioning and dashboard under `root` (an
-    operator's file there is overwritten only with `force`)."""
-    return RenderResult(monitoring.write_files(monitoring.render_for_profile(profile),
-                                               monitoring.config_folder(root, "--out"), force))
+    operator's file there is overwritten only with `force`); the files written."""
+    return monitoring.write_files(monitoring.render_for_profile(profile),
+                                  monitoring.config_folder(root, "--out"), force)
 
 
 @dataclass(frozen=True)
@@ -105,19 +85,19 @@ def monitor_up(profile: Profile, config_dir: Path, engine: Engine | None,
     return MonitorUpResult(plan, dry_run=False, started=started)
 
 
-def monitor_down(engine: Engine) -> MonitorDownResult:
-    """Stop and remove the monitoring containers; their data volumes stay."""
+def monitor_down(engine: Engine) -> list[str]:
+    """Stop and remove the monitoring containers (their names); their data volumes stay."""
     removed = []
     for info in engine.find(monitoring.monitoring_labels()):
         engine.stop_and_remove(info.id, grace_seconds=monitoring.STOP_GRACE_SECONDS)
         removed.append(info.name)
-    return MonitorDownResult(removed)
+    return removed
 
 
 def exporter(
     source: exporter_module.InfoSource, reports: Path | None, address: str, port: int,
     on_serving: Callable[[str], None], servers: ServerSource | None = None,
-) -> ExporterResult:
+) -> None:
     """Serve opsctl_* metrics until interrupted; `on_serving` gets the URL once it listens.
 
     `servers` (the server containers, asked at every scrape) adds their restart counts and
@@ -128,19 +108,18 @@ def exporter(
     url = f"http://{address}:{server.server_port}/metrics"
     on_serving(url)
     exporter_module.serve_until_interrupted(server, thread)
-    return ExporterResult(url)
 
 
 def metrics_proxy(
     upstream: str, token: str, address: str, port: int, tls: tuple[Path, Path] | None,
     on_serving: Callable[[str], None],
-) -> MetricsProxyResult:
-    """Serve the upstream's /metrics, and only that, behind `token` until interrupted."""
+) -> None:
+    """Serve the upstream's /metrics, and only that, behind `token` until interrupted;
+    `on_serving` gets the URL once it listens."""
     server, thread = metricsproxy.start(upstream, token, address, port, tls)
     url = f"{'https' if tls else 'http'}://{address}:{server.server_port}/metrics"
     on_serving(url)
     exporter_module.serve_until_interrupted(server, thread)
-    return MetricsProxyResult(url)
 
 
 def report(

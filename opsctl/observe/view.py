@@ -19,17 +19,15 @@ if TYPE_CHECKING:
 
     from opsctl.observe.app import (
         MonitorComposeResult,
-        MonitorDownResult,
         MonitorUpResult,
-        RenderResult,
     )
     from opsctl.observe.report import DecodeLatency
 
 LINESTYLES = {"p50": "-", "p90": "--", "p99": ":"}
 
 
-def show_rendered(console: Console, result: RenderResult) -> None:
-    for path in result.written:
+def show_rendered(console: Console, written: list[Path]) -> None:
+    for path in written:
         console.print(str(path), highlight=False)
 
 
@@ -80,8 +78,8 @@ def show_monitor_compose(console: Console, result: MonitorComposeResult) -> None
                       soft_wrap=True)
 
 
-def show_monitor_down(console: Console, result: MonitorDownResult) -> None:
-    for name in result.removed:
+def show_monitor_down(console: Console, removed: list[str]) -> None:
+    for name in removed:
         console.print(f"removed {name}", highlight=False)
 
 

@@ -21,7 +21,7 @@ from stubhttp import StubServer, json_answer
 from opsctl.cli.app import console
 from opsctl.core.paths import project_root
 from opsctl.deploy import view as deploy_view
-from opsctl.deploy.app import ServerStatus, StatusResult
+from opsctl.deploy.app import ServerStatus
 
 CLOSING = "[/x]"
 STYLED = "[red]a[/red]"
@@ -68,7 +68,7 @@ def test_deploy_errors_print_markup_literally(marked_profile: Path) -> None:
 def test_status_table_prints_markup_literally(capsys: pytest.CaptureFixture[str]) -> None:
     server = ServerStatus(name=CLOSING, profile=STYLED, variant=CLOSING, image="[bold]img",
                           patch_sha256="none", uptime="1s", readiness="ready", verdict="verified")
-    console.print(deploy_view.status_table(StatusResult([server])))
+    console.print(deploy_view.status_table([server]))
     out = capsys.readouterr().out
     assert CLOSING in out and STYLED in out and "[bold]img" in out
 

@@ -248,7 +248,7 @@ def test_status_reads_labels_uptime_and_probes_readiness() -> None:
     engine.add_container("opsctl-a", server_labels("a", "gathercast"))
     engine.add_container("opsctl-b", server_labels("b"), status="exited", exit_code=1)
     result = app.status(engine, http=FakeSglang(SERVED, ["503"]).client, clock=FakeClock())
-    first, second = result.servers
+    first, second = result
     assert (first.name, first.profile, first.variant, first.readiness) == (
         "opsctl-a",
         "a",

@@ -104,7 +104,7 @@ def server(engine: FakeEngine, name: str, **state: object) -> None:
 
 def rows(engine: FakeEngine) -> dict[str, app.ServerStatus]:
     result = app.status(engine, http=FakeSglang("glm-5", ["ready"]).client, clock=FakeClock())
-    return {row.name: row for row in result.servers}
+    return {row.name: row for row in result}
 
 
 def test_status_shows_health_restarts_last_exit_and_crash_loops() -> None:
@@ -131,7 +131,7 @@ def test_status_shows_health_restarts_last_exit_and_crash_loops() -> None:
 def test_the_status_table_marks_a_crash_loop() -> None:
     engine = FakeEngine()
     server(engine, "gave-up", status="exited", exit_code=1, restart_max=3, restart_count=3)
-    table = view.status_table(app.StatusResult(list(rows(engine).values())))
+    table = view.status_table(list(rows(engine).values()))
     headers = [column.header for column in table.columns]
     assert {"health", "restarts", "last exit"} <= set(headers)
     cell = table.columns[headers.index("restarts")]._cells[0]

@@ -66,7 +66,7 @@ def state(tmp_path: Path) -> StateDir:
 def status_verdicts(engine: FakeEngine, state: StateDir) -> list[str]:
     result = app.status(engine, http=FakeSglang(SERVED, ["ready"]).client, clock=FakeClock(),
                         state=state)
-    return [server.verdict for server in result.servers]
+    return [server.verdict for server in result]
 
 
 def test_up_verifies_with_the_containers_log_and_records_the_verdict(

@@ -115,7 +115,7 @@ def test_monitor_down_removes_only_monitoring_containers() -> None:
     engine = FakeEngine([_container("opsctl-prometheus", keys.ROLE_MONITORING),
                          _container("sglang", keys.ROLE_SERVER)])
     result = app.monitor_down(engine)  # type: ignore[arg-type]
-    assert result.removed == ["opsctl-prometheus"]
+    assert result == ["opsctl-prometheus"]
     assert [c.name for c in engine.containers] == ["sglang"]
 
 
