@@ -8,24 +8,29 @@ SIGHUP's `interrupt`, which remembers the signal and then does what a Ctrl-C doe
 job) stays ignored. The first interrupting signal is remembered: the exit code is 128 + its
 number (130, 143, 129) and the one line names it (`interrupted_by`).
 
-CPython has three places where a KeyboardInterrupt raised by a signal handler goes wrong:
+A KeyboardInterrupt raised by a signal handler goes wrong where code is being built rather
+than run:
 
 - inside code run by `exec()`/`eval()` of a string (dataclasses, namedtuple and typer's
   annotations are built so): CPython marks the interrupt unhandled and, when the process exits,
   kills it with SIGINT, overriding the exit status opsctl chose;
 - inside a class's `__set_name__` (pydantic and dataclasses build classes so): CPython 3.11 hands
   the caller a RuntimeError caused by it, a traceback instead of a Ctrl-C;
+- inside Python code that pydantic-core's validator builder calls while a model class is built:
+  it hands the caller a SchemaError caused by it (the integration Ctrl-C module, seed 43, while
+  the CLI imported `decide/settings.py`), and other builders may wrap it their own way;
 - inside a finalizer (`__del__`, a weakref callback): printed as "Exception ignored in ..." and
   lost; the command runs on.
 
-The first two are avoided: opsctl's handlers look at the frames the signal interrupted
-(`deferred`), and inside such code raise nothing and send the signal again 50 ms later, when that
-code (function and class definitions: microseconds) is done; after 2 s of it they raise anyway.
-The third cannot be told from the frames (any function can be a weakref callback), so it is
-repaired: while armed, the unraisable hook sends the interrupting signal again, marked as a
-re-delivery (`redelivered`) so that InterruptGuard does not count it as a second Ctrl-C.
-`disarm` (opsctl.entry, on the way out) ignores the three signals from then on, sends nothing
-more and gives the previous hook back: nothing lands after opsctl chose its exit.
+The first three are avoided: opsctl's handlers look at the frames the signal interrupted
+(`deferred`), and inside code compiled from a string, a `__set_name__` or a module being
+imported (where classes are built) raise nothing and send the signal again 50 ms later, until
+that code is done: at most 10 s, then they raise anyway. The fourth cannot be told from the
+frames (any function can be a weakref callback), so it is repaired: while armed, the unraisable
+hook sends the interrupting signal again, marked as a re-delivery (`redelivered`) so that
+InterruptGuard does not count it as a second Ctrl-C. `disarm` (opsctl.entry, on the way out)
+ignores the three signals from then on, sends nothing more and gives the previous hook back:
+nothing lands after opsctl chose its exit.
 
 Standard library only, and no class built while it is imported (a Ctrl-C then would be the
 first case): it is imported before the CLI.
@@ -53,20 +58,21 @@ INTERRUPTIONS: dict[int, tuple[str, int]] = {
 }
 TERMINATING = (signal.SIGTERM, signal.SIGHUP)
 RESEND_S = 0.05  # a deferred or lost interrupt is sent again this much later
-MAX_DEFERRALS = 40  # 2 s of deferring, then it is raised wherever it lands
-# Frames where a KeyboardInterrupt must not be raised: code compiled from a string, and a
-# class's __set_name__ (see the module docstring).
+MAX_DEFER_S = 10.0  # then it is raised wherever it lands (an import under load takes seconds)
+# Frames where a KeyboardInterrupt must not be raised (see the module docstring): code compiled
+# from a string, a class's __set_name__, and importlib running a module's code.
 _FROM_A_STRING = "<string>"
 _WRAPPED_BY_CPYTHON = "__set_name__"
+_IMPORTING = "<frozen importlib._bootstrap"
 
 _received: list[int] = []  # the first interrupting signal this process received, if any
 _terminal: list[int] = []  # stdout, stderr: those that were a terminal when opsctl started
 _lock = _thread.allocate_lock()
 # armed: re-sending allowed; main: the main thread's id; base: the frame that armed (what runs
-# below it is not opsctl's: a console script, runpy, `python -c`, a test runner); deferrals: in
-# a row; redelivery: the next interrupt is a lost one sent again (the unraisable hook's); hook:
-# the unraisable hook `arm` replaced.
-_state: dict[str, Any] = {"armed": False, "main": None, "base": None, "deferrals": 0,
+# below it is not opsctl's: a console script, runpy, `python -c`, a test runner); deferring
+# since: when the interrupt being deferred first came (None: none is); redelivery: the next
+# interrupt is a lost one sent again (the unraisable hook's); hook: the one `arm` replaced.
+_state: dict[str, Any] = {"armed": False, "main": None, "base": None, "deferring_since": None,
                           "redelivery": False, "hook": sys.unraisablehook}
 
 
@@ -122,14 +128,15 @@ def interrupt(signum: int, frame: FrameType | None) -> None:
 
 def deferred(frame: FrameType | None) -> bool:
     """True when the signal handler that got `frame` must raise nothing now: it interrupted code
-    compiled from a string or a `__set_name__`. The interrupting signal is then sent again in
-    RESEND_S; after MAX_DEFERRALS in a row, False (raise it wherever it lands). Unarmed (nothing
-    would send it again), False."""
-    if not _state["armed"] or _state["deferrals"] >= MAX_DEFERRALS \
+    compiled from a string, a `__set_name__` or an import. The interrupting signal is then sent
+    again in RESEND_S; once it has been deferred MAX_DEFER_S, False (raise it wherever it
+    lands). Unarmed (nothing would send it again), False."""
+    now, since = time.monotonic(), _state["deferring_since"]
+    if not _state["armed"] or (since is not None and now - since >= MAX_DEFER_S) \
             or not _in_fragile_code(frame):
-        _state["deferrals"] = 0
+        _state["deferring_since"] = None
         return False
-    _state["deferrals"] += 1
+    _state["deferring_since"] = now if since is None else since
     _send_soon(interrupting_signal())
     return True
 
@@ -142,15 +149,16 @@ def redelivered() -> bool:
 
 
 def _in_fragile_code(frame: FrameType | None) -> bool:
-    """Any frame from `frame` down to the one that armed is compiled from a string or a
-    `__set_name__`; False where that frame is not below (`arm` ran elsewhere: a test's fixture)."""
+    """Any frame from `frame` down to the one that armed is compiled from a string, a
+    `__set_name__` or importlib's; False where that frame is not below (`arm` ran elsewhere: a
+    test's fixture)."""
     fragile = False
     while frame is not None:
         if frame is _state["base"]:
             return fragile
         code = frame.f_code
         fragile = fragile or code.co_filename == _FROM_A_STRING \
-            or code.co_name == _WRAPPED_BY_CPYTHON
+            or code.co_name == _WRAPPED_BY_CPYTHON or code.co_filename.startswith(_IMPORTING)
         frame = frame.f_back
     return False
 
