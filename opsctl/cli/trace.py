@@ -7,7 +7,7 @@ container (deploy, engine), the load (traffic) and the HTTP client.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -15,7 +15,7 @@ from opsctl.cli.app import ProfileOpt, VariantOpt, app, command_group, console
 from opsctl.core.files import check_output_path
 
 if TYPE_CHECKING:
-    from opsctl.trace.app import CaptureTarget
+    from opsctl.trace.app import CapturePlan
 
 trace_app = command_group("Profile a server's decode steps and name the bottleneck.")
 app.add_typer(trace_app, name="trace")
@@ -99,42 +99,43 @@ def capture(
         raise UsageError("--base-url needs --trace-dir (where the server's trace files can be "
                          "read on this host)", hint="or capture a profile's container: --profile")
     out_dir = check_output_path(Path(out), "--out", directory=True) if out else None
+    how = {"concurrency": concurrency, "steps": steps, "out_dir": out_dir, "wait_s": wait,
+           "layers": layers, "max_bytes": max_mb << 20}
     if base_url:
-        target = _url_target(checked_base_url(base_url, "--base-url"), Path(trace_dir or ""),
-                             server_dir, profile, variant)
+        plan = _url_plan(checked_base_url(base_url, "--base-url"), Path(trace_dir or ""),
+                         server_dir, profile, variant, how)
     else:
-        target = _container_target(profile, server_dir)
+        plan = _container_plan(profile, server_dir, how)
     key = api_key_from_env()
     shape = LoadShape(api_key=key)
-    request = trace.CaptureRequest(concurrency=concurrency, steps=steps, out_dir=out_dir,
-                                   wait_s=wait, layers=layers, max_bytes=max_mb << 20)
     result = trace.capture(
-        request, target,
-        http=lambda: capped_client(headers=auth_headers(key), base_url=target.base_url,
+        plan,
+        http=lambda: capped_client(headers=auth_headers(key), base_url=plan.base_url,
                                    timeout_s=120.0),
         load=lambda url, c: steady_load(url, c, shape), clock=SYSTEM_CLOCK,
         plot=view.write_chart)
     view.show_capture(result, console)
 
 
-def _url_target(url: str, trace_dir: Path, server_dir: str | None, profile: str | None,
-                variant: str | None) -> CaptureTarget:
-    from opsctl.trace.app import CaptureTarget
+def _url_plan(url: str, trace_dir: Path, server_dir: str | None, profile: str | None,
+              variant: str | None, how: dict[str, Any]) -> CapturePlan:
+    from opsctl.trace.app import CapturePlan
     from opsctl.trace.capture import LocalDir
 
     local = check_output_path(trace_dir, "--trace-dir", directory=True).absolute()
-    return CaptureTarget(base_url=url, source=LocalDir(local),
-                         server_dir=server_dir or str(local), profile=profile, variant=variant)
+    return CapturePlan(base_url=url, source=LocalDir(local), server_dir=server_dir or str(local),
+                       profile=profile, variant=variant, **how)
 
 
-def _container_target(profile: str | None, server_dir: str | None) -> CaptureTarget:
+def _container_plan(profile: str | None, server_dir: str | None,
+                    how: dict[str, Any]) -> CapturePlan:
     """The profile's running server: its URL, the variant it runs, its container's trace dir."""
     from opsctl.config.profiles import load_profile
     from opsctl.core import labels
     from opsctl.core.errors import LaunchError
     from opsctl.deploy import app as deploy_app
     from opsctl.engine.dockerpy import connect
-    from opsctl.trace.app import CaptureTarget, server_trace_dir
+    from opsctl.trace.app import CapturePlan, server_trace_dir
     from opsctl.trace.capture import ContainerDir
 
     loaded = load_profile(profile)
@@ -148,6 +149,6 @@ def _container_target(profile: str | None, server_dir: str | None) -> CaptureTar
     variant = server.labels.get(labels.VARIANT)
     env = loaded.resolve(variant).env
     remote = server_dir or server_trace_dir(env)
-    return CaptureTarget(base_url=server.labels[labels.BASE_URL],
-                         source=ContainerDir(engine, server.id, remote), server_dir=remote,
-                         profile=loaded.name, variant=variant)
+    return CapturePlan(base_url=server.labels[labels.BASE_URL],
+                       source=ContainerDir(engine, server.id, remote), server_dir=remote,
+                       profile=loaded.name, variant=variant, **how)

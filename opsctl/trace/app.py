@@ -88,20 +88,17 @@ def analyze_traces(request: AnalyzeRequest, *, plot: PlotWriter) -> AnalyzeResul
 
 
 @dataclass(frozen=True)
-class CaptureTarget:
-    """A server to profile: its URL, where its profiler writes, and what it runs."""
+class CapturePlan:
+    """`trace capture`'s one plan: the server to profile (its URL, where its profiler writes,
+    what it runs) and how (the load, the steps, the wait, where the files go)."""
 
     base_url: str
     source: cap.TraceSource
     server_dir: str  # sent as output_dir: the server's own path of `source`
-    profile: str | None = None
-    variant: str | None = None
-
-
-@dataclass(frozen=True)
-class CaptureRequest:
     concurrency: int
     steps: int
+    profile: str | None = None
+    variant: str | None = None
     out_dir: Path | None = None
     wait_s: float = 300.0
     warmup_s: float = 2.0  # load runs this long before the profile starts (requests decoding)
@@ -111,44 +108,43 @@ class CaptureRequest:
 
 @dataclass(frozen=True)
 class CaptureResult:
-    target: CaptureTarget
+    plan: CapturePlan
     traces: list[Path]
     stopped_by_us: bool
     load: LoadSummary
     analysis: AnalyzeResult
 
 
-def capture(request: CaptureRequest, target: CaptureTarget, *,
-            http: Callable[[], httpx.Client], load: LoadHolder, clock: Clock,
-            plot: PlotWriter) -> CaptureResult:
+def capture(plan: CapturePlan, *, http: Callable[[], httpx.Client], load: LoadHolder,
+            clock: Clock, plot: PlotWriter) -> CaptureResult:
     """Hold the load, profile `steps` decode steps, collect the files, analyze them."""
-    if request.concurrency < 1 or request.steps < 1:
+    if plan.concurrency < 1 or plan.steps < 1:
         raise UsageError("--concurrency and --steps must be at least 1",
                          hint="e.g. --concurrency 8 --steps 5")
-    out = request.out_dir or default_out_dir()
+    out = plan.out_dir or default_out_dir()
     held: list[LoadSummary] = []
 
     @contextmanager
     def hold() -> Iterator[LoadSummary]:
-        with load(target.base_url, request.concurrency) as summary:
+        with load(plan.base_url, plan.concurrency) as summary:
             held.append(summary)
-            clock.sleep(request.warmup_s)  # the requests get past prefill into decode
+            clock.sleep(plan.warmup_s)  # the requests get past prefill into decode
             yield summary
 
-    ask = cap.ProfileAsk(output_dir=target.server_dir, num_steps=request.steps)
-    header = {"profile": target.profile or "", "variant": target.variant or ""}
+    ask = cap.ProfileAsk(output_dir=plan.server_dir, num_steps=plan.steps)
+    header = {"profile": plan.profile or "", "variant": plan.variant or ""}
     try:
         with http() as client:
-            profiled = cap.profile(client, target.source, ask, out / TRACES_SUBDIR, clock,
-                                   request.wait_s, hold)
+            profiled = cap.profile(client, plan.source, ask, out / TRACES_SUBDIR, clock,
+                                   plan.wait_s, hold)
         analysis = analyze_traces(AnalyzeRequest(path=out / TRACES_SUBDIR, out_dir=out,
-                                                 layers=request.layers,
-                                                 max_bytes=request.max_bytes, header=header),
+                                                 layers=plan.layers,
+                                                 max_bytes=plan.max_bytes, header=header),
                                   plot=plot)
     except KeyboardInterrupt as stopped:  # the profile was stopped; say so in the report
         report.write_partial(header, stop_reason(stopped), out)
         raise stop_error(stopped, "trace capture", out / report.ANALYSIS_JSON) from None
-    return CaptureResult(target=target, traces=profiled.files, stopped_by_us=profiled.stopped_by_us,
+    return CaptureResult(plan=plan, traces=profiled.files, stopped_by_us=profiled.stopped_by_us,
                          load=held[0], analysis=analysis)
 
 

@@ -121,7 +121,7 @@ def show_comparison(c: Comparison, console: Console) -> None:
 def show_capture(result: CaptureResult, console: Console) -> None:
     load = result.load
     console.print(Text.assemble(
-        f"captured {len(result.traces)} trace file(s) from {result.target.source.describe()}"
+        f"captured {len(result.traces)} trace file(s) from {result.plan.source.describe()}"
         + (" (stopped with /stop_profile)" if result.stopped_by_us else "")
         + f"; load: concurrency {load.concurrency}, {load.completed} requests done, "
         f"{load.in_flight} in flight, {load.failed} failed"

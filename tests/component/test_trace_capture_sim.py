@@ -14,7 +14,7 @@ from conftest import SimServer
 
 from opsctl.core.clock import SYSTEM_CLOCK
 from opsctl.trace import capture as cap
-from opsctl.trace.app import CaptureRequest, CaptureTarget, capture
+from opsctl.trace.app import CapturePlan, capture
 from opsctl.trace.load import LoadShape, steady_load
 
 StartSim = Callable[..., SimServer]
@@ -49,13 +49,12 @@ def test_capture_end_to_end_against_the_simulator(sim_server: StartSim, tmp_path
                                                   env: dict[str, str], expected: str,
                                                   absent: str) -> None:
     url = sim_server(env={**FAST, **env}, args=SIM_FLAGS).url
-    target = CaptureTarget(base_url=url, source=cap.LocalDir(tmp_path / "server"),
-                           server_dir=str(tmp_path / "server"), profile="sim", variant="x")
+    plan = CapturePlan(base_url=url, source=cap.LocalDir(tmp_path / "server"),
+                       server_dir=str(tmp_path / "server"), profile="sim", variant="x",
+                       concurrency=4, steps=4, out_dir=tmp_path / "out", wait_s=30, warmup_s=0.3)
     shape = LoadShape(input_words=16, output_tokens=400, request_timeout_s=30)
     result = capture(
-        CaptureRequest(concurrency=4, steps=4, out_dir=tmp_path / "out", wait_s=30,
-                       warmup_s=0.3),
-        target, http=lambda: httpx.Client(base_url=url, timeout=10),
+        plan, http=lambda: httpx.Client(base_url=url, timeout=10),
         load=lambda u, c: steady_load(u, c, shape), clock=SYSTEM_CLOCK,
         plot=lambda *_: ([], None))
     assert [p.name.split("-TP-")[1] for p in result.traces] == ["0.trace.json.gz",
