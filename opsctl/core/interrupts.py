@@ -43,7 +43,8 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -73,7 +74,7 @@ _lock = _thread.allocate_lock()
 # since: when the interrupt being deferred first came (None: none is); redelivery: the next
 # interrupt is a lost one sent again (the unraisable hook's); hook: the one `arm` replaced.
 _state: dict[str, Any] = {"armed": False, "main": None, "base": None, "deferring_since": None,
-                          "redelivery": False, "hook": sys.unraisablehook}
+                          "redelivery": False, "hook": sys.unraisablehook, "held": 0}
 
 
 # --- what interrupted this run -----------------------------------------------------------------
@@ -128,12 +129,12 @@ def interrupt(signum: int, frame: FrameType | None) -> None:
 
 def deferred(frame: FrameType | None) -> bool:
     """True when the signal handler that got `frame` must raise nothing now: it interrupted code
-    compiled from a string, a `__set_name__` or an import. The interrupting signal is then sent
-    again in RESEND_S; once it has been deferred MAX_DEFER_S, False (raise it wherever it
-    lands). Unarmed (nothing would send it again), False."""
+    compiled from a string, a `__set_name__`, an import or a section `held`. The interrupting
+    signal is then sent again in RESEND_S; once it has been deferred MAX_DEFER_S, False (raise it
+    wherever it lands). Unarmed (nothing would send it again), False."""
     now, since = time.monotonic(), _state["deferring_since"]
     if not _state["armed"] or (since is not None and now - since >= MAX_DEFER_S) \
-            or not _in_fragile_code(frame):
+            or not (_state["held"] or _in_fragile_code(frame)):
         _state["deferring_since"] = None
         return False
     _state["deferring_since"] = now if since is None else since
@@ -222,17 +223,34 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
     """`asyncio.run(main)` with asyncio's own Ctrl-C handling: its first Ctrl-C cancels the main
     task, so the run's clean-ups and partial reports happen at an await. asyncio installs it only
     over Python's default handler, so `on_sigint` steps aside while the loop runs; under another
-    handler (InterruptGuard's) asyncio leaves that one in place, as always."""
+    handler (InterruptGuard's) asyncio leaves that one in place, as always. Closing the loop is
+    `held`: an interrupt inside `loop.close()` left it half closed, and its finalizer printed a
+    traceback at exit (the integration Ctrl-C module, seed 7, `decide` stopped by SIGTERM)."""
     import asyncio
 
     ours = _thread.get_ident() == _state["main"] and signal.getsignal(signal.SIGINT) is on_sigint
+    runner = asyncio.Runner()
     if ours:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        return asyncio.run(main)
+        return runner.run(main)
     finally:
-        if ours:
+        if ours:  # first: Python's own handler would not wait for `held`
             signal.signal(signal.SIGINT, on_sigint)
+        with held():
+            runner.close()
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """A critical section: an interrupt that arrives inside raises nothing there and is sent
+    again every RESEND_S until the section ends (at most MAX_DEFER_S), as in code `deferred`
+    knows from its frames. Under opsctl's handlers only (Python's own does not wait)."""
+    _state["held"] += 1
+    try:
+        yield
+    finally:
+        _state["held"] -= 1
 
 
 def _leave_the_terminal() -> None:

@@ -302,3 +302,40 @@ def test_a_ctrl_c_while_typer_parses_the_options_is_one_line_and_the_signals_cod
         cli_app.main()
     assert stopped.value.code == EXIT_TERMINATED
     assert capsys.readouterr().err.splitlines()[0] == "error: interrupted (SIGTERM)"
+
+
+def test_a_ctrl_c_inside_a_held_section_is_raised_when_it_ends() -> None:
+    interrupts.arm()
+    done: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.held():
+            signal.raise_signal(signal.SIGINT)
+            time.sleep(0.3)  # sent again every 50 ms: none lands in here
+            done.append("the section ran to its end")
+        time.sleep(5)
+    assert done == ["the section ran to its end"]
+
+
+def test_a_ctrl_c_while_the_event_loop_closes_leaves_it_closed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside `loop.close()` it left the loop half closed, and the loop's finalizer printed a
+    traceback at exit (seed 7 of the integration Ctrl-C module, `decide` under SIGTERM)."""
+    import asyncio
+
+    closing = asyncio.Runner.close
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    def close_with_a_ctrl_c(runner: asyncio.Runner) -> None:
+        loops.append(runner.get_loop())
+        signal.raise_signal(signal.SIGINT)
+        closing(runner)
+
+    async def main() -> int:
+        return 1
+
+    monkeypatch.setattr(asyncio.Runner, "close", close_with_a_ctrl_c)
+    interrupts.arm()
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.run_async(main())
+        time.sleep(5)
+    assert loops[0].is_closed()
