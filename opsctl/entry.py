@@ -16,6 +16,7 @@ import sys
 from opsctl.core import interrupts
 
 STARTING = "error: interrupted ({by}) while starting\n"
+INTERRUPTED = "error: interrupted ({by})\n"
 
 
 def main() -> None:
@@ -24,8 +25,16 @@ def main() -> None:
         try:
             from opsctl.cli import main as cli_main
         except KeyboardInterrupt:
-            sys.stderr.write(STARTING.format(by=interrupts.interrupted_by()))
-            raise SystemExit(interrupts.exit_code()) from None
-        cli_main()
+            _leave(STARTING)
+        try:
+            cli_main()
+        except (KeyboardInterrupt, interrupts.SecondInterrupt):
+            _leave(INTERRUPTED)  # one that landed while the CLI's top chose what to report
     finally:
         interrupts.disarm()
+
+
+def _leave(line: str) -> None:
+    interrupts.leaving()
+    sys.stderr.write(line.format(by=interrupts.interrupted_by()))
+    raise SystemExit(interrupts.exit_code()) from None

@@ -19,8 +19,10 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from opsctl.core import interrupts
 from opsctl.core.errors import EXIT_INTERRUPTED, OpsctlError, exit_codes_help
 from opsctl.core.failures import as_opsctl_error, interrupted
+from opsctl.core.interrupts import SecondInterrupt
 from opsctl.core.redact import RedactingStream, api_key_from_env, redact
 from opsctl.core.text import printable
 
@@ -149,7 +151,7 @@ def main() -> None:
         if exc is None:
             raise
         _report(exc)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SecondInterrupt):  # the second: one that escaped a clean-up
         _report(interrupted())
 
 
@@ -161,6 +163,7 @@ def _typer_took_a_ctrl_c(leaving: SystemExit) -> bool:
 
 
 def _report(exc: OpsctlError) -> None:
+    interrupts.leaving()  # the exit is chosen: a Ctrl-C now must not cut the lines short
     # Messages may quote a server that echoed the key, or a URL with credentials, and what a
     # server sent: each line is printed with its control characters escaped (core.text), so an
     # error stays one line and no ESC sequence reaches the terminal.

@@ -71,10 +71,20 @@ _terminal: list[int] = []  # stdout, stderr: those that were a terminal when ops
 _lock = _thread.allocate_lock()
 # armed: re-sending allowed; main: the main thread's id; base: the frame that armed (what runs
 # below it is not opsctl's: a console script, runpy, `python -c`, a test runner); deferring
-# since: when the interrupt being deferred first came (None: none is); redelivery: the next
-# interrupt is a lost one sent again (the unraisable hook's); hook: the one `arm` replaced.
+# since, deferred at: when the interrupt being deferred first came and was last deferred (None:
+# none is); redelivery: the next interrupt is a lost one sent again (the unraisable hook's);
+# hook: the one `arm` replaced; held: `held` sections open; leaving: the exit is chosen.
 _state: dict[str, Any] = {"armed": False, "main": None, "base": None, "deferring_since": None,
-                          "redelivery": False, "hook": sys.unraisablehook, "held": 0}
+                          "deferred_at": None, "redelivery": False, "hook": sys.unraisablehook,
+                          "held": 0, "leaving": False}
+# A deferral chain whose last re-sent signal went to another handler (asyncio's) ends unseen:
+# one deferred longer ago than this starts a new chain.
+_CHAIN_GAP_S = 1.0
+
+
+class SecondInterrupt(BaseException):
+    """A Ctrl-C while a run cleans up after itself (deploy.ownership.InterruptGuard): leave what
+    is left, and say what it is."""
 
 
 # --- what interrupted this run -----------------------------------------------------------------
@@ -105,8 +115,8 @@ def exit_code() -> int:
 
 def on_sigint(signum: int, frame: FrameType | None) -> None:
     """SIGINT's handler while opsctl runs: Python's own (KeyboardInterrupt), raised only where
-    Python can raise it."""
-    if deferred(frame):
+    Python can raise it; nothing once the exit is chosen."""
+    if _state["leaving"] or deferred(frame):
         return
     redelivered()  # a lost one sent again is the same Ctrl-C: nothing to tell apart here
     raise KeyboardInterrupt
@@ -114,14 +124,17 @@ def on_sigint(signum: int, frame: FrameType | None) -> None:
 
 def interrupt(signum: int, frame: FrameType | None) -> None:
     """The handler of SIGTERM and SIGHUP: remember the signal, then do what a Ctrl-C does now,
-    by calling SIGINT's handler of the moment. With none from Python (SIGINT was ignored when
-    opsctl started: a background job), KeyboardInterrupt where it can be raised."""
+    by calling SIGINT's handler of the moment (with this signal's number). With none from Python
+    (SIGINT was ignored when opsctl started: a background job), KeyboardInterrupt where it can
+    be raised. Nothing once the exit is chosen."""
     note_interruption(signum)
     if signum == signal.SIGHUP:
         _leave_the_terminal()
+    if _state["leaving"]:
+        return
     handler = signal.getsignal(signal.SIGINT)
-    if callable(handler):
-        handler(signal.SIGINT, frame)
+    if callable(handler):  # given this signal's number: InterruptGuard tells them apart
+        handler(signum, frame)
         return
     if not deferred(frame):
         raise KeyboardInterrupt
@@ -132,12 +145,14 @@ def deferred(frame: FrameType | None) -> bool:
     compiled from a string, a `__set_name__`, an import or a section `held`. The interrupting
     signal is then sent again in RESEND_S; once it has been deferred MAX_DEFER_S, False (raise it
     wherever it lands). Unarmed (nothing would send it again), False."""
-    now, since = time.monotonic(), _state["deferring_since"]
+    now, since, last = time.monotonic(), _state["deferring_since"], _state["deferred_at"]
+    if since is not None and now - last > _CHAIN_GAP_S:
+        since = None
     if not _state["armed"] or (since is not None and now - since >= MAX_DEFER_S) \
             or not (_state["held"] or _in_fragile_code(frame)):
         _state["deferring_since"] = None
         return False
-    _state["deferring_since"] = now if since is None else since
+    _state["deferring_since"], _state["deferred_at"] = (now if since is None else since), now
     _send_soon(interrupting_signal())
     return True
 
@@ -166,12 +181,14 @@ def _in_fragile_code(frame: FrameType | None) -> bool:
 
 def _ctrl_c_not_lost(unraisable: Any) -> None:
     """sys.unraisablehook while armed: a Ctrl-C that landed where it could not be raised (a
-    finalizer) is sent again; anything else, and anything at interpreter shutdown, goes to the
-    previous hook. Only a KeyboardInterrupt: other BaseExceptions reach this hook in normal runs
-    (an asyncio.CancelledError in a finalizer)."""
-    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _state["armed"] \
+    finalizer) is sent again, marked as the one already counted (a SecondInterrupt, the second
+    Ctrl-C of a clean-up, is sent again unmarked: it counts as a second again); anything else,
+    and anything at interpreter shutdown, goes to the previous hook. Only those two: other
+    BaseExceptions reach this hook in normal runs (an asyncio.CancelledError in a finalizer)."""
+    lost = unraisable.exc_value
+    if isinstance(lost, KeyboardInterrupt | SecondInterrupt) and _state["armed"] \
             and not sys.is_finalizing() and _thread.get_ident() == _state["main"]:
-        _state["redelivery"] = True
+        _state["redelivery"] = isinstance(lost, KeyboardInterrupt)
         _send_soon(interrupting_signal())
         return
     _state["hook"](unraisable)
@@ -196,6 +213,7 @@ def arm() -> None:
     """Install the handlers and the unraisable hook (from the main thread, before anything else
     of opsctl's). A signal ignored when opsctl started stays ignored."""
     _state["main"], _state["base"] = _thread.get_ident(), sys._getframe(1)
+    _state["leaving"] = False
     _terminal[:] = [fd for fd in (1, 2) if os.isatty(fd)]  # a hung-up one answers no more
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, on_sigint)
@@ -208,9 +226,16 @@ def arm() -> None:
         _state["hook"], sys.unraisablehook = sys.unraisablehook, _ctrl_c_not_lost
 
 
+def leaving() -> None:
+    """opsctl chose its exit (it is printing its last line): opsctl's handlers raise nothing
+    from here on, so a Ctrl-C now cannot cut the line short or turn the exit into a traceback."""
+    _state["leaving"] = True
+
+
 def disarm() -> None:
     """opsctl chose its exit: the three signals are ignored from here on (one now would only
     turn that exit into a death by the signal), nothing is sent again, the hook goes back."""
+    leaving()  # first: changing a handler runs the pending ones
     if _thread.get_ident() == _state["main"]:
         for signum in INTERRUPTIONS:
             signal.signal(signum, signal.SIG_IGN)

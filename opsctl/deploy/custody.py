@@ -25,9 +25,8 @@ from opsctl.core.errors import (
     OpsctlError,
     UsageError,
 )
-from opsctl.core.interrupts import interrupted_by
+from opsctl.core.interrupts import SecondInterrupt, interrupted_by
 from opsctl.deploy.logsave import save_log
-from opsctl.deploy.ownership import SecondInterrupt
 from opsctl.deploy.state import StateDir
 from opsctl.engine.api import ContainerInfo, Engine
 

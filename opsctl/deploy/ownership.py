@@ -31,6 +31,7 @@ from typing import IO
 from opsctl.core import interrupts
 from opsctl.core.clock import SYSTEM_CLOCK, Clock
 from opsctl.core.errors import LaunchError
+from opsctl.core.interrupts import SecondInterrupt
 from opsctl.deploy.state import StateDir
 
 # Locks this process holds: path -> (open file, depth), so nested holders share one flock.
@@ -108,24 +109,23 @@ def _acquire(path: Path, profile: str, command: str, clock: Clock) -> IO[str]:
     return handle
 
 
-class SecondInterrupt(BaseException):
-    """A Ctrl-C while a run cleans up after itself: leave what is left, and say what it is."""
-
-
 class InterruptGuard:
     """While active (a context manager; main thread only, elsewhere it does nothing): the first
     SIGINT raises KeyboardInterrupt as Python's own handler does and marks the run as cleaning
     up; any SIGINT while cleaning up raises SecondInterrupt instead. A failure that is not a
     Ctrl-C starts the cleanup with `cleaning()`. SIGTERM and SIGHUP reach it as SIGINT does
-    (`core.interrupts.arm`): a SIGTERM, then a second one, is the same pair."""
+    (`core.interrupts.arm`): a SIGTERM, then a second one, is the same pair. A SIGINT ignored
+    when opsctl started (a background job) stays ignored here too."""
 
     def __init__(self) -> None:
         self.is_cleaning = False
         self._previous: signal.Handlers | object | None = None
+        self._sigint_ignored = False
 
     def __enter__(self) -> InterruptGuard:
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._sigint_ignored = self._previous == signal.SIG_IGN
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -137,10 +137,13 @@ class InterruptGuard:
         self.is_cleaning = True
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGINT and self._sigint_ignored:
+            return
         interrupts.note_interruption(signum)  # a Ctrl-C first: the exit code and line say so
         if interrupts.deferred(frame):  # where Python cannot raise it: it comes again
             return
-        if self.is_cleaning and not interrupts.redelivered():
+        counted = interrupts.redelivered()  # a lost one sent again: this handler counted it
+        if self.is_cleaning and not counted:
             raise SecondInterrupt
         self.is_cleaning = True
         raise KeyboardInterrupt

@@ -94,12 +94,14 @@ def test_a_signal_ignored_when_opsctl_starts_stays_ignored() -> None:
 
 def test_sigterm_goes_the_way_a_ctrl_c_goes_at_that_moment() -> None:
     """SIGTERM calls SIGINT's handler of the moment (asyncio.run's cancels its task first;
-    InterruptGuard's counts a second one): one path for both, the first signal remembered."""
+    InterruptGuard's counts a second one): one path for both, the first signal remembered. The
+    handler is told which signal it was (InterruptGuard keeps a SIGINT ignored at start ignored,
+    not a SIGTERM)."""
     called: list[int] = []
     signal.signal(signal.SIGINT, lambda signum, _: called.append(signum))
     interrupts.interrupt(signal.SIGTERM, None)
     interrupts.interrupt(signal.SIGHUP, None)
-    assert called == [signal.SIGINT, signal.SIGINT]
+    assert called == [signal.SIGTERM, signal.SIGHUP]
     assert interrupts.interrupted_by() == "SIGTERM"
     assert interrupts.interrupting_signal() == signal.SIGTERM
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # SIGINT ignored when opsctl started
