@@ -195,7 +195,7 @@ def test_status_says_unhealthy_and_crash_loop(box_factory: Callable[..., Box]) -
         60,
         "a crash loop",
     )
-    (found,) = [row for row in app.status(engine).servers if row.profile == crashing.name]
+    (found,) = [row for row in app.status(engine) if row.profile == crashing.name]
     assert (found.crash_loop, found.restarts) == ("crash loop: gave up after 2 restarts", "2 of 2")
     assert found.last_exit.startswith("3 at ") and found.readiness == "exited (exit 3)"
     assert "crash loop" in crashing.run("status").stdout
@@ -319,7 +319,10 @@ def test_a_second_ctrl_c_leaves_it_running_and_names_it(box_factory: Callable[..
     with DockerProxy([Fault("POST", STOP, "blackhole")], max_seconds=60) as proxy:
         run = box.start("up", "--profile", str(box.profile), "--image", box.image,
                         docker_host=proxy.docker_host)
-        wait_for(box.containers, 60, "the container")
+        # Running: `up` has its create's answer (a Ctrl-C still inside the create removes what
+        # the daemon made without a stop, and this test would wait for one in vain).
+        wait_for(lambda: [c for c in box.containers() if c.status == "running"], 60,
+                 "the container to run")
         run.send_signal(signal.SIGINT)
         wait_for(lambda: proxy.calls("POST", STOP), 30, "the cleanup's stop")
         run.send_signal(signal.SIGINT)
