@@ -7,14 +7,38 @@ no attribute 'get_data_path'`, a traceback at exit 1: the Ctrl-C module found it
 bench plots). So a load that fails in any way
 forgets the matplotlib modules it added before the failure goes on, and the next load starts
 clean.
+
+A chart is drawn whole (`drawing`): matplotlib's compiled transforms (pybind11) turn an
+exception raised inside their argument conversion into "TypeError: incompatible function
+arguments", so a Ctrl-C landing there was a traceback (the integration Ctrl-C module, CI
+rehearsal, `decide` under SIGTERM while bench's plots were drawn). An interrupt waits until the
+chart is written (opsctl.core.interrupts.held), then goes on as any other.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from types import ModuleType
+from typing import ParamSpec, TypeVar
+
+from opsctl.core.interrupts import held
 
 PLOT_EXTRA = "pip install -e '.[plot]'"
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def drawing(draw: Callable[P, R]) -> Callable[P, R]:
+    """`draw` (a view's chart writer) runs as one `held` section."""
+
+    @functools.wraps(draw)
+    def whole(*args: P.args, **kwargs: P.kwargs) -> R:
+        with held():
+            return draw(*args, **kwargs)
+
+    return whole
 
 
 def load_matplotlib() -> ModuleType | None:

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from opsctl.core.errors import OpsctlError
-from opsctl.core.plotting import load_matplotlib
+from opsctl.core.plotting import drawing, load_matplotlib
 from opsctl.core.text import printable
 from opsctl.decide.app import DecideResult
 from opsctl.decide.report import DecideReport, Level, VariantRecord
@@ -99,6 +99,7 @@ def show_decide(console: Console, result: DecideResult) -> None:
 # --- the chart decide.md embeds --------------------------------------------------------------
 
 
+@drawing
 def write_chart(report: DecideReport, out: Path, name: str) -> Path | None:
     """`name` in `out`: every swept variant's pooled levels side by side; None when no level
     was measured or matplotlib cannot be imported (decide.md then embeds nothing)."""

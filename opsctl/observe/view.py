@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from opsctl.core.errors import UsageError
-from opsctl.core.plotting import PLOT_EXTRA, load_matplotlib
+from opsctl.core.plotting import PLOT_EXTRA, drawing, load_matplotlib
 from opsctl.observe import alertmanager, monitoring
 
 if TYPE_CHECKING:
@@ -101,6 +101,7 @@ def show_written(console: Console, path: Path) -> None:
     console.print(f"wrote {path}", highlight=False)
 
 
+@drawing
 def plot_decode_latency(data: DecodeLatency, out: Path) -> Path:
     """Draw one subplot per decode-latency panel, a colour per variant, a dash per quantile."""
     matplotlib = load_matplotlib()

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from opsctl.core.plotting import PLOT_EXTRA, load_matplotlib
+from opsctl.core.plotting import PLOT_EXTRA, drawing, load_matplotlib
 from opsctl.trace.analyze import Analysis, Row
 from opsctl.trace.app import AnalyzeResult, CaptureResult
 from opsctl.trace.report import Comparison
@@ -27,6 +27,7 @@ _SEVERITY = {"bottleneck": "bold red", "notable": "yellow", "info": "cyan"}
 CHART_TOP = 10
 
 
+@drawing
 def write_chart(analyses: list[Analysis], comparison: Comparison | None, out_dir: Path
                 ) -> tuple[list[Path], str | None]:
     """Horizontal bars: the top kernels' ms per step (both sides when comparing)."""

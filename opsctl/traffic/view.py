@@ -17,7 +17,7 @@ from rich.progress import Progress as RichProgress
 from rich.table import Table
 from rich.text import Text
 
-from opsctl.core.plotting import PLOT_EXTRA, load_matplotlib
+from opsctl.core.plotting import PLOT_EXTRA, drawing, load_matplotlib
 from opsctl.traffic.app import BenchResult, Pushed, SmokeResult
 from opsctl.traffic.bench.markdown import (
     SERVER_HEADER,
@@ -394,6 +394,7 @@ def label_levels(ax: Any, points: list[tuple[float, float, int]], span: tuple[fl
                     textcoords="offset points", xytext=(5, 3), fontsize=7, color=colour)
 
 
+@drawing
 def write_plots(report: BenchReport, out_dir: Path) -> list[Path]:
     """tpot.png and ttft.png (p50 with the p90-p99 band and the SLO line), throughput.png and
     pareto.png (tokens/s per GPU against tokens/s per user), every variant in each.

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from opsctl.core.plotting import PLOT_EXTRA, load_matplotlib
+from opsctl.core.plotting import PLOT_EXTRA, drawing, load_matplotlib
 from opsctl.tune.app import TuneResult
 from opsctl.tune.state import Measurement, TuneState
 
@@ -38,6 +38,7 @@ def on_done(console: Console) -> Callable[[Measurement], None]:
     return show
 
 
+@drawing
 def write_chart(state: TuneState, out_dir: Path) -> tuple[list[Path], str | None]:
     ok = [m for m in state.measurements if m.status == "ok" and m.tpot_p50_ms is not None]
     if not ok:

@@ -341,3 +341,24 @@ def test_a_ctrl_c_while_the_event_loop_closes_leaves_it_closed(
         interrupts.run_async(main())
         time.sleep(5)
     assert loops[0].is_closed()
+
+
+def test_a_ctrl_c_while_a_chart_is_drawn_waits_for_the_chart() -> None:
+    """matplotlib's compiled transforms turned one landing in their argument conversion into a
+    TypeError traceback (the CI rehearsal's decide under SIGTERM): charts are drawn whole."""
+    from opsctl.core.plotting import drawing
+
+    drawn: list[str] = []
+
+    @drawing
+    def chart() -> str:
+        signal.raise_signal(signal.SIGINT)
+        time.sleep(0.3)
+        drawn.append("whole")
+        return "chart.png"
+
+    interrupts.arm()
+    with pytest.raises(KeyboardInterrupt):
+        assert chart() == "chart.png"
+        time.sleep(5)
+    assert drawn == ["whole"]
