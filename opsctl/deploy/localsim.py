@@ -11,7 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -133,30 +133,20 @@ def start(
 
 def _wait(sim: LocalSim, flags: Sequence[str], wait: Wait, timeout_s: float, clock: Clock) -> None:
     hint = f"the simulator's log: {sim.log_path}" if sim.log_path else "start it with a log file"
+
+    def until(probe: Callable[[], readiness.Probe]) -> None:
+        readiness.wait_ready(probe, exited=sim.exited, timeout_seconds=timeout_s,
+                             poll_seconds=POLL_SECONDS, clock=clock, cleanup=STOPPED,
+                             timeout_hint=hint)
+
     if wait == "listen":
-        readiness.wait_ready(
-            lambda: _listening(sim.port),
-            exited=sim.exited,
-            timeout_seconds=timeout_s,
-            poll_seconds=POLL_SECONDS,
-            clock=clock,
-            cleanup=STOPPED,
-            timeout_hint=hint,
-        )
+        until(lambda: _listening(sim.port))
         return
     # The simulator's own reading of the flags: which name it serves, which key it wants.
     args = SimArgs.parse(flags)
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else None
     with capped_client(headers=headers, timeout_s=readiness.PROBE_TIMEOUT_SECONDS) as client:
-        readiness.wait_ready(
-            lambda: readiness.probe(client, sim.url, args.served_model_name),
-            exited=sim.exited,
-            timeout_seconds=timeout_s,
-            poll_seconds=POLL_SECONDS,
-            clock=clock,
-            cleanup=STOPPED,
-            timeout_hint=hint,
-        )
+        until(lambda: readiness.probe(client, sim.url, args.served_model_name))
 
 
 def _listening(port: int) -> readiness.Probe:
