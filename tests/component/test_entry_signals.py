@@ -289,7 +289,12 @@ def test_a_ctrl_c_ignored_when_opsctl_started_stays_ignored_under_the_guard(
 def test_a_second_interrupt_that_escapes_a_clean_up_is_one_line(tmp_path: Path) -> None:
     """A SIGINT and a SIGTERM at once: the second ran at the guard's exit, after the clean-up's
     `try`, and SecondInterrupt reached the top as a traceback, exit 1 (here the entry's
-    backstop gives the line; opsctl's CLI top maps it too)."""
+    backstop gives the line; opsctl's CLI top maps it too).
+
+    Which of the two names the exit is not fixed: Python signal handlers nest, so a SIGTERM that
+    lands as SIGINT's handler starts runs inside it, raises first and ends it (a CI run and
+    about 1 in 3 runs here on a busy machine). Either way: one line, and the code of the signal
+    it names."""
     body = ('    with InterruptGuard() as guard:\n'
             '        try:\n'
             '            print("ready", flush=True)\n'
@@ -299,7 +304,8 @@ def test_a_second_interrupt_that_escapes_a_clean_up_is_one_line(tmp_path: Path) 
             '            time.sleep(1)\n'
             '            raise')
     code, err = _signalled(tmp_path, body, [0.3, 0.0], then=signal.SIGTERM)
-    assert (code, err) == (EXIT_INTERRUPTED, ONE_LINE)
+    assert (code, err) in {(EXIT_INTERRUPTED, ONE_LINE),
+                           (EXIT_TERMINATED, "error: interrupted (SIGTERM)\n")}
 
 
 def test_a_ctrl_c_while_the_exit_is_being_reported_does_not_spoil_it(tmp_path: Path) -> None:
