@@ -26,10 +26,13 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 def _handlers_kept(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """`entry.main` takes SIGTERM and SIGHUP, and ignores all three interrupting signals on its
     way out (the process exits next); the test session keeps its own handlers, and no signal a
-    test sent is remembered by the next, nothing is left armed."""
+    test sent is remembered by the next, nothing is left armed. Each test starts from Python's
+    own SIGINT handler, as opsctl starts from a terminal: a pytest run as a background job
+    starts with SIGINT ignored, which `arm` keeps (tested below)."""
     monkeypatch.setattr(interrupts, "_received", [])
     hook = sys.unraisablehook
     handlers = {signum: signal.getsignal(signum) for signum in SIGNALS}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     with interrupts._lock:
         interrupts._state["armed"] = False
