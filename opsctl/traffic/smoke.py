@@ -40,7 +40,7 @@ from opsctl.traffic.client import (
     stream_generate,
 )
 from opsctl.traffic.evals.divergence import Divergence
-from opsctl.traffic.evals.gsm8k import EvalResult
+from opsctl.traffic.evals.gsm8k import EvalResult, Gsm8kPlan
 from opsctl.traffic.evals.probes import ProbeResult
 from opsctl.traffic.served import (
     ModelResolution,
@@ -55,7 +55,6 @@ from opsctl.traffic.sglang_metrics import expected_series, missing_series
 from opsctl.traffic.smoke_evals import (
     EvalPlan,
     EvalProgress,
-    Gsm8kPlan,
     LongContextPlan,
     gsm8k_check,
     long_context_check,

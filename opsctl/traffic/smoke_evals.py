@@ -26,7 +26,7 @@ from opsctl.config.evalconfig import (
 from opsctl.core.errors import UsageError
 from opsctl.traffic.client import Api, TrafficClient
 from opsctl.traffic.evals.dataset import Dataset, public_file
-from opsctl.traffic.evals.gsm8k import EvalResult, Gsm8kSettings, run_gsm8k
+from opsctl.traffic.evals.gsm8k import EvalResult, Gsm8kPlan, run_gsm8k
 from opsctl.traffic.evals.probes import ProbeAsk, ProbeResult, run_long_context_probes
 from opsctl.traffic.smoke_report import CheckStatus
 
@@ -60,16 +60,6 @@ def eval_request(name: str | None, *, questions: int | None = None,
     return EvalRequest(gsm8k=name == "gsm8k", questions=questions, dataset=dataset,
                        sha256=sha256, threshold=threshold, long_context=long_context,
                        score_thinking=score_thinking)
-
-
-@dataclass(frozen=True)
-class Gsm8kPlan:
-    dataset: Dataset
-    shots_from: Dataset
-    questions: int
-    shots: int
-    threshold: float
-    score_thinking: bool = False  # score the thinking, then the answer (report: `scored`)
 
 
 @dataclass(frozen=True)
@@ -183,11 +173,8 @@ async def gsm8k_check(client: TrafficClient, plan: Gsm8kPlan, *, model: str, api
                       progress: EvalProgress | None = None
                       ) -> tuple[CheckStatus, str, EvalResult]:
     """Ask the planned questions greedily; pass when the accuracy reaches the threshold."""
-    settings = Gsm8kSettings(threshold=plan.threshold, num_questions=plan.questions,
-                             num_shots=plan.shots, api=api, request_timeout_s=request_timeout_s,
-                             overall_timeout_s=remaining_s, score_thinking=plan.score_thinking)
-    result = await run_gsm8k(client, model=model, dataset=plan.dataset,
-                             shots_from=plan.shots_from, settings=settings,
+    result = await run_gsm8k(client, plan, model=model, api=api,
+                             request_timeout_s=request_timeout_s, overall_timeout_s=remaining_s,
                              on_progress=_gsm8k_progress(progress))
     return ("pass" if result.score.passed else "fail"), result.score.verdict, result
 

@@ -21,7 +21,7 @@ from opsctl.traffic.client import Api, make_client
 from opsctl.traffic.evals.dataset import Dataset, DatasetError, load_gsm8k
 from opsctl.traffic.evals.gsm8k import (
     EvalResult,
-    Gsm8kSettings,
+    Gsm8kPlan,
     build_prompt,
     few_shot_prefix,
     run_gsm8k,
@@ -132,11 +132,10 @@ def evaluate(url: str, test: Dataset, train: Dataset, threshold: float,
              api: Api = "completions", score_thinking: bool = False) -> EvalResult:
     async def go() -> EvalResult:
         async with make_client(url, None) as client:
-            settings = Gsm8kSettings(threshold=threshold, num_questions=40, api=api,
-                                     request_timeout_s=20, overall_timeout_s=60,
-                                     score_thinking=score_thinking)
-            return await run_gsm8k(client, model="/models/GLM-5-NVFP4", dataset=test,
-                                   shots_from=train, settings=settings)
+            plan = Gsm8kPlan(dataset=test, shots_from=train, threshold=threshold, questions=40,
+                             score_thinking=score_thinking)
+            return await run_gsm8k(client, plan, model="/models/GLM-5-NVFP4", api=api,
+                                   request_timeout_s=20, overall_timeout_s=60)
     return asyncio.run(go())
 
 

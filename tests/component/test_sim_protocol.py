@@ -29,7 +29,7 @@ from opsctl.deploy import localsim
 from opsctl.traffic import wire
 from opsctl.traffic.client import endpoint, generate, make_client, request_body, stream_generate
 from opsctl.traffic.evals.dataset import load_gsm8k
-from opsctl.traffic.evals.gsm8k import Gsm8kSettings, run_gsm8k
+from opsctl.traffic.evals.gsm8k import Gsm8kPlan, run_gsm8k
 from opsctl.traffic.evals.probes import ProbeAsk, run_long_context_probes
 from opsctl.traffic.payload import Api
 
@@ -303,12 +303,11 @@ async def _opsctl_traffic(url: str, release: str) -> None:
                 body = request_body(api, MODEL, "hello", max_tokens=4,
                                     stream=False, ignore_eos=ignore_eos)
                 assert (await generate(client, api, body, timeout_s=30)).ok
-            await run_gsm8k(client, model=MODEL,
-                            dataset=load_gsm8k(resolve_path(gsm8k.dataset), gsm8k.sha256),
-                            shots_from=load_gsm8k(resolve_path(gsm8k.shots_from),
-                                                 gsm8k.shots_sha256),
-                            settings=Gsm8kSettings(threshold=0.0, num_questions=2, num_shots=2,
-                                                   api=api))
+            plan = Gsm8kPlan(
+                dataset=load_gsm8k(resolve_path(gsm8k.dataset), gsm8k.sha256),
+                shots_from=load_gsm8k(resolve_path(gsm8k.shots_from), gsm8k.shots_sha256),
+                threshold=0.0, questions=2, shots=2)
+            await run_gsm8k(client, plan, model=MODEL, api=api)
             await run_long_context_probes(client, ProbeAsk(model=MODEL, api=api), sizes=[256],
                                           prefix_pair_tokens=256)
 

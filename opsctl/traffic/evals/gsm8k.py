@@ -28,9 +28,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from opsctl.config.evalconfig import DEFAULT_QUESTIONS, DEFAULT_SHOTS
 from opsctl.core.errors import UsageError
@@ -108,40 +109,41 @@ def select(dataset: Dataset, shots_from: Dataset, num_questions: int, num_shots:
     return dataset.items[:num_questions], shots_from.items[:num_shots]
 
 
-class Gsm8kSettings(BaseModel):
-    """How the GSM8K eval asks and judges; each default written here once."""
+@dataclass(frozen=True)
+class Gsm8kPlan:
+    """What the GSM8K eval asks and how it judges, settled before the first request: the
+    datasets read and checked against their pins (`smoke_evals.plan_evals`); each default
+    written here once."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+    dataset: Dataset  # the questions: its first `questions` lines
+    shots_from: Dataset  # the few-shot examples: its first `shots` lines
     threshold: float  # the gate: the accuracy a pass needs
-    num_questions: int = DEFAULT_QUESTIONS
-    num_shots: int = DEFAULT_SHOTS
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    api: Api = "completions"
-    parallel: int = 16  # requests in flight
-    request_timeout_s: float = 300.0
-    overall_timeout_s: float = 3600.0
+    questions: int = DEFAULT_QUESTIONS
+    shots: int = DEFAULT_SHOTS
     score_thinking: bool = False  # score the thinking then `content`, not `content` alone
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    parallel: int = 16  # requests in flight
 
 
 async def run_gsm8k(
     client: TrafficClient,
+    plan: Gsm8kPlan,
     *,
     model: str,
-    dataset: Dataset,
-    shots_from: Dataset,
-    settings: Gsm8kSettings,
+    api: Api = "completions",
+    request_timeout_s: float = 300.0,
+    overall_timeout_s: float = 3600.0,
     on_progress: Callable[[int, int], None] | None = None,  # (answered, questions)
 ) -> EvalResult:
-    """Ask the first ``num_questions`` questions greedily and score them against the gate."""
-    threshold, parallel, api = settings.threshold, settings.parallel, settings.api
-    max_tokens, score_thinking = settings.max_tokens, settings.score_thinking
-    request_timeout_s, overall_timeout_s = settings.request_timeout_s, settings.overall_timeout_s
+    """Ask the plan's first questions greedily and score them against its gate."""
+    threshold, parallel = plan.threshold, plan.parallel
+    max_tokens, score_thinking = plan.max_tokens, plan.score_thinking
     check_threshold(threshold)
     if parallel < 1:
         raise UsageError(f"parallel must be at least 1, got {parallel}",
                          hint="ask with at least one request in flight")
-    questions, shots = select(dataset, shots_from, settings.num_questions, settings.num_shots)
+    dataset, shots_from = plan.dataset, plan.shots_from
+    questions, shots = select(dataset, shots_from, plan.questions, plan.shots)
     prefix = few_shot_prefix(shots)
     start = time.monotonic()
     deadline = start + overall_timeout_s
