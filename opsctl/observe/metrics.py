@@ -133,6 +133,10 @@ def bench_families(report: dict[str, Any], variant: dict[str, Any]) -> list[Metr
             _gauge("opsctl_bench_requests_failed", "Failed measured requests at this level.",
                    labels, float(level["failed"])),
         ]
+        if level.get("input_tokens_per_s") is not None:  # None: no server counted the prompts
+            out.append(_gauge("opsctl_bench_input_tokens_per_second",
+                              "Prompt tokens/s the server counted at this level.",
+                              labels, float(level["input_tokens_per_s"])))
         for field, stem in BENCH_LATENCIES:
             pcts = level.get(field) or {}
             for quantile in BENCH_QUANTILES:

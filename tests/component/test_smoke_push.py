@@ -16,6 +16,7 @@ from rich.console import Console
 
 from opsctl.config.profiles import Profile
 from opsctl.core.errors import OpsctlError
+from opsctl.observe.metrics import bench_families
 from opsctl.traffic import app, view
 from opsctl.traffic.bench.plan import BenchOptions
 from opsctl.traffic.bench.sweep import Launcher
@@ -78,6 +79,14 @@ def test_reports_are_pushed_with_the_key_masked(sim_server: StartSim, tmp_path: 
                                                                 ("bench", GATEWAY)]
     assert pushed[0][1]["passed"] is True and pushed[0][1]["kind"] == "smoke"
     assert pushed[1][1]["kind"] == "bench"
+    # What observe makes of the pushed JSON: the simulator counts prompt tokens, so the input
+    # rate is there, beside the output rate.
+    bench_json = pushed[1][1]
+    rates = {sample.name: sample.value
+             for family in bench_families(bench_json, bench_json["variants"][0])
+             for sample in family.samples if sample.labels.get("concurrency") == "1"}
+    for rate in ("input", "output"):
+        assert rates.get(f"opsctl_bench_{rate}_tokens_per_second", 0.0) > 0, rate
     assert all(report["api_key"] == "****5150" for _, report, _ in pushed)
     text = console.export_text()
     assert (

@@ -84,6 +84,16 @@ def test_bench_levels_are_labelled_by_variant_and_concurrency_in_base_units() ->
     assert registry.get_sample_value("opsctl_bench_output_tokens_per_second", labels) == 900.0
     assert registry.get_sample_value(
         "opsctl_bench_success", {"profile": "sim", "variant": "baseline"}) == 0.0
+    # No prompt tokens counted by the server: no input rate, rather than a zero.
+    assert registry.get_sample_value("opsctl_bench_input_tokens_per_second", labels) is None
+
+
+def test_bench_input_tokens_per_second_reaches_the_push_when_counted() -> None:
+    report = _bench()
+    report["variants"][0]["levels"][0]["input_tokens_per_s"] = 4200.5
+    registry = registry_of(bench_families(report, report["variants"][0]))
+    labels = {"profile": "sim", "variant": "baseline", "concurrency": "4"}
+    assert registry.get_sample_value("opsctl_bench_input_tokens_per_second", labels) == 4200.5
 
 
 def test_every_opsctl_metric_name_is_prefixed_and_in_base_units() -> None:
