@@ -25,7 +25,8 @@ than run:
 The first three are avoided: opsctl's handlers look at the frames the signal interrupted
 (`deferred`), and inside code compiled from a string, a `__set_name__` or a module being
 imported (where classes are built) raise nothing and send the signal again 50 ms later, until
-that code is done: at most 10 s, then they raise anyway. The fourth cannot be told from the
+that code is done: at most 10 s, then they raise anyway. A signal sent again is sent again
+until one of opsctl's handlers ran for it (`_send`: CPython can miss one). The fourth cannot be told from the
 frames (any function can be a weakref callback), so it is repaired: while armed, the unraisable
 hook sends the interrupting signal again, marked as a re-delivery (`redelivered`) so that
 InterruptGuard does not count it as a second Ctrl-C. `disarm` (opsctl.entry, on the way out)
@@ -74,9 +75,11 @@ _lock = _thread.allocate_lock()
 # since, deferred at: when the interrupt being deferred first came and was last deferred (None:
 # none is); redelivery: the next interrupt is a lost one sent again (the unraisable hook's);
 # hook: the one `arm` replaced; held: `held` sections open; leaving: the exit is chosen.
+# handled: how many times one of opsctl's handlers ran (a re-sent signal none ran for is sent
+# again, `_send`).
 _state: dict[str, Any] = {"armed": False, "main": None, "base": None, "deferring_since": None,
                           "deferred_at": None, "redelivery": False, "hook": sys.unraisablehook,
-                          "held": 0, "leaving": False}
+                          "held": 0, "leaving": False, "handled": 0}
 # A deferral chain whose last re-sent signal went to another handler (asyncio's) ends unseen:
 # one deferred longer ago than this starts a new chain.
 _CHAIN_GAP_S = 1.0
@@ -90,7 +93,9 @@ class SecondInterrupt(BaseException):
 # --- what interrupted this run -----------------------------------------------------------------
 
 def note_interruption(signum: int) -> None:
-    """Remember `signum` when it is the first interrupting signal of this process."""
+    """Remember `signum` when it is the first interrupting signal of this process (and count
+    the handler's run: the first thing each of opsctl's handlers does)."""
+    _state["handled"] += 1
     if not _received and signum in INTERRUPTIONS:
         _received.append(signum)
 
@@ -116,6 +121,7 @@ def exit_code() -> int:
 def on_sigint(signum: int, frame: FrameType | None) -> None:
     """SIGINT's handler while opsctl runs: Python's own (KeyboardInterrupt), raised only where
     Python can raise it; nothing once the exit is chosen."""
+    _state["handled"] += 1
     if _state["leaving"] or deferred(frame):
         return
     redelivered()  # a lost one sent again is the same Ctrl-C: nothing to tell apart here
@@ -201,10 +207,29 @@ def _send_soon(signum: int) -> None:
 
 
 def _send(signum: int) -> None:
-    time.sleep(RESEND_S)  # the handler or the hook has returned by then
-    with _lock:
-        if _state["armed"]:  # to the main thread: a sleep or a wait there wakes for it
+    """Send `signum` to the main thread (a sleep or a wait there wakes for it) RESEND_S from
+    now, once the handler or the hook has returned; and again every RESEND_S while none of
+    opsctl's handlers ran for it and one of them is the signal's handler, at most MAX_DEFER_S.
+    CPython runs no handler for a signal that lands after the main thread released the GIL for
+    a blocking call and before the call blocks: the call then goes on to its end (a `sleep(30)`
+    in a finalizer did, about 1 run in 100 under load: this thread takes the GIL exactly when
+    the main thread lets it go for such a call)."""
+    seen: int | None = None  # the handlers' count when this thread last sent it
+    for _ in range(round(MAX_DEFER_S / RESEND_S)):
+        time.sleep(RESEND_S)
+        with _lock:
+            # Another handler (asyncio's) counts nothing, and a second one it gets is a second
+            # Ctrl-C to it: for that one, sent once.
+            if not _state["armed"] or (seen is not None and (
+                    _state["handled"] != seen or not _opsctls(signal.getsignal(signum)))):
+                return
+            seen = _state["handled"]
             signal.pthread_kill(_state["main"], signum)
+
+
+def _opsctls(handler: object) -> bool:
+    """The handler is one of opsctl's (this module's, InterruptGuard's): it counts its runs."""
+    return str(getattr(handler, "__module__", "")).startswith("opsctl.")
 
 
 # --- arming --------------------------------------------------------------------------------------
