@@ -212,7 +212,7 @@ def _send(signum: int) -> None:
     opsctl's handlers ran for it and one of them is the signal's handler, at most MAX_DEFER_S.
     CPython runs no handler for a signal that lands after the main thread released the GIL for
     a blocking call and before the call blocks: the call then goes on to its end (a `sleep(30)`
-    in a finalizer did, about 1 run in 100 under load: this thread takes the GIL exactly when
+    in a finalizer did, 4 runs in 720 under load: this thread takes the GIL exactly when
     the main thread lets it go for such a call)."""
     seen: int | None = None  # the handlers' count when this thread last sent it
     for _ in range(round(MAX_DEFER_S / RESEND_S)):
