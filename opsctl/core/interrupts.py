@@ -26,12 +26,12 @@ The first three are avoided: opsctl's handlers look at the frames the signal int
 (`deferred`), and inside code compiled from a string, a `__set_name__` or a module being
 imported (where classes are built) raise nothing and send the signal again 50 ms later, until
 that code is done: at most 10 s, then they raise anyway. A signal sent again is sent again
-until one of opsctl's handlers ran for it (`_send`: CPython can miss one). The fourth cannot be told from the
-frames (any function can be a weakref callback), so it is repaired: while armed, the unraisable
-hook sends the interrupting signal again, marked as a re-delivery (`redelivered`) so that
-InterruptGuard does not count it as a second Ctrl-C. `disarm` (opsctl.entry, on the way out)
-ignores the three signals from then on, sends nothing more and gives the previous hook back:
-nothing lands after opsctl chose its exit.
+until one of opsctl's handlers ran for it (`_send`: CPython can miss one). The fourth cannot be
+told from the frames (any function can be a weakref callback), so it is repaired: while armed,
+the unraisable hook sends the interrupting signal again, marked as a re-delivery
+(`redelivered`) so that InterruptGuard does not count it as a second Ctrl-C. `disarm`
+(opsctl.entry, on the way out) ignores the three signals from then on, sends nothing more and
+gives the previous hook back: nothing lands after opsctl chose its exit.
 
 Standard library only, and no class built while it is imported (a Ctrl-C then would be the
 first case): it is imported before the CLI.
