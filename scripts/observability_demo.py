@@ -25,7 +25,7 @@ import httpx
 
 from opsctl.config.profiles import load_profile
 from opsctl.deploy import localsim as simproc
-from opsctl.observe import app, monitoring
+from opsctl.observe import app, monitoring, view
 from opsctl.observe.metrics import push_report
 from opsctl.observe.promconfig import ScrapeTargets
 from opsctl.observe.promnames import slo_rules
@@ -110,12 +110,12 @@ def main() -> int:
             print(f"level {level} done at +{time.time() - started:.0f}s", flush=True)
         for variant, url in sims.items():
             smoke = run_smoke(SmokeOptions(base_url=url, profile="sim", variant=variant,
-                                           tpot_p50_ms=profile.slo.tpot_p50_ms))
+                                           slo=profile.slo))
             push_report("smoke", smoke.model_dump(mode="json"), gateway)
         time.sleep(15)  # two more rule evaluations after the last request
         with httpx.Client(base_url=prometheus, timeout=QUERY_TIMEOUT_SECONDS) as client:
             result = app.report(client, args.out, since_seconds=time.time() - started + 30,
-                                step=5)
+                                step=5, plot=view.plot_decode_latency)
         print(f"wrote {result.path}")
         return 0
     finally:
