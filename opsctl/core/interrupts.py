@@ -215,15 +215,18 @@ def _send(signum: int) -> None:
     in a finalizer did, 4 runs in 720 under load: this thread takes the GIL exactly when
     the main thread lets it go for such a call)."""
     seen: int | None = None  # the handlers' count when this thread last sent it
+    sent_to: object = None  # the signal's handler then
     for _ in range(round(MAX_DEFER_S / RESEND_S)):
         time.sleep(RESEND_S)
         with _lock:
+            handler = signal.getsignal(signum)
             # Another handler (asyncio's) counts nothing, and a second one it gets is a second
-            # Ctrl-C to it: for that one, sent once.
+            # Ctrl-C to it; once it took one, the handler put back after it (run_async's) must
+            # not get it again either: sent once, unless it went to an unchanged one of opsctl's.
             if not _state["armed"] or (seen is not None and (
-                    _state["handled"] != seen or not _opsctls(signal.getsignal(signum)))):
+                    _state["handled"] != seen or handler != sent_to or not _opsctls(sent_to))):
                 return
-            seen = _state["handled"]
+            seen, sent_to = _state["handled"], handler
             signal.pthread_kill(_state["main"], signum)
 
 

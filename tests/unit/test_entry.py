@@ -359,6 +359,30 @@ def test_a_ctrl_c_sent_again_to_another_handler_is_sent_once(
     assert sent == [signal.SIGINT]
 
 
+def test_a_ctrl_c_sent_again_to_asyncio_is_not_sent_again_once_it_is_done(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C deferred just before `run_async` reaches asyncio's handler, which cancels the
+    task and counts nothing; run_async then puts opsctl's handler back, and a send repeated to
+    that one was a second Ctrl-C inside the clean-up after the first (an adversarial review, 5
+    of 5 child runs: a partial report's write cut short)."""
+    import asyncio
+
+    interrupts.arm()
+    monkeypatch.setattr(interrupts, "RESEND_S", 0.3)  # the loop runs by the first send
+
+    async def forever() -> None:
+        await asyncio.sleep(5)
+
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.held():
+            signal.raise_signal(signal.SIGINT)
+        interrupts.run_async(forever())
+    try:
+        time.sleep(1)  # the clean-up: a second send would land in here
+    except KeyboardInterrupt:
+        pytest.fail("one Ctrl-C, two KeyboardInterrupts")
+
+
 def test_a_ctrl_c_while_the_event_loop_closes_leaves_it_closed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Inside `loop.close()` it left the loop half closed, and the loop's finalizer printed a
