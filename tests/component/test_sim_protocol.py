@@ -307,7 +307,8 @@ async def _opsctl_traffic(url: str, release: str) -> None:
                 dataset=load_gsm8k(resolve_path(gsm8k.dataset), gsm8k.sha256),
                 shots_from=load_gsm8k(resolve_path(gsm8k.shots_from), gsm8k.shots_sha256),
                 threshold=0.0, questions=2, shots=2)
-            await run_gsm8k(client, plan, model=MODEL, api=api)
+            await run_gsm8k(client, plan, model=MODEL, api=api, request_timeout_s=30,
+                            overall_timeout_s=60)
             await run_long_context_probes(client, ProbeAsk(model=MODEL, api=api), sizes=[256],
                                           prefix_pair_tokens=256)
 

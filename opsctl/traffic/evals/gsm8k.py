@@ -130,9 +130,9 @@ async def run_gsm8k(
     plan: Gsm8kPlan,
     *,
     model: str,
-    api: Api = "completions",
-    request_timeout_s: float = 300.0,
-    overall_timeout_s: float = 3600.0,
+    api: Api,
+    request_timeout_s: float,  # the caller's settings (smoke's), written there once
+    overall_timeout_s: float,
     on_progress: Callable[[int, int], None] | None = None,  # (answered, questions)
 ) -> EvalResult:
     """Ask the plan's first questions greedily and score them against its gate."""
